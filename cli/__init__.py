@@ -1,0 +1,1 @@
+"""The ``gguf-mtp`` command line (installed as package ``gguf_mtp_cli``)."""

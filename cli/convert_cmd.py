@@ -1,0 +1,50 @@
+"""``gguf-mtp convert``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gguf_mtp.convert import convert as _convert
+from gguf_mtp.layout import Layout
+from gguf_mtp.progress import human_bytes
+
+
+def convert(
+    model: str = typer.Argument(..., help="Checkpoint folder, or a Hugging Face repo id (org/name)."),
+    outfile: Optional[Path] = typer.Option(None, "--outfile", "-o", help="Output file (or folder). Default: ./<model>-<OUTTYPE>[-MTP].gguf"),
+    outtype: str = typer.Option("bf16", "--outtype", help="Trunk tensor type: f32, f16, bf16, q8_0."),
+    mtp: Optional[bool] = typer.Option(
+        None, "--mtp/--no-mtp",
+        help="--mtp: write only the MTP head (sidecar, '-MTP' name). --no-mtp: write the trunk without a head. "
+             "Default: bundled (model + head)."),
+    head_only: bool = typer.Option(False, "--head-only", help="With --mtp: leave out token_embd/output (small sidecar that borrows the target's; needs `gguf-mtp run`)."),
+    mtp_type: str = typer.Option("q8_0", "--mtp-type", help="Type of the MTP block's matrices (default q8_0 whatever --outtype)."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) for a repo id."),
+    threads: Optional[int] = typer.Option(None, "--threads", "-t", help="Worker threads for encoding."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing output file."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
+) -> None:
+    """Convert a Hugging Face checkpoint with an MTP head to GGUF (bundled, --no-mtp or --mtp).
+
+    Examples:
+
+      gguf-mtp convert ./Qwen3.5-9B --outtype q8_0            # bundled: model + head
+
+      gguf-mtp convert ./Qwen3.5-9B --outtype q8_0 --no-mtp   # trunk only
+
+      gguf-mtp convert ./Qwen3.5-9B --outtype q8_0 --mtp      # Qwen3.5-9B-Q8_0-MTP.gguf sidecar
+    """
+    if head_only and mtp is not True:
+        raise typer.BadParameter("--head-only applies to the sidecar: add --mtp")
+    layout = Layout.BUNDLED if mtp is None else (Layout.TRUNK_ONLY if mtp is False else
+                                                 (Layout.HEAD_ONLY if head_only else Layout.MTP_ONLY))
+    r = _convert(model, outfile=outfile, outtype=outtype, layout=layout, mtp_type=mtp_type, force=force,
+                 revision=revision, progress=not quiet, threads=threads)
+    for note in r.notes:
+        typer.echo(f"note: {note}", err=True)
+    rate = r.bytes_in / max(r.seconds, 1e-9)
+    typer.echo(f"wrote {r.path} ({r.layout.value}, {r.arch}, {r.n_tensors} tensors, {human_bytes(r.bytes_out)}) "
+               f"in {r.seconds:.1f} s, {human_bytes(rate)}/s of input")

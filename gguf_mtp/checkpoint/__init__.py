@@ -1,0 +1,1 @@
+"""Reading Hugging Face checkpoints: config, safetensors shards, tokenizer, Hub download."""

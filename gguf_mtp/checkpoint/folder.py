@@ -1,0 +1,92 @@
+"""A Hugging Face checkpoint folder: config.json, the safetensors shards and their tensor index."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import FormatError, GgufMtpError, MissingTensorError
+from .safetensors import TensorRef, read_header
+
+INDEX_NAME = "model.safetensors.index.json"
+
+
+def load_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FormatError(f"{path}: missing; {what}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise FormatError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise FormatError(f"{path}: expected a JSON object")
+    return data
+
+
+@dataclass
+class Checkpoint:
+    """Config and lazily indexed tensors of a local checkpoint folder.
+
+    Example:
+        >>> ck = Checkpoint.open("Qwen3.5-9B")          # doctest: +SKIP
+        >>> ck.tensor("mtp.fc.weight").shape            # doctest: +SKIP
+        (4096, 8192)
+    """
+
+    root: Path
+    config: dict[str, Any]
+    tensors: dict[str, TensorRef] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, root: str | Path) -> "Checkpoint":
+        root = Path(root)
+        if not root.exists():
+            raise GgufMtpError(f"{root}: no such folder; pass a checkpoint folder or a Hugging Face repo id")
+        if not root.is_dir():
+            raise GgufMtpError(f"{root}: not a folder; pass the checkpoint folder that holds config.json")
+        config = load_json(root / "config.json", "this folder is not a Hugging Face checkpoint")
+        return cls(root, config, _index(root))
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def tensor(self, name: str) -> TensorRef:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise MissingTensorError(f"{self.root}: tensor {name!r} is not in the checkpoint") from None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+
+def _index(root: Path) -> dict[str, TensorRef]:
+    index_path = root / INDEX_NAME
+    if index_path.exists():
+        wm = load_json(index_path, "").get("weight_map")
+        if not isinstance(wm, dict):
+            raise FormatError(f"{index_path}: has no weight_map")
+        shards: dict[str, list[str]] = {}
+        for name, shard in wm.items():
+            shards.setdefault(shard, []).append(name)
+        out: dict[str, TensorRef] = {}
+        for shard, names in shards.items():
+            header = read_header(root / shard)
+            for name in names:
+                if name not in header:
+                    raise MissingTensorError(
+                        f"{root / shard}: tensor {name!r} listed in {INDEX_NAME} is not in this shard; "
+                        "the download is incomplete or mixed from two revisions"
+                    )
+                out[name] = header[name]
+        return out
+    files = sorted(root.glob("*.safetensors"))
+    if not files:
+        raise FormatError(f"{root}: no *.safetensors files and no {INDEX_NAME}; download the weights too")
+    out = {}
+    for f in files:
+        out.update(read_header(f))
+    return out

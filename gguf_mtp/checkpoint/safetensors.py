@@ -1,0 +1,134 @@
+"""Reading safetensors shards without torch: parse the JSON header ourselves, read row ranges with
+``pread`` into bounded buffers (so peak memory stays one chunk, not one shard)."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import FormatError, UnsupportedError
+from ..quant import bf16_to_f32
+
+# safetensors dtype -> (bytes per element, numpy storage dtype)
+DTYPES: dict[str, tuple[int, np.dtype]] = {
+    "F32": (4, np.dtype("<f4")),
+    "F16": (2, np.dtype("<f2")),
+    "BF16": (2, np.dtype("<u2")),
+    "F64": (8, np.dtype("<f8")),
+    "F8_E4M3": (1, np.dtype("u1")),
+    "U8": (1, np.dtype("u1")),
+    "I8": (1, np.dtype("i1")),
+    "I32": (4, np.dtype("<i4")),
+    "I64": (8, np.dtype("<i8")),
+}
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+MAX_HEADER = 100 << 20
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """Where one checkpoint tensor's bytes lie. ``shape`` is in numpy (PyTorch) order."""
+
+    name: str
+    path: Path
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dtype][0]
+
+    def read_raw(self, start: int = 0, count: int | None = None) -> np.ndarray:
+        """Stored values of the flat element range ``[start, start+count)``, in the storage dtype."""
+        count = self.n_elements - start if count is None else count
+        size, dt = DTYPES[self.dtype]
+        start_b = start * size
+        n_b = count * size
+        buf = np.empty(n_b, dtype=np.uint8)
+        with open(self.path, "rb", buffering=0) as fh:
+            fh.seek(self.offset + start_b)
+            got = 0
+            mv = memoryview(buf)
+            while got < n_b:
+                n = fh.readinto(mv[got:])
+                if not n:
+                    raise FormatError(f"{self.path}: tensor {self.name!r} is truncated; re-download this shard")
+                got += n
+        return buf.view(dt)
+
+    def read_f32(self, start: int = 0, count: int | None = None) -> np.ndarray:
+        """float32 values of a flat element range."""
+        raw = self.read_raw(start, count)
+        if self.dtype == "BF16":
+            return bf16_to_f32(raw)
+        if self.dtype in ("F16", "F32", "F64"):
+            return raw.astype(np.float32, copy=False)
+        raise UnsupportedError(
+            f"{self.path}: tensor {self.name!r} is stored as {self.dtype}; this needs a dequantizer "
+            "(quantized source checkpoints are not supported: convert from the bf16/fp16 release)"
+        )
+
+    def read_array(self) -> np.ndarray:
+        """The whole tensor as float32 in its numpy shape."""
+        return self.read_f32().reshape(self.shape)
+
+
+def read_header(path: Path) -> dict[str, TensorRef]:
+    """Tensor index of one ``.safetensors`` file, with every entry checked against the file size."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise FormatError(f"{path}: file is {size} bytes, too small for safetensors; re-download it")
+            (n,) = struct.unpack("<Q", head)
+            if n > MAX_HEADER or 8 + n > size:
+                raise FormatError(f"{path}: header length {n} is invalid for a {size}-byte file; re-download it")
+            raw = fh.read(n)
+    except FileNotFoundError:
+        raise FormatError(f"{path}: shard is missing; download it (or the whole repo) again") from None
+    except OSError as e:
+        raise FormatError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        meta = json.loads(raw)
+        if not isinstance(meta, dict):
+            raise ValueError("not an object")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise FormatError(f"{path}: safetensors header is not valid JSON ({e}); re-download it") from None
+    base = 8 + n
+    out: dict[str, TensorRef] = {}
+    for name, ent in meta.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (b, e) = ent["dtype"], tuple(int(d) for d in ent["shape"]), ent["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise FormatError(f"{path}: tensor {name!r} has a malformed header entry") from None
+        if dtype not in DTYPES:
+            raise UnsupportedError(f"{path}: tensor {name!r} has dtype {dtype}, which gguf-mtp cannot read")
+        count = 1
+        for d in shape:
+            count *= d
+        if e - b != count * DTYPES[dtype][0] or b < 0:
+            raise FormatError(f"{path}: tensor {name!r} byte range [{b}, {e}) does not match shape {list(shape)} {dtype}")
+        if base + e > size:
+            raise FormatError(
+                f"{path}: tensor {name!r} ends at byte {base + e} but the file has {size}; the shard is truncated, "
+                "re-download it"
+            )
+        out[name] = TensorRef(name, path, dtype, shape, base + b, e - b)
+    return out

@@ -1,0 +1,91 @@
+"""Hugging Face byte-level BPE tokenizer files -> GGUF ``tokenizer.*`` metadata (no ``tokenizers`` needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gguf import GGUFValueType, TokenType
+
+from ..errors import FormatError, UnsupportedError
+from ..ggufio import keys as K
+from ..ggufio.format import KV
+from .folder import load_json
+
+
+def _token_id(tok: Any, vocab: dict[str, int]) -> int | None:
+    if isinstance(tok, dict):
+        tok = tok.get("content")
+    return vocab.get(tok) if isinstance(tok, str) else None
+
+
+def chat_template(root: Path, tok_config: dict[str, Any]) -> str | None:
+    jinja = root / "chat_template.jinja"
+    if jinja.exists():
+        return jinja.read_text(encoding="utf-8")
+    tmpl = tok_config.get("chat_template")
+    if isinstance(tmpl, list):  # named templates: keep the default one
+        tmpl = next((t.get("template") for t in tmpl if t.get("name") == "default"), None)
+    if tmpl is None and (root / "chat_template.json").exists():
+        tmpl = load_json(root / "chat_template.json", "").get("chat_template")
+    return tmpl if isinstance(tmpl, str) else None
+
+
+def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str) -> list[KV]:
+    """GGUF tokenizer metadata for a byte-level BPE (``gpt2``-model) tokenizer in ``root``.
+
+    Tokens missing below ``vocab_size`` (models pad their embedding matrix) become ``[PAD<i>]`` with
+    type UNUSED, as llama.cpp's converter writes them.
+    """
+    tj_path = root / "tokenizer.json"
+    tj = load_json(tj_path, "the checkpoint needs its tokenizer.json (byte-level BPE)")
+    model = tj.get("model") or {}
+    if model.get("type") != "BPE":
+        raise UnsupportedError(f"{tj_path}: tokenizer model {model.get('type')!r} is not supported (expected BPE)")
+    vocab: dict[str, int] = dict(model.get("vocab") or {})
+    added = {t["content"]: t for t in tj.get("added_tokens", []) if isinstance(t, dict) and "content" in t}
+    for content, t in added.items():
+        vocab[content] = int(t["id"])
+    if not vocab:
+        raise FormatError(f"{tj_path}: empty vocabulary")
+    n = max(vocab_size, max(vocab.values()) + 1)
+    by_id: dict[int, str] = {i: s for s, i in vocab.items()}
+    tokens, types = [], []
+    for i in range(n):
+        s = by_id.get(i)
+        if s is None:
+            tokens.append(f"[PAD{i}]")
+            types.append(TokenType.UNUSED)
+        elif s in added:
+            tokens.append(s)
+            types.append(TokenType.CONTROL if added[s].get("special") else TokenType.USER_DEFINED)
+        else:
+            tokens.append(s)
+            types.append(TokenType.NORMAL)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+
+    tc_path = root / "tokenizer_config.json"
+    tok_config = load_json(tc_path, "") if tc_path.exists() else {}
+    out = [
+        KV.string(K.TOK_MODEL, "gpt2"),
+        KV.string(K.TOK_PRE, pre),
+        KV.array(K.TOK_TOKENS, GGUFValueType.STRING, tokens),
+        KV.array(K.TOK_TYPES, GGUFValueType.INT32, [int(t) for t in types]),
+        KV.array(K.TOK_MERGES, GGUFValueType.STRING, merges),
+    ]
+    eos = _token_id(tok_config.get("eos_token"), vocab)
+    if eos is None and isinstance(config.get("eos_token_id"), int):
+        eos = config["eos_token_id"]
+    bos = _token_id(tok_config.get("bos_token"), vocab)
+    if bos is None and isinstance(config.get("bos_token_id"), int):
+        bos = config["bos_token_id"]
+    pad = _token_id(tok_config.get("pad_token"), vocab)
+    for key, val in ((K.TOK_EOS, eos), (K.TOK_PAD, pad), (K.TOK_BOS, bos)):
+        if val is not None:
+            out.append(KV.u32(key, val))
+    if isinstance(tok_config.get("add_bos_token"), bool):
+        out.append(KV.boolean(K.TOK_ADD_BOS, tok_config["add_bos_token"]))
+    tmpl = chat_template(root, tok_config)
+    if tmpl:
+        out.append(KV.string(K.TOK_CHAT_TEMPLATE, tmpl))
+    return out

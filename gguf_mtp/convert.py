@@ -1,0 +1,154 @@
+"""Checkpoint -> GGUF: pick the family, plan the tensors of the requested layout, stream them to a file."""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gguf import GGMLQuantizationType, GGUFValueType
+
+from .checkpoint.folder import Checkpoint
+from .checkpoint.hub import resolve_model
+from .checkpoint.tokenizer import tokenizer_kvs
+from .encode import out_tensor
+from .errors import MissingTensorError, UnsupportedError
+from .families import family_class
+from .families.base import Family, ModelPlan
+from .ggufio import keys as K
+from .ggufio.atomic import atomic_paths, check_output
+from .ggufio.format import KV, type_name
+from .ggufio.writer import OutTensor, write_gguf
+from .layout import MTP_SUFFIX, SHARED_TARGET_TENSORS, Layout
+from .progress import Progress
+from .quant import FILE_TYPES, choose_type, parse_outtype
+
+QUANT_VERSION = 2
+
+
+@dataclass
+class ConvertResult:
+    """What :func:`convert` wrote."""
+
+    path: Path
+    layout: Layout
+    arch: str
+    n_tensors: int
+    bytes_in: int
+    bytes_out: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+
+def default_outfile(model_dir: Path, outtype: str, layout: Layout) -> Path:
+    suffix = MTP_SUFFIX if layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY) else ""
+    return Path.cwd() / f"{model_dir.resolve().name}-{outtype.upper()}{suffix}.gguf"
+
+
+def general_kvs(arch: str, name: str, file_type: GGMLQuantizationType) -> list[KV]:
+    return [
+        KV.string(K.GENERAL_ARCH, arch),
+        KV.string(K.GENERAL_TYPE, "model"),
+        KV.string(K.GENERAL_NAME, name),
+        KV.u32(K.GENERAL_FILE_TYPE, int(FILE_TYPES[file_type])),
+        KV.u32(K.GENERAL_QUANT_VERSION, QUANT_VERSION),
+    ]
+
+
+def _check_unmapped(family: Family) -> None:
+    full = family.plan(trunk=True, mtp=family.mtp_layers() > 0, embeddings=True)
+    used = {s.ref.name for t in full.tensors for s in t.sources}
+    extra = family.unused_tensors(used)  # type: ignore[attr-defined]
+    if extra:
+        shown = ", ".join(extra[:4]) + (f" and {len(extra) - 4} more" if len(extra) > 4 else "")
+        raise UnsupportedError(f"{family.ck.root}: tensors gguf-mtp does not know how to map: {shown}; "
+                               f"this is not a standard {family.arch} checkpoint")
+
+
+def convert(
+    model: str | os.PathLike[str],
+    *,
+    outfile: str | os.PathLike[str] | None = None,
+    outtype: str = "bf16",
+    layout: Layout | str = Layout.BUNDLED,
+    mtp_type: str = "q8_0",
+    force: bool = False,
+    revision: str | None = None,
+    progress: bool = True,
+    threads: int | None = None,
+) -> ConvertResult:
+    """Convert a Hugging Face checkpoint (folder or repo id) to GGUF.
+
+    ``layout`` is ``bundled`` (model + head), ``trunk-only``, ``mtp-only`` (self-contained sidecar) or
+    ``head-only`` (sidecar without embeddings). Trunk matrices are written as ``outtype``; the MTP block's
+    as ``mtp_type`` (Q8_0 by default); norms and 1-D tensors as F32.
+
+    Example:
+        >>> convert("Qwen3.5-9B", outtype="q8_0")                  # doctest: +SKIP
+        ConvertResult(path=.../Qwen3.5-9B-Q8_0.gguf, layout=<Layout.BUNDLED>, ...)
+        >>> convert("Qwen3.5-9B", outtype="q8_0", layout="mtp-only")  # doctest: +SKIP
+    """
+    t0 = time.perf_counter()
+    layout = Layout(layout)
+    if layout not in (Layout.BUNDLED, Layout.TRUNK_ONLY, Layout.MTP_ONLY, Layout.HEAD_ONLY):
+        raise UnsupportedError(f"layout {layout.value!r} cannot be written")
+    trunk_t, mtp_t = parse_outtype(outtype), parse_outtype(mtp_type, "--mtp-type")
+    root = resolve_model(model, revision=revision)
+    ck = Checkpoint.open(root)
+    family = family_class(ck.config, str(root / "config.json"))(ck)
+    notes: list[str] = []
+    n_mtp = family.mtp_layers()
+    if layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY) and n_mtp == 0:
+        raise MissingTensorError(family.mtp_missing())
+    if layout == Layout.BUNDLED and n_mtp == 0:
+        notes.append("the checkpoint has no MTP weights: wrote a trunk-only model")
+        layout = Layout.TRUNK_ONLY
+    _check_unmapped(family)
+
+    plan: ModelPlan = family.plan(
+        trunk=layout in (Layout.BUNDLED, Layout.TRUNK_ONLY),
+        mtp=layout != Layout.TRUNK_ONLY,
+        embeddings=layout != Layout.HEAD_ONLY,
+    )
+    file_type = mtp_t if layout == Layout.HEAD_ONLY else trunk_t
+    name = str(ck.config.get("_name_or_path") or root.resolve().name)
+    kvs = general_kvs(plan.arch, name.rstrip("/").split("/")[-1], file_type) + plan.kvs
+    if layout == Layout.HEAD_ONLY:
+        kvs.append(KV.array(K.arch_key(K.K_SHARED_TARGET_TENSORS, plan.arch), GGUFValueType.STRING,
+                            list(SHARED_TARGET_TENSORS)))
+    kvs += tokenizer_kvs(root, family.hp, family.vocab, family.tokenizer_pre)  # type: ignore[attr-defined]
+    n_tokens = len(next(kv for kv in kvs if kv.key == K.TOK_TOKENS).value)
+    if n_tokens != family.vocab:  # type: ignore[attr-defined]
+        raise UnsupportedError(f"{root}: tokenizer has {n_tokens} tokens but embed_tokens has "
+                               f"{family.vocab} rows; llama.cpp needs them equal")  # type: ignore[attr-defined]
+
+    out = Path(outfile) if outfile else default_outfile(root, outtype, layout)
+    if out.is_dir():
+        out = out / default_outfile(root, outtype, layout).name
+    inputs = [s.ref.path for t in plan.tensors for s in t.sources]
+    check_output(out, force=force, inputs=set(inputs))
+
+    bytes_in = sum(t.src_bytes for t in plan.tensors)
+    bar = Progress(f"convert {out.name}", bytes_in, len(plan.tensors), enabled=progress)
+    with ThreadPoolExecutor(max_workers=threads or min(4, os.cpu_count() or 1)) as pool:
+        tensors: list[OutTensor] = []
+        for pt in plan.tensors:
+            wanted = mtp_t if pt.mtp else trunk_t
+            ot = out_tensor(pt, choose_type(pt.name, pt.ggml_shape, wanted), pool)
+            inner = ot.write
+
+            def write(fh, prog, inner=inner):  # type: ignore[no-untyped-def]
+                inner(fh, prog)
+                bar.tensor_done()
+            ot.write = write
+            tensors.append(ot)
+        with atomic_paths([out]) as (tmp,):
+            write_gguf(tmp, kvs, tensors, progress=bar.advance)
+    bar.close()
+    return ConvertResult(out, layout, plan.arch, len(tensors), bytes_in, out.stat().st_size,
+                         time.perf_counter() - t0, notes)
+
+
+__all__ = ["convert", "ConvertResult", "default_outfile", "type_name"]

@@ -1,0 +1,281 @@
+"""Shared machinery of the Qwen hybrid families (Gated DeltaNet linear attention + gated full attention,
+one MTP block): ``qwen35``, ``qwen35moe`` and ``qwen3next``. The family modules are tables on top of this.
+
+HF -> GGUF rules (as llama.cpp's converter applies them):
+- every ``*norm.weight`` except the linear-attention gated norm stores an offset: write ``w + 1``;
+- ``A_log`` -> ``ssm_a = -exp(A_log)``; ``dt_bias`` -> ``ssm_dt.bias``; ``conv1d`` squeezed to 2-D;
+- qwen35/qwen35moe: V heads reordered from grouped-by-K-head to tiled order (when nk != nv);
+- MTP: ``mtp.fc`` -> ``nextn.eh_proj``, ``pre_fc_norm_embedding`` -> ``enorm``, ``pre_fc_norm_hidden`` ->
+  ``hnorm``, ``mtp.norm`` -> ``shared_head_norm``, ``mtp.layers.i.*`` -> ``blk.{L+i}.*`` (a full-attention block).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+import numpy as np
+from gguf import GGUFValueType
+
+from ..errors import UnsupportedError
+from ..ggufio import keys as K
+from ..ggufio.format import KV
+from .base import Family, ModelPlan, PlannedTensor, Source, Transform
+
+_MTP_LAYER = re.compile(r"^(?:model\.)?mtp\.layers\.(\d+)\.")
+SKIP = re.compile(r"(^|\.)(visual|vision_tower|vision|merger|patch_embed)\.|rotary_emb\.inv_freq$")
+
+
+def plus_one(x: np.ndarray) -> np.ndarray:
+    return x + np.float32(1)
+
+
+def neg_exp(x: np.ndarray) -> np.ndarray:
+    return -np.exp(x)
+
+
+def tile_heads(start: int, nk: int, r: int, hdim: int, axis: int = 0) -> Transform:
+    """Reorder head blocks along ``axis`` from index ``start``: grouped (k-major) -> tiled (v-major)."""
+
+    def f(x: np.ndarray) -> np.ndarray:
+        x = np.moveaxis(x, axis, 0)
+        head, tail = x[:start], x[start:]
+        rest = tail.shape[1:]
+        tail = tail.reshape(nk, r, hdim, *rest).swapaxes(0, 1).reshape(nk * r * hdim, *rest)
+        return np.moveaxis(np.concatenate([head, tail]), 0, axis)
+
+    return f
+
+
+class QwenHybrid(Family):
+    moe: ClassVar[bool] = False
+    reorder_v: ClassVar[bool] = True
+    fused_qkvz: ClassVar[bool] = False
+
+    def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ck)
+        hp = self.hp
+        self.L = int(self.need("num_hidden_layers"))
+        self.H = int(self.need("hidden_size"))
+        self.nh = int(self.need("num_attention_heads"))
+        self.nkv = int(hp.get("num_key_value_heads", self.nh))
+        self.hd = int(hp.get("head_dim") or self.H // self.nh)
+        self.nk, self.nv = int(self.need("linear_num_key_heads")), int(self.need("linear_num_value_heads"))
+        self.dk, self.dv = int(self.need("linear_key_head_dim")), int(self.need("linear_value_head_dim"))
+        self.kc = int(self.need("linear_conv_kernel_dim"))
+        if self.dk != self.dv or self.nv % self.nk:
+            raise UnsupportedError(f"{ck.root / 'config.json'}: llama.cpp needs linear_key_head_dim == "
+                                   f"linear_value_head_dim and nv % nk == 0 (got dk={self.dk} dv={self.dv} nk={self.nk} nv={self.nv})")
+        self.interval = int(hp.get("full_attention_interval", 4))
+        self.layer_types = hp.get("layer_types") or [
+            "linear_attention" if (i + 1) % self.interval else "full_attention" for i in range(self.L)
+        ]
+        self.prefix = "model.language_model." if ck.has("model.language_model.embed_tokens.weight") else "model."
+        self.mtp_prefix = "model.mtp." if any(n.startswith("model.mtp.") for n in ck.tensors) else "mtp."
+        emb = ck.tensor(self.prefix + "embed_tokens.weight")
+        self.vocab = int(emb.shape[0])
+        rope = hp.get("rope_parameters") or hp.get("rope_scaling") or {}
+        self.rope_theta = float(rope.get("rope_theta", hp.get("rope_theta", 10000.0)))
+        prf = float(rope.get("partial_rotary_factor", hp.get("partial_rotary_factor", 0.25)))
+        self.rope_dims = int(self.hd * prf)
+        self.mrope = list(rope.get("mrope_section") or [11, 11, 10])
+
+    # -- facts per subclass ----------------------------------------------------------------
+    def ffn_kvs(self) -> list[KV]:
+        return []
+
+    # -- counting the head ------------------------------------------------------------------
+    def mtp_layers(self) -> int:
+        idx = {int(m.group(1)) for n in self.ck.tensors if (m := _MTP_LAYER.match(n))}
+        if not idx or not self.ck.has(self.mtp_prefix + "fc.weight"):
+            return 0
+        return max(idx) + 1
+
+    def mtp_missing(self) -> str:
+        declared = self.hp.get("mtp_num_hidden_layers")
+        say = f" although config.json declares mtp_num_hidden_layers={declared}" if declared else ""
+        return (f"{self.ck.root}: the checkpoint has no MTP weights ({self.mtp_prefix}fc.weight and "
+                f"{self.mtp_prefix}layers.0.* are missing){say}; convert without --mtp, or use a checkpoint that ships the head")
+
+    # -- metadata ---------------------------------------------------------------------------
+    def arch_kvs(self, n_mtp: int) -> list[KV]:
+        a, hp, n_all = self.arch, self.hp, self.L + n_mtp
+        kvs = [
+            KV.u32(K.arch_key(K.K_BLOCK_COUNT, a), n_all),
+            KV.u32(K.arch_key(K.K_CONTEXT_LENGTH, a), int(hp.get("max_position_embeddings", 4096))),
+            KV.u32(K.arch_key(K.K_EMBEDDING_LENGTH, a), self.H),
+        ]
+        if "intermediate_size" in hp:
+            kvs.append(KV.u32(K.arch_key(K.K_FEED_FORWARD_LENGTH, a), int(hp["intermediate_size"])))
+        kvs += [
+            KV.u32(K.arch_key(K.K_HEAD_COUNT, a), self.nh),
+            KV.u32(K.arch_key(K.K_HEAD_COUNT_KV, a), self.nkv),
+            KV.u32(K.arch_key(K.K_KEY_LENGTH, a), self.hd),
+            KV.u32(K.arch_key(K.K_VALUE_LENGTH, a), self.hd),
+            KV.f32(K.arch_key(K.K_RMS_EPS, a), float(hp.get("rms_norm_eps", 1e-6))),
+            KV.f32(K.arch_key(K.K_ROPE_FREQ_BASE, a), self.rope_theta),
+            KV.u32(K.arch_key(K.K_ROPE_DIM_COUNT, a), self.rope_dims),
+        ]
+        if self.arch != "qwen3next":
+            sections = (self.mrope + [0, 0, 0, 0])[:4]
+            kvs.append(KV.array(K.arch_key(K.K_ROPE_DIM_SECTIONS, a), GGUFValueType.INT32, sections))
+        kvs += [
+            KV.u32(K.arch_key(K.K_SSM_CONV_KERNEL, a), self.kc),
+            KV.u32(K.arch_key(K.K_SSM_STATE_SIZE, a), self.dk),
+            KV.u32(K.arch_key(K.K_SSM_GROUP_COUNT, a), self.nk),
+            KV.u32(K.arch_key(K.K_SSM_TIME_STEP_RANK, a), self.nv),
+            KV.u32(K.arch_key(K.K_SSM_INNER_SIZE, a), self.dv * self.nv),
+            KV.array(K.arch_key(K.K_RECURRENT_LAYERS, a), GGUFValueType.BOOL,
+                     [t == "linear_attention" for t in self.layer_types] + [False] * n_mtp),
+            KV.u32(K.arch_key(K.K_FULL_ATTN_INTERVAL, a), self.interval),
+        ]
+        kvs += self.ffn_kvs()
+        if n_mtp:
+            kvs.append(KV.u32(K.arch_key(K.K_NEXTN, a), n_mtp))
+        return kvs
+
+    # -- tensors ----------------------------------------------------------------------------
+    def _put(self, out: list[PlannedTensor], hf: str, gguf: str, hf_shape: tuple[int, ...], *, mtp: bool,
+             np_shape: tuple[int, ...] | None = None, whole: Transform | None = None) -> None:
+        ref = self.tensor(hf, hf_shape)
+        elementwise = None
+        if gguf.endswith("norm.weight") and not gguf.endswith("ssm_norm.weight"):
+            elementwise = plus_one
+        elif gguf.endswith(".ssm_a"):
+            elementwise = neg_exp
+        out.append(PlannedTensor(gguf, np_shape or hf_shape, [Source(ref)], mtp, elementwise, whole,
+                                 hf_shape if whole else None))
+
+    def _attention(self, out: list[PlannedTensor], p: str, b: str, mtp: bool) -> None:
+        H, nh, nkv, hd = self.H, self.nh, self.nkv, self.hd
+        for hf, gg, shape in (
+            ("self_attn.q_proj.weight", "attn_q.weight", (2 * nh * hd, H)),
+            ("self_attn.k_proj.weight", "attn_k.weight", (nkv * hd, H)),
+            ("self_attn.v_proj.weight", "attn_v.weight", (nkv * hd, H)),
+            ("self_attn.o_proj.weight", "attn_output.weight", (H, nh * hd)),
+            ("self_attn.q_norm.weight", "attn_q_norm.weight", (hd,)),
+            ("self_attn.k_norm.weight", "attn_k_norm.weight", (hd,)),
+        ):
+            self._put(out, p + hf, b + gg, shape, mtp=mtp)
+
+    def _linear_attention(self, out: list[PlannedTensor], p: str, b: str) -> None:
+        H, nk, nv, dk, dv = self.H, self.nk, self.nv, self.dk, self.dv
+        key_dim, value_dim = nk * dk, nv * dv
+        conv_dim, r = 2 * key_dim + value_dim, nv // nk
+        tile = self.reorder_v and nk != nv
+        la = p + "linear_attn."
+        if self.fused_qkvz:
+            shape = (nk * (2 * dk + 2 * r * dv), H)
+            self._put(out, la + "in_proj_qkvz.weight", b + "attn_qkv.weight", shape, mtp=False,
+                      np_shape=(conv_dim, H), whole=self._split_qkvz(want_z=False))
+            self._put(out, la + "in_proj_qkvz.weight", b + "attn_gate.weight", shape, mtp=False,
+                      np_shape=(value_dim, H), whole=self._split_qkvz(want_z=True))
+            self._put(out, la + "in_proj_ba.weight", b + "ssm_ba.weight", (2 * nv, H), mtp=False)
+        else:
+            self._put(out, la + "in_proj_qkv.weight", b + "attn_qkv.weight", (conv_dim, H), mtp=False,
+                      whole=tile_heads(2 * key_dim, nk, r, dv) if tile else None)
+            self._put(out, la + "in_proj_z.weight", b + "attn_gate.weight", (value_dim, H), mtp=False,
+                      whole=tile_heads(0, nk, r, dv) if tile else None)
+            self._put(out, la + "in_proj_b.weight", b + "ssm_beta.weight", (nv, H), mtp=False,
+                      whole=tile_heads(0, nk, r, 1) if tile else None)
+            self._put(out, la + "in_proj_a.weight", b + "ssm_alpha.weight", (nv, H), mtp=False,
+                      whole=tile_heads(0, nk, r, 1) if tile else None)
+
+        squeeze = (lambda x: x.reshape(conv_dim, self.kc))
+        conv = (lambda x, t=tile_heads(2 * key_dim, nk, r, dv): t(squeeze(x))) if tile else squeeze
+        self._put(out, la + "conv1d.weight", b + "ssm_conv1d.weight", (conv_dim, 1, self.kc), mtp=False,
+                  np_shape=(conv_dim, self.kc), whole=conv)
+        heads = tile_heads(0, nk, r, 1) if tile else None
+        self._put(out, la + "dt_bias", b + "ssm_dt.bias", (nv,), mtp=False, whole=heads)
+        self._put(out, la + "A_log", b + "ssm_a", (nv,), mtp=False, whole=heads)
+        self._put(out, la + "norm.weight", b + "ssm_norm.weight", (dv,), mtp=False)
+        self._put(out, la + "out_proj.weight", b + "ssm_out.weight", (H, value_dim), mtp=False,
+                  whole=tile_heads(0, nk, r, dv, axis=1) if tile else None)
+
+    def _split_qkvz(self, want_z: bool) -> Transform:
+        nk, dk, r, dv, H = self.nk, self.dk, self.nv // self.nk, self.dv, self.H
+
+        def f(x: np.ndarray) -> np.ndarray:
+            g = x.reshape(nk, 2 * dk + 2 * r * dv, H)
+            if want_z:
+                return g[:, 2 * dk + r * dv:].reshape(-1, H)
+            return np.concatenate([g[:, :dk].reshape(-1, H), g[:, dk:2 * dk].reshape(-1, H),
+                                   g[:, 2 * dk:2 * dk + r * dv].reshape(-1, H)])
+
+        return f
+
+    def _ffn(self, out: list[PlannedTensor], p: str, b: str, mtp: bool) -> None:
+        H = self.H
+        if not self.moe:
+            I = int(self.need("intermediate_size"))
+            for hf, gg, shape in (("mlp.gate_proj.weight", "ffn_gate.weight", (I, H)),
+                                  ("mlp.up_proj.weight", "ffn_up.weight", (I, H)),
+                                  ("mlp.down_proj.weight", "ffn_down.weight", (H, I))):
+                self._put(out, p + hf, b + gg, shape, mtp=mtp)
+            return
+        E, Ie, Is = (int(self.need("num_experts")), int(self.need("moe_intermediate_size")),
+                     int(self.need("shared_expert_intermediate_size")))
+        self._put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (E, H), mtp=mtp)
+        fused = p + "mlp.experts.gate_up_proj"
+        if self.ck.has(fused) or self.ck.has(fused + ".weight"):
+            gu_name = fused if self.ck.has(fused) else fused + ".weight"
+            dn_name = p + "mlp.experts.down_proj" + ("" if self.ck.has(fused) else ".weight")
+            gu = self.tensor(gu_name, (E, 2 * Ie, H))
+            per = Ie * H
+            out.append(PlannedTensor(b + "ffn_gate_exps.weight", (E, Ie, H),
+                                     [Source(gu, e * 2 * per, per) for e in range(E)], mtp))
+            out.append(PlannedTensor(b + "ffn_up_exps.weight", (E, Ie, H),
+                                     [Source(gu, e * 2 * per + per, per) for e in range(E)], mtp))
+            out.append(PlannedTensor(b + "ffn_down_exps.weight", (E, H, Ie),
+                                     [Source(self.tensor(dn_name, (E, H, Ie)))], mtp))
+        else:
+            for proj, gg, shape in (("gate_proj", "ffn_gate_exps.weight", (Ie, H)),
+                                    ("up_proj", "ffn_up_exps.weight", (Ie, H)),
+                                    ("down_proj", "ffn_down_exps.weight", (H, Ie))):
+                srcs = [Source(self.tensor(f"{p}mlp.experts.{e}.{proj}.weight", shape)) for e in range(E)]
+                out.append(PlannedTensor(b + gg, (E, *shape), srcs, mtp))
+        for hf, gg, shape in (("mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight", (Is, H)),
+                              ("mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight", (Is, H)),
+                              ("mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight", (H, Is))):
+            self._put(out, p + hf, b + gg, shape, mtp=mtp)
+        self._put(out, p + "mlp.shared_expert_gate.weight", b + "ffn_gate_inp_shexp.weight", (1, H), mtp=mtp,
+                  np_shape=(H,))
+
+    def _block(self, out: list[PlannedTensor], p: str, il: int, *, linear: bool, mtp: bool) -> None:
+        b = f"blk.{il}."
+        self._put(out, p + "input_layernorm.weight", b + "attn_norm.weight", (self.H,), mtp=mtp)
+        self._put(out, p + "post_attention_layernorm.weight", b + "post_attention_norm.weight", (self.H,), mtp=mtp)
+        if linear:
+            self._linear_attention(out, p, b)
+        else:
+            self._attention(out, p, b, mtp)
+        self._ffn(out, p, b, mtp)
+
+    def plan(self, *, trunk: bool, mtp: bool, embeddings: bool) -> ModelPlan:
+        n_mtp = self.mtp_layers() if mtp else 0
+        if n_mtp > 1:
+            raise UnsupportedError(f"{self.ck.root}: {n_mtp} MTP layers; llama.cpp's {self.arch} MTP graph runs exactly one")
+        out: list[PlannedTensor] = []
+        H, V = self.H, self.vocab
+        if embeddings:
+            self._put(out, self.prefix + "embed_tokens.weight", "token_embd.weight", (V, H), mtp=False)
+        if trunk:
+            for il in range(self.L):
+                self._block(out, f"{self.prefix}layers.{il}.", il,
+                            linear=self.layer_types[il] == "linear_attention", mtp=False)
+        if n_mtp:
+            mp, il = self.mtp_prefix, self.L
+            self._put(out, mp + "fc.weight", f"blk.{il}.nextn.eh_proj.weight", (H, 2 * H), mtp=True)
+            self._put(out, mp + "pre_fc_norm_embedding.weight", f"blk.{il}.nextn.enorm.weight", (H,), mtp=True)
+            self._put(out, mp + "pre_fc_norm_hidden.weight", f"blk.{il}.nextn.hnorm.weight", (H,), mtp=True)
+            self._put(out, mp + "norm.weight", f"blk.{il}.nextn.shared_head_norm.weight", (H,), mtp=True)
+            self._block(out, f"{mp}layers.0.", il, linear=False, mtp=True)
+        if embeddings:
+            self._put(out, self.prefix + "norm.weight", "output_norm.weight", (H,), mtp=False)
+            if self.ck.has("lm_head.weight"):
+                self._put(out, "lm_head.weight", "output.weight", (V, H), mtp=False)
+        return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)
+
+    def unused_tensors(self, used: set[str]) -> list[str]:
+        """Checkpoint tensors the plan of a full (bundled) conversion would not consume."""
+        return sorted(n for n in self.ck.tensors if n not in used and not SKIP.search(n))

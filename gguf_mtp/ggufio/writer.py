@@ -1,0 +1,128 @@
+"""Writing GGUF files: header first (all tensor infos are known up front), then tensor data streamed
+tensor by tensor, so peak memory is one chunk whatever the model size."""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+from gguf import GGUFValueType
+
+from .format import DEFAULT_ALIGNMENT, GGUF_MAGIC, KV, SCALAR_DTYPES, WRITE_VERSION, align, tensor_nbytes
+
+Progress = Callable[[int], None]
+COPY_CHUNK = 64 << 20
+
+
+@dataclass
+class OutTensor:
+    """A tensor to write: its header entry and a function that writes exactly ``nbytes`` of data."""
+
+    name: str
+    shape: tuple[int, ...]  # ggml order
+    ggml_type: int
+    write: Callable[[BinaryIO, Progress], None]
+    nbytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.shape = tuple(int(d) for d in self.shape)
+        self.nbytes = tensor_nbytes(self.shape, self.ggml_type)
+
+
+def _enc_str(s: str) -> bytes:
+    b = s.encode("utf-8", errors="surrogateescape")
+    return struct.pack("<Q", len(b)) + b
+
+
+def encode_kv(kv: KV) -> bytes:
+    out = [_enc_str(kv.key), struct.pack("<I", int(kv.vtype))]
+    if kv.vtype == GGUFValueType.STRING:
+        out.append(_enc_str(kv.value))
+    elif kv.vtype == GGUFValueType.ARRAY:
+        assert kv.item_type is not None
+        out.append(struct.pack("<IQ", int(kv.item_type), len(kv.value)))
+        if kv.item_type == GGUFValueType.STRING:
+            out.extend(_enc_str(s) for s in kv.value)
+        else:
+            out.append(np.asarray(kv.value, dtype=SCALAR_DTYPES[kv.item_type]).tobytes())
+    else:
+        out.append(np.asarray(kv.value, dtype=SCALAR_DTYPES[kv.vtype]).tobytes())
+    return b"".join(out)
+
+
+def encode_header(kvs: Sequence[KV], tensors: Sequence[OutTensor], alignment: int) -> tuple[bytes, list[int]]:
+    """Header bytes (padded to ``alignment``) and each tensor's offset relative to the data section."""
+    parts = [GGUF_MAGIC, struct.pack("<IQQ", WRITE_VERSION, len(tensors), len(kvs))]
+    parts.extend(encode_kv(kv) for kv in kvs)
+    offsets, off = [], 0
+    for t in tensors:
+        offsets.append(off)
+        parts.append(_enc_str(t.name) + struct.pack("<I", len(t.shape)))
+        parts.append(struct.pack(f"<{len(t.shape)}Q", *t.shape))
+        parts.append(struct.pack("<IQ", int(t.ggml_type), off))
+        off = align(off + t.nbytes, alignment)
+    header = b"".join(parts)
+    return header + b"\0" * (align(len(header), alignment) - len(header)), offsets
+
+
+def write_all(fh: BinaryIO, data: bytes | memoryview | np.ndarray) -> None:
+    mv = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else memoryview(data)
+    while mv:
+        n = fh.write(mv)
+        if n is None or n <= 0:
+            raise OSError("short write")
+        mv = mv[n:]
+
+
+def copy_range(src: Path, offset: int, nbytes: int, dst: BinaryIO, progress: Progress) -> None:
+    """Copy ``nbytes`` of ``src`` from ``offset`` into ``dst`` (kernel-side where the OS allows)."""
+    with open(src, "rb", buffering=0) as fin:
+        dfd, sfd = dst.fileno(), fin.fileno()
+        done = 0
+        use_cfr = hasattr(os, "copy_file_range")
+        while done < nbytes:
+            n = min(COPY_CHUNK, nbytes - done)
+            got = 0
+            if use_cfr:
+                try:
+                    got = os.copy_file_range(sfd, dfd, n, offset + done)
+                except OSError:
+                    use_cfr = False
+            if not use_cfr:
+                buf = os.pread(sfd, n, offset + done)
+                write_all(dst, buf)
+                got = len(buf)
+            if got <= 0:
+                raise OSError(f"{src}: unexpected end of file at byte {offset + done}")
+            done += got
+            progress(got)
+
+
+def write_gguf(
+    path: Path,
+    kvs: Sequence[KV],
+    tensors: Sequence[OutTensor],
+    *,
+    alignment: int = DEFAULT_ALIGNMENT,
+    progress: Progress = lambda n: None,
+) -> None:
+    """Write a complete GGUF file at ``path`` (callers pass a temp path from :func:`atomic_paths`)."""
+    header, offsets = encode_header(kvs, tensors, alignment)
+    with open(path, "wb", buffering=0) as fh:
+        write_all(fh, header)
+        base = len(header)
+        for t, off in zip(tensors, offsets):
+            pos = fh.seek(0, os.SEEK_END)
+            if pos < base + off:
+                write_all(fh, b"\0" * (base + off - pos))
+            start = fh.tell()
+            t.write(fh, progress)
+            fh.seek(0, os.SEEK_END)
+            written = fh.tell() - start
+            if written != t.nbytes:
+                raise RuntimeError(f"tensor {t.name}: wrote {written} bytes, expected {t.nbytes}")

@@ -1,0 +1,112 @@
+"""What a GGUF file holds, from the MTP point of view: layout, layer counts, the head's tensors."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .families import mtp_archs
+from .ggufio.format import type_name
+from .ggufio.reader import GGUFFile
+from .layout import Layout, detect
+from .progress import human_bytes
+
+
+@dataclass(frozen=True)
+class TensorSummary:
+    name: str
+    type: str
+    shape: list[int]
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class FileReport:
+    """Summary of one GGUF file. ``layout`` is decided from metadata and tensors only."""
+
+    path: str
+    architecture: str
+    layout: Layout
+    file_type: str | None
+    block_count: int
+    trunk_layers: int
+    mtp_layers: int
+    has_embeddings: bool
+    tensor_count: int
+    file_size: int
+    mtp_bytes: int
+    mtp_tensors: list[TensorSummary]
+    problems: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["layout"] = self.layout.value
+        return d
+
+    def _layers(self) -> str:
+        if self.layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY):
+            return f"{self.mtp_layers} MTP here; the target has {self.trunk_layers} trunk (block_count {self.block_count})"
+        return f"{self.trunk_layers} trunk + {self.mtp_layers} MTP (block_count {self.block_count})"
+
+    def format(self) -> str:
+        """A compact human-readable table."""
+        rows = [
+            ("file", self.path),
+            ("architecture", self.architecture or "?"),
+            ("layout", self.layout.describe),
+            ("file type", self.file_type or "?"),
+            ("layers", self._layers()),
+            ("embeddings", "present" if self.has_embeddings else "absent (borrowed from the target model)"),
+            ("tensors", str(self.tensor_count)),
+            ("size", f"{human_bytes(self.file_size)} (MTP head {human_bytes(self.mtp_bytes)})"),
+        ]
+        w = max(len(k) for k, _ in rows)
+        lines = [f"{k:<{w}}  {v}" for k, v in rows]
+        if self.mtp_tensors:
+            nw = max(len(t.name) for t in self.mtp_tensors)
+            lines += ["", f"{'MTP tensor':<{nw}}  {'type':<6}  {'shape':<18}  size"]
+            for t in self.mtp_tensors:
+                lines.append(f"{t.name:<{nw}}  {t.type:<6}  {str(t.shape):<18}  {human_bytes(t.nbytes)}")
+        for p in self.problems:
+            lines.append(f"warning: {p}")
+        return "\n".join(lines)
+
+
+def _file_type_name(v: object) -> str | None:
+    if not isinstance(v, int):
+        return None
+    try:
+        from gguf import LlamaFileType
+
+        return LlamaFileType(v).name.replace("MOSTLY_", "").replace("ALL_", "")
+    except ValueError:
+        return f"type {v}"
+
+
+def inspect_file(path: str | os.PathLike[str]) -> FileReport:
+    """Read ``path``'s header (no tensor data) and report its layout and MTP head.
+
+    Example:
+        >>> inspect_file("Qwen3.5-9B-Q8_0-MTP.gguf").layout        # doctest: +SKIP
+        <Layout.MTP_ONLY: 'mtp-only'>
+    """
+    f = GGUFFile(path)
+    values = {k: kv.value for k, kv in f.kv.items() if kv.vtype != 9}  # scalars suffice for detection
+    for k in f.kv:
+        if k.endswith("nextn_shared_target_tensors"):
+            values[k] = True
+    info = detect(values, f.tensors.keys(), mtp_archs())
+    mtp = [TensorSummary(n, f.tensors[n].type_name, list(f.tensors[n].shape), f.tensors[n].nbytes)
+           for n in info.mtp_tensors]
+    return FileReport(
+        path=str(Path(path)), architecture=info.arch, layout=info.layout,
+        file_type=_file_type_name(f.get("general.file_type")), block_count=info.block_count,
+        trunk_layers=info.n_trunk, mtp_layers=info.n_mtp, has_embeddings=info.has_embeddings,
+        tensor_count=len(f.tensors), file_size=f.size, mtp_bytes=sum(t.nbytes for t in mtp),
+        mtp_tensors=mtp, problems=list(info.problems),
+    )
+
+
+__all__ = ["inspect_file", "FileReport", "TensorSummary", "type_name"]

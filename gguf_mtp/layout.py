@@ -1,0 +1,104 @@
+"""The four file layouts, how each is recognised from metadata and tensors, and sidecar naming.
+
+- ``bundled``: trunk blocks ``blk.0..n-1`` plus MTP blocks ``blk.n..n+k-1``; ``nextn_predict_layers = k``.
+- ``trunk-only``: trunk blocks only; no ``nextn_predict_layers`` key (an arch that can carry a head).
+- ``mtp-only`` (self-contained sidecar): MTP blocks + ``token_embd``/``output_norm``/``output``; stock
+  llama.cpp loads it as a draft model.
+- ``head-only`` sidecar: MTP blocks only, marked with ``<arch>.nextn_shared_target_tensors``; it borrows
+  the target model's embeddings and LM head, so only gguf-mtp's runtime pairs it.
+- ``no-mtp``: an architecture with no MTP support in llama.cpp.
+
+Never decided from the file name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from .ggufio.keys import K_BLOCK_COUNT, K_NEXTN, K_SHARED_TARGET_TENSORS, arch_key
+
+#: tensors a head-only sidecar borrows from its target
+SHARED_TARGET_TENSORS = ("token_embd.weight", "output_norm.weight", "output.weight")
+EMBEDDING_TENSORS = SHARED_TARGET_TENSORS
+MTP_SUFFIX = "-MTP"
+
+_BLK = re.compile(r"^blk\.(\d+)\.")
+
+
+class Layout(str, Enum):
+    BUNDLED = "bundled"
+    TRUNK_ONLY = "trunk-only"
+    MTP_ONLY = "mtp-only"
+    HEAD_ONLY = "head-only"
+    NO_MTP = "no-mtp"
+    BROKEN = "inconsistent"
+
+    @property
+    def describe(self) -> str:
+        return {
+            "bundled": "bundled (model + MTP head)",
+            "trunk-only": "trunk-only (no MTP head)",
+            "mtp-only": "MTP-only sidecar, self-contained (carries embeddings and LM head)",
+            "head-only": "MTP-only sidecar, head-only (borrows the target's embeddings and LM head)",
+            "no-mtp": "no MTP (architecture without MTP support)",
+            "inconsistent": "inconsistent (metadata and tensors disagree)",
+        }[self.value]
+
+
+def block_index(name: str) -> int | None:
+    m = _BLK.match(name)
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class LayoutInfo:
+    layout: Layout
+    arch: str
+    block_count: int
+    n_mtp: int
+    n_trunk: int
+    has_embeddings: bool
+    mtp_tensors: tuple[str, ...]
+    problems: tuple[str, ...] = ()
+
+
+def detect(kv: Mapping[str, object], tensor_names: Iterable[str], mtp_archs: Iterable[str] = ()) -> LayoutInfo:
+    """Classify a file from its metadata values (key -> plain value) and tensor names."""
+    arch = str(kv.get("general.architecture", ""))
+    names = list(tensor_names)
+    block_count = int(kv.get(arch_key(K_BLOCK_COUNT, arch), 0) or 0)
+    n_mtp = int(kv.get(arch_key(K_NEXTN, arch), 0) or 0)
+    n_trunk = block_count - n_mtp
+    blocks = {b for b in (block_index(n) for n in names) if b is not None}
+    mtp_names = tuple(n for n in names if (b := block_index(n)) is not None and b >= n_trunk and n_mtp > 0)
+    has_trunk = any(b < n_trunk for b in blocks)
+    has_emb = "token_embd.weight" in names
+    problems: list[str] = []
+    soft: list[str] = []
+    if any(b >= block_count for b in blocks):
+        problems.append(f"tensors for blocks beyond block_count={block_count}")
+    if n_mtp > 0 and not mtp_names:
+        problems.append(f"nextn_predict_layers={n_mtp} but no MTP block tensors")
+    if n_mtp == 0:
+        layout = Layout.TRUNK_ONLY if arch in set(mtp_archs) else Layout.NO_MTP
+    elif has_trunk:
+        layout = Layout.BUNDLED
+    elif has_emb:
+        layout = Layout.MTP_ONLY
+    else:
+        layout = Layout.HEAD_ONLY
+        if arch_key(K_SHARED_TARGET_TENSORS, arch) not in kv:
+            soft.append("head-only file without the nextn_shared_target_tensors marker")
+    if problems:
+        layout = Layout.BROKEN
+    return LayoutInfo(layout, arch, block_count, n_mtp, n_trunk, has_emb, mtp_names, tuple(problems + soft))
+
+
+def sidecar_name(model_path: Path) -> Path:
+    """``model-Q4_K_M.gguf`` -> ``model-Q4_K_M-MTP.gguf`` (split sets: the first shard's prefix)."""
+    stem = re.sub(r"-\d{5}-of-\d{5}$", "", model_path.stem)
+    return model_path.with_name(f"{stem}{MTP_SUFFIX}.gguf")

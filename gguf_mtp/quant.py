@@ -1,0 +1,111 @@
+"""Tensor-type policy and numpy codecs (no torch).
+
+Policy (matches llama.cpp's converter so stock llama.cpp reads our files as it reads its own):
+1-D tensors, norms, routers, conv kernels and non-``.weight`` tensors stay F32; other matrices take
+the trunk's ``--outtype``; tensors of the MTP block take ``--mtp-type`` (Q8_0 by default), because
+low-bit heads collapse draft acceptance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
+
+from .errors import UnsupportedError
+
+T = GGMLQuantizationType
+
+#: ``--outtype`` / ``--mtp-type`` names and what they map to
+OUTTYPES: dict[str, GGMLQuantizationType] = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0}
+FILE_TYPES: dict[GGMLQuantizationType, LlamaFileType] = {
+    T.F32: LlamaFileType.ALL_F32,
+    T.F16: LlamaFileType.MOSTLY_F16,
+    T.BF16: LlamaFileType.MOSTLY_BF16,
+    T.Q8_0: LlamaFileType.MOSTLY_Q8_0,
+}
+
+# GGUF name fragments that llama.cpp wants in F32 whatever the file type
+_ALWAYS_F32 = ("_norm.weight", ".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight", ".ssm_conv1d.weight")
+
+
+def parse_outtype(name: str, option: str = "--outtype") -> GGMLQuantizationType:
+    try:
+        return OUTTYPES[name.lower()]
+    except KeyError:
+        raise UnsupportedError(f"{option} {name!r} is not supported; choose one of {', '.join(OUTTYPES)}") from None
+
+
+def choose_type(gguf_name: str, shape: tuple[int, ...], wanted: GGMLQuantizationType) -> GGMLQuantizationType:
+    """Storage type of a tensor (``shape`` in ggml order) given the type the user asked for."""
+    if len(shape) <= 1 or gguf_name.endswith(_ALWAYS_F32) or not gguf_name.endswith(".weight"):
+        return T.F32
+    block = GGML_QUANT_SIZES[wanted][0]
+    if shape[0] % block:
+        return T.F16  # same fallback as llama.cpp's converter: rows that do not fill whole blocks
+    return wanted
+
+
+# -- codecs ---------------------------------------------------------------------------------
+def bf16_to_f32(u16: np.ndarray) -> np.ndarray:
+    return (u16.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even bf16 bits (as uint16), NaN kept quiet."""
+    n = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = ((n + (0x7FFF + ((n >> 16) & 1))) >> 16).astype(np.uint16)
+    nan = (n & 0x7FFFFFFF) > 0x7F800000
+    if nan.any():
+        rounded[nan] = ((n[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded
+
+
+def quantize_q8_0(x: np.ndarray) -> np.ndarray:
+    """Q8_0 blocks (fp16 scale + 32 int8) of float32 ``x`` whose size is a multiple of 32, as uint8."""
+    blocks = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 32)
+    d = np.abs(blocks).max(axis=1) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inv[:, None]).astype(np.int8)
+    out = np.empty((blocks.shape[0], 34), dtype=np.uint8)
+    out[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q.view(np.uint8)
+    return out.reshape(-1)
+
+
+def encode(x: np.ndarray, ggml_type: int) -> np.ndarray:
+    """Encode float32 values into the on-disk bytes of ``ggml_type`` (F32, F16, BF16 or Q8_0)."""
+    t = T(ggml_type)
+    if t == T.F32:
+        return np.ascontiguousarray(x, dtype=np.float32)
+    if t == T.F16:
+        return np.ascontiguousarray(x).astype(np.float16)
+    if t == T.BF16:
+        return f32_to_bf16(x)
+    if t == T.Q8_0:
+        return quantize_q8_0(x)
+    raise UnsupportedError(f"encoding to {t.name} is not implemented; use f32, f16, bf16 or q8_0")
+
+
+def dequantize(data: bytes | np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
+    """float32 values of a stored tensor; ``shape`` in ggml order, result in numpy order."""
+    t = T(ggml_type)
+    np_shape = tuple(reversed(shape))
+    buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).reshape(-1)
+    if t == T.F32:
+        return buf.view(np.float32).reshape(np_shape).copy()
+    if t == T.F16:
+        return buf.view(np.float16).astype(np.float32).reshape(np_shape)
+    if t == T.BF16:
+        return bf16_to_f32(buf.view(np.uint16)).reshape(np_shape)
+    if t == T.Q8_0:
+        blocks = buf.reshape(-1, 34)
+        d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+        q = blocks[:, 2:].view(np.int8).astype(np.float32)
+        return (q * d).reshape(np_shape)
+    try:
+        from gguf.quants import dequantize as _gguf_dequantize
+
+        return _gguf_dequantize(buf, t).astype(np.float32).reshape(np_shape)
+    except (NotImplementedError, KeyError, ValueError):
+        raise UnsupportedError(f"cannot decode tensors of type {t.name}") from None

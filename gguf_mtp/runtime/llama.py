@@ -1,0 +1,189 @@
+"""A thin, safe layer over llama-cpp-python's ctypes API: load a model, make a (target or MTP) context,
+tokenize, decode, read logits. llama.cpp's log is captured, so a failed load can say why in one line."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import GgufMtpError
+
+try:
+    import llama_cpp as _ll
+    import llama_cpp.llama_cpp_ext as _ext
+except ImportError as e:  # pragma: no cover - a core dependency
+    raise GgufMtpError(f"llama-cpp-python is not installed ({e}); run `bash scripts/setup.sh`") from None
+
+_lock = threading.Lock()
+_log: list[str] = []
+_initialised = False
+VERBOSE = bool(os.environ.get("GGUF_MTP_LLAMA_LOG"))
+
+
+@_ll.llama_log_callback
+def _on_log(level: int, text: bytes, user: ctypes.c_void_p) -> None:
+    s = text.decode("utf-8", "replace")
+    _log.append(s)
+    del _log[:-200]
+    if VERBOSE:
+        os.write(2, text)
+
+
+def _init() -> None:
+    global _initialised
+    with _lock:
+        if not _initialised:
+            _ll.llama_log_set(_on_log, ctypes.c_void_p(0))
+            _ll.llama_backend_init()
+            _initialised = True
+
+
+def last_error() -> str:
+    """The most telling recent llama.cpp log line (errors first)."""
+    for words in (("error",), ("failed", "wrong", "abort")):
+        for s in reversed(_log):
+            if any(w in s.lower() for w in words):
+                return s.strip()
+    return _log[-1].strip() if _log else "no log output"
+
+
+class Model:
+    """A loaded llama.cpp model. ``load_mtp`` must be true whenever an MTP context will be made on it."""
+
+    def __init__(self, path: str | os.PathLike[str], *, load_mtp: bool = False, n_gpu_layers: int = 0,
+                 use_mmap: bool = True) -> None:
+        _init()
+        self.path = Path(path)
+        p = _ll.llama_model_default_params()
+        p.n_gpu_layers = n_gpu_layers
+        p.load_mtp = load_mtp
+        p.use_mmap = use_mmap
+        _log.clear()
+        self.ptr = _ll.llama_model_load_from_file(str(self.path).encode(), p)
+        if not self.ptr:
+            raise GgufMtpError(f"{self.path}: llama.cpp could not load the model: {last_error()}")
+        self.vocab = _ll.llama_model_get_vocab(self.ptr)
+        self.n_vocab = _ll.llama_vocab_n_tokens(self.vocab)
+        self.n_embd = _ll.llama_model_n_embd(self.ptr)
+        self.n_nextn = _ll.llama_model_n_layer_nextn(self.ptr)
+        self.load_mtp = load_mtp
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        buf = (_ll.llama_token * n_max)()
+        n = _ll.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            raise GgufMtpError(f"{self.path}: tokenization needs {-n} tokens, more than expected")
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = _ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = _ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(_ll.llama_vocab_is_eog(self.vocab, token))
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            _ll.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class Context:
+    """A llama.cpp context on ``model``. ``mtp=True`` makes an MTP (NextN draft) context."""
+
+    def __init__(self, model: Model, *, n_ctx: int = 512, n_batch: int = 512, n_threads: int | None = None,
+                 mtp: bool = False, n_rs_seq: int = 0, embeddings_nextn: bool = False) -> None:
+        self.model = model
+        p = _ll.llama_context_default_params()
+        p.n_ctx = n_ctx
+        p.n_batch = n_batch
+        p.n_ubatch = n_batch
+        p.n_seq_max = 1
+        if n_threads:
+            p.n_threads = p.n_threads_batch = n_threads
+        p.n_rs_seq = n_rs_seq
+        if mtp:
+            p.ctx_type = _ll.LLAMA_CONTEXT_TYPE_MTP
+        _log.clear()
+        self.ptr = _ll.llama_init_from_model(model.ptr, p)
+        if not self.ptr:
+            what = "an MTP context" if mtp else "a context"
+            raise GgufMtpError(f"{model.path}: llama.cpp could not create {what}: {last_error()}")
+        self.n_ctx = n_ctx
+        if mtp:
+            _ext.llama_set_embeddings_nextn(self.ptr, True, True)
+        elif embeddings_nextn:
+            _ext.llama_set_embeddings_nextn(self.ptr, True, False)
+
+    def decode(self, tokens: Sequence[int], pos0: int) -> None:
+        """Decode ``tokens`` at positions ``pos0..``; logits are kept for the last one."""
+        n = len(tokens)
+        batch = _ll.llama_batch_init(n, 0, 1)
+        try:
+            for i, t in enumerate(tokens):
+                batch.token[i] = t
+                batch.pos[i] = pos0 + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = i == n - 1
+            batch.n_tokens = n
+            rc = _ll.llama_decode(self.ptr, batch)
+        finally:
+            _ll.llama_batch_free(batch)
+        if rc != 0:
+            raise GgufMtpError(f"{self.model.path}: llama_decode failed with code {rc}: {last_error()}")
+
+    def logits(self, i: int = -1) -> np.ndarray:
+        ptr = _ll.llama_get_logits_ith(self.ptr, i)
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,)).copy()
+
+    def greedy(self, prompt: Sequence[int], n: int) -> list[int]:
+        """Plain greedy decoding: the reference every speculative path must reproduce."""
+        self.decode(prompt, 0)
+        out: list[int] = []
+        pos = len(prompt)
+        for _ in range(n):
+            tok = int(np.argmax(self.logits()))
+            out.append(tok)
+            if self.model.is_eog(tok):
+                break
+            self.decode([tok], pos)
+            pos += 1
+        return out
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            _ll.llama_free(self.ptr)
+            self.ptr = None
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,0 +1,232 @@
+"""Small synthetic Hugging Face checkpoints with the exact tensor names, shapes and config keys of real
+Qwen3.5 dense, Qwen3.5 MoE and Qwen3-Next releases (random weights), for tests, demos and benchmarks.
+
+Example:
+    >>> from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+    >>> write_checkpoint("tiny-qwen35", SyntheticSpec("qwen35"))        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..quant import f32_to_bf16
+from .safetensors_writer import write_safetensors
+from .tokenizer import write_tokenizer
+
+Entry = tuple[str, tuple[int, ...], str, object]
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """Sizes of a synthetic checkpoint. Defaults give a ~1 MB model that converts in well under a second."""
+
+    family: str = "qwen35"  # qwen35 | qwen35moe | qwen3next
+    layers: int = 4
+    hidden: int = 64
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 64
+    intermediate: int = 128
+    lin_k_heads: int = 2
+    lin_v_heads: int = 4
+    lin_head_dim: int = 32
+    conv_kernel: int = 4
+    experts: int = 4
+    experts_used: int = 2
+    moe_intermediate: int = 64
+    shared_intermediate: int = 64
+    vocab_size: int = 512
+    mtp: bool = True                 # ship MTP weights
+    declare_mtp: bool = True         # config says mtp_num_hidden_layers=1 (even when weights are dropped)
+    fused_experts: bool = True       # qwen35moe trunk: experts.gate_up_proj (as real Qwen3.5-MoE)
+    tie_embeddings: bool = False
+    n_shards: int = 2
+    seed: int = 0
+    std: float = 0.02
+    extra: dict = field(default_factory=dict)
+
+    def scaled(self, **kw: object) -> "SyntheticSpec":
+        return replace(self, **kw)  # type: ignore[arg-type]
+
+
+class _Rand:
+    """Cheap reproducible random bf16/f32 data: slices of one random pool (fast enough for GB-sized fixtures)."""
+
+    def __init__(self, seed: int, std: float) -> None:
+        rng = np.random.default_rng(seed)
+        self.pool = (rng.standard_normal(1 << 22) * std).astype(np.float32)
+        self.rng = rng
+
+    def f32(self, n: int) -> np.ndarray:
+        start = int(self.rng.integers(0, self.pool.size))
+        reps = -(-(start + n) // self.pool.size)
+        return np.tile(self.pool, reps)[start:start + n] if reps > 1 else self.pool[start:start + n].copy()
+
+
+def _config(s: SyntheticSpec, vocab_tokens: int) -> dict:
+    L, H = s.layers, s.hidden
+    rope_dims = s.head_dim // 4
+    sections = [rope_dims // 2 - 2 * (rope_dims // 6), rope_dims // 6, rope_dims // 6]
+    text = {
+        "hidden_size": H, "num_hidden_layers": L, "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads,
+        "head_dim": s.head_dim, "full_attention_interval": 4,
+        "layer_types": ["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(L)],
+        "linear_conv_kernel_dim": s.conv_kernel, "linear_key_head_dim": s.lin_head_dim,
+        "linear_value_head_dim": s.lin_head_dim, "linear_num_key_heads": s.lin_k_heads,
+        "linear_num_value_heads": s.lin_v_heads, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+        "vocab_size": s.vocab_size, "hidden_act": "silu", "attn_output_gate": True, "attention_bias": False,
+        "bos_token_id": vocab_tokens - 5, "eos_token_id": vocab_tokens - 3,
+    }
+    if s.family in ("qwen35", "qwen35moe"):
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                                   "mrope_section": sections, "mrope_interleaved": True}
+        if s.declare_mtp:
+            text["mtp_num_hidden_layers"] = 1
+        text["mtp_use_dedicated_embeddings"] = False
+    if s.family == "qwen35":
+        text["intermediate_size"] = s.intermediate
+    if s.family in ("qwen35moe", "qwen3next"):
+        text.update({"num_experts": s.experts, "num_experts_per_tok": s.experts_used,
+                     "moe_intermediate_size": s.moe_intermediate,
+                     "shared_expert_intermediate_size": s.shared_intermediate, "norm_topk_prob": True})
+    if s.family == "qwen3next":
+        text.update({"rope_theta": 10000000.0, "partial_rotary_factor": 0.25, "intermediate_size": s.intermediate,
+                     "decoder_sparse_step": 1, "mlp_only_layers": []})
+        del text["layer_types"]
+        return {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+                "tie_word_embeddings": s.tie_embeddings, "torch_dtype": "bfloat16", **text, **s.extra}
+    arch = "Qwen3_5ForConditionalGeneration" if s.family == "qwen35" else "Qwen3_5MoeForConditionalGeneration"
+    mt = "qwen3_5" if s.family == "qwen35" else "qwen3_5_moe"
+    return {"architectures": [arch], "model_type": mt, "tie_word_embeddings": s.tie_embeddings,
+            "text_config": {"model_type": mt + "_text", **text},
+            "vision_config": {"depth": 1, "hidden_size": 32, "num_heads": 2, "out_hidden_size": H},
+            "image_token_id": vocab_tokens - 2, "torch_dtype": "bfloat16", **s.extra}
+
+
+def _shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, kind) of every tensor; kind picks the random init."""
+    H, V, L = s.hidden, s.vocab_size, s.layers
+    nh, nkv, hd = s.heads, s.kv_heads, s.head_dim
+    nk, nv, dh = s.lin_k_heads, s.lin_v_heads, s.lin_head_dim
+    key_dim, value_dim = nk * dh, nv * dh
+    conv_dim = 2 * key_dim + value_dim
+    qwen35 = s.family in ("qwen35", "qwen35moe")
+    pre = "model.language_model." if qwen35 else "model."
+    out: list[tuple[str, tuple[int, ...], str]] = [(pre + "embed_tokens.weight", (V, H), "w")]
+
+    def attn(p: str) -> None:
+        out.extend([
+            (p + "input_layernorm.weight", (H,), "norm"), (p + "post_attention_layernorm.weight", (H,), "norm"),
+            (p + "self_attn.q_proj.weight", (2 * nh * hd, H), "w"), (p + "self_attn.k_proj.weight", (nkv * hd, H), "w"),
+            (p + "self_attn.v_proj.weight", (nkv * hd, H), "w"), (p + "self_attn.o_proj.weight", (H, nh * hd), "w"),
+            (p + "self_attn.q_norm.weight", (hd,), "norm"), (p + "self_attn.k_norm.weight", (hd,), "norm"),
+        ])
+
+    def linear(p: str) -> None:
+        out.extend([(p + "input_layernorm.weight", (H,), "norm"), (p + "post_attention_layernorm.weight", (H,), "norm")])
+        la = p + "linear_attn."
+        if qwen35:
+            out.extend([(la + "in_proj_qkv.weight", (conv_dim, H), "w"), (la + "in_proj_z.weight", (value_dim, H), "w"),
+                        (la + "in_proj_b.weight", (nv, H), "w"), (la + "in_proj_a.weight", (nv, H), "w")])
+        else:
+            out.extend([(la + "in_proj_qkvz.weight", (2 * key_dim + 2 * value_dim, H), "w"),
+                        (la + "in_proj_ba.weight", (2 * nv, H), "w")])
+        out.extend([(la + "conv1d.weight", (conv_dim, 1, s.conv_kernel), "conv"), (la + "dt_bias", (nv,), "ones"),
+                    (la + "A_log", (nv,), "alog"), (la + "norm.weight", (dh,), "ones"),
+                    (la + "out_proj.weight", (H, value_dim), "w")])
+
+    def mlp(p: str, fused: bool) -> None:
+        if s.family == "qwen35":
+            I = s.intermediate
+            out.extend([(p + "mlp.gate_proj.weight", (I, H), "w"), (p + "mlp.up_proj.weight", (I, H), "w"),
+                        (p + "mlp.down_proj.weight", (H, I), "w")])
+            return
+        E, Ie, Is = s.experts, s.moe_intermediate, s.shared_intermediate
+        out.append((p + "mlp.gate.weight", (E, H), "w"))
+        if fused:
+            out.extend([(p + "mlp.experts.gate_up_proj", (E, 2 * Ie, H), "w"), (p + "mlp.experts.down_proj", (E, H, Ie), "w")])
+        else:
+            for e in range(E):
+                out.extend([(f"{p}mlp.experts.{e}.gate_proj.weight", (Ie, H), "w"),
+                            (f"{p}mlp.experts.{e}.up_proj.weight", (Ie, H), "w"),
+                            (f"{p}mlp.experts.{e}.down_proj.weight", (H, Ie), "w")])
+        out.extend([(p + "mlp.shared_expert.gate_proj.weight", (Is, H), "w"),
+                    (p + "mlp.shared_expert.up_proj.weight", (Is, H), "w"),
+                    (p + "mlp.shared_expert.down_proj.weight", (H, Is), "w"),
+                    (p + "mlp.shared_expert_gate.weight", (1, H), "w")])
+
+    trunk_fused = s.fused_experts and s.family == "qwen35moe"
+    for il in range(L):
+        p = f"{pre}layers.{il}."
+        if (il + 1) % 4:
+            linear(p)
+        else:
+            attn(p)
+        mlp(p, trunk_fused)
+    out.append((pre + "norm.weight", (H,), "norm"))
+    if not s.tie_embeddings:
+        out.append(("lm_head.weight", (V, H), "w"))
+    if s.mtp:
+        out.extend([("mtp.fc.weight", (H, 2 * H), "w"), ("mtp.pre_fc_norm_embedding.weight", (H,), "norm"),
+                    ("mtp.pre_fc_norm_hidden.weight", (H,), "norm"), ("mtp.norm.weight", (H,), "norm")])
+        attn("mtp.layers.0.")
+        mlp("mtp.layers.0.", False)
+    if qwen35:  # a few vision-tower tensors, which the converter must skip
+        out.extend([("model.visual.patch_embed.proj.weight", (32, 3, 2, 16, 16), "w"),
+                    ("model.visual.blocks.0.attn.qkv.weight", (96, 32), "w")])
+    return out
+
+
+def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec()) -> Path:
+    """Write config, tokenizer and sharded bf16 safetensors of ``spec`` into ``root``; returns ``root``."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    n_tok = write_tokenizer(root)
+    if n_tok > spec.vocab_size:
+        raise ValueError(f"vocab_size {spec.vocab_size} is smaller than the tokenizer ({n_tok} tokens)")
+    (root / "config.json").write_text(json.dumps(_config(spec, n_tok), indent=2))
+    rand = _Rand(spec.seed, spec.std)
+
+    def make(kind: str, shape: tuple[int, ...]):  # type: ignore[no-untyped-def]
+        n = int(np.prod(shape))
+
+        def f() -> np.ndarray:
+            if kind == "w":
+                x = rand.f32(n)
+            elif kind == "norm":
+                x = rand.f32(n) * 5  # stored as offsets from 1
+            elif kind == "conv":
+                x = rand.f32(n) * 10
+            elif kind == "ones":
+                x = np.ones(n, np.float32)
+            else:  # A_log
+                x = np.log(np.linspace(1, 16, n, dtype=np.float32))
+            return f32_to_bf16(x)
+        return f
+
+    entries = [(name, shape, "BF16", make(kind, shape)) for name, shape, kind in _shapes(spec)]
+    total = sum(int(np.prod(sh)) * 2 for _, sh, _, _ in entries)
+    per = -(-total // max(1, spec.n_shards))
+    shards: list[list] = [[]]
+    acc = 0
+    for e in entries:
+        if acc >= per and len(shards) < spec.n_shards:
+            shards.append([])
+            acc = 0
+        shards[-1].append(e)
+        acc += int(np.prod(e[1])) * 2
+    n = len(shards)
+    weight_map = {}
+    for i, group in enumerate(shards):
+        fname = "model.safetensors" if n == 1 else f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+        write_safetensors(root / fname, group)
+        weight_map.update({e[0]: fname for e in group})
+    if n > 1:
+        (root / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+    return root

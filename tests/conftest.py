@@ -1,0 +1,51 @@
+"""Shared fixtures: synthetic checkpoints of each family (written once per session) and converted files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gguf_mtp import convert
+from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+
+FAMILIES = ("qwen35", "qwen35moe", "qwen3next")
+ARCH = {"qwen35": "qwen35", "qwen35moe": "qwen35moe", "qwen3next": "qwen3next"}
+
+
+@pytest.fixture(scope="session")
+def ckpt_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ckpt")
+
+
+@pytest.fixture(scope="session")
+def checkpoint(ckpt_root: Path):
+    """``checkpoint(family, **spec)`` -> folder of a synthetic checkpoint (cached per arguments)."""
+    cache: dict[tuple, Path] = {}
+
+    def make(family: str, **kw) -> Path:
+        key = (family, tuple(sorted(kw.items())))
+        if key not in cache:
+            name = family + "".join(f"-{k}={v}" for k, v in sorted(kw.items()))
+            cache[key] = write_checkpoint(ckpt_root / name, SyntheticSpec(family, **kw))
+        return cache[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def converted(checkpoint, tmp_path_factory: pytest.TempPathFactory):
+    """``converted(family, layout, outtype="q8_0", **spec)`` -> path of the GGUF (cached)."""
+    out_root = tmp_path_factory.mktemp("gguf")
+    cache: dict[tuple, Path] = {}
+
+    def make(family: str, layout: str, outtype: str = "q8_0", mtp_type: str = "q8_0", **kw) -> Path:
+        key = (family, layout, outtype, mtp_type, tuple(sorted(kw.items())))
+        if key not in cache:
+            src = checkpoint(family, **kw)
+            out = out_root / f"{src.name}-{layout}-{outtype}-{mtp_type}.gguf"
+            cache[key] = convert(src, outfile=out, outtype=outtype, layout=layout, mtp_type=mtp_type,
+                                 progress=False).path
+        return cache[key]
+
+    return make
