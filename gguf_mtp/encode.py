@@ -72,6 +72,15 @@ def out_tensor(pt: PlannedTensor, ggml_type: int, pool: Executor | None) -> OutT
                 progress(nin)
         return OutTensor(pt.name, pt.ggml_shape, ggml_type, write)
 
+    if pt.elementwise is None and all(_RAW_COPY.get(s.ref.dtype) == ggml_type for s in pt.sources):
+        # whole-tensor transforms only move values (reorders, splits): apply them to the stored
+        # bits, no float round trip
+        def write_layout(fh: BinaryIO, progress: Progress) -> None:
+            x = np.concatenate([s.ref.read_raw(s.start, s.n) for s in pt.sources])
+            write_all(fh, np.ascontiguousarray(pt.whole(x.reshape(pt.src_shape))))  # type: ignore[misc]
+            progress(pt.src_bytes)
+        return OutTensor(pt.name, pt.ggml_shape, ggml_type, write_layout)
+
     def write_whole(fh: BinaryIO, progress: Progress) -> None:
         x = np.concatenate([s.ref.read_f32(s.start, s.n) for s in pt.sources])
         if pt.elementwise is not None:
@@ -80,7 +89,7 @@ def out_tensor(pt: PlannedTensor, ggml_type: int, pool: Executor | None) -> OutT
         del x
         row = pt.np_shape[-1]
         step = max(1, CHUNK_ELEMS // row) * row
-        for off in range(0, y.size, step):
-            write_all(fh, encode(y[off:off + step], ggml_type))
+        for data in ordered_map(pool, lambda off: encode(y[off:off + step], ggml_type), range(0, y.size, step)):
+            write_all(fh, data)
         progress(pt.src_bytes)
     return OutTensor(pt.name, pt.ggml_shape, ggml_type, write_whole)

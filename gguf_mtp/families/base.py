@@ -39,7 +39,9 @@ class PlannedTensor:
     """One GGUF tensor to write.
 
     ``elementwise`` transforms may be applied chunk by chunk (e.g. ``w + 1``); ``whole`` transforms
-    need the full array in ``src_shape`` (e.g. head reordering) and return it in ``np_shape``.
+    need the full array in ``src_shape`` and return it in ``np_shape``. ``whole`` transforms must only
+    move values (reorder, split, reshape), never compute: they are applied to stored bits when the
+    output type equals the source dtype.
     """
 
     name: str

@@ -20,6 +20,7 @@ from gguf import GGUFValueType
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
+from ..checkpoint.safetensors import TensorRef
 from .base import Family, ModelPlan, PlannedTensor, Source, Transform
 
 _MTP_LAYER = re.compile(r"^(?:model\.)?mtp\.layers\.(\d+)\.")
@@ -45,6 +46,20 @@ def tile_heads(start: int, nk: int, r: int, hdim: int, axis: int = 0) -> Transfo
         return np.moveaxis(np.concatenate([head, tail]), 0, axis)
 
     return f
+
+
+def tiled_rows(ref: TensorRef, start: int, nk: int, r: int, hdim: int) -> list[Source]:
+    """The rows of ``ref`` with head blocks from row ``start`` on in tiled order, as byte ranges.
+
+    Same permutation as :func:`tile_heads` on axis 0, expressed as source slices so the tensor
+    streams (and byte-copies when the type is unchanged) instead of being reordered in memory.
+    """
+    row = ref.n_elements // ref.shape[0]
+    out = [Source(ref, 0, start * row)] if start else []
+    for p in range(nk * r):
+        old = (p % nk) * r + p // nk
+        out.append(Source(ref, (start + old * hdim) * row, hdim * row))
+    return out
 
 
 class QwenHybrid(Family):
@@ -136,14 +151,19 @@ class QwenHybrid(Family):
 
     # -- tensors ----------------------------------------------------------------------------
     def _put(self, out: list[PlannedTensor], hf: str, gguf: str, hf_shape: tuple[int, ...], *, mtp: bool,
-             np_shape: tuple[int, ...] | None = None, whole: Transform | None = None) -> None:
+             np_shape: tuple[int, ...] | None = None, whole: Transform | None = None,
+             rows: tuple[int, int] | None = None) -> None:
+        """Plan ``gguf`` from checkpoint tensor ``hf``; ``rows=(start, hdim)`` tiles V-head row blocks."""
         ref = self.tensor(hf, hf_shape)
         elementwise = None
         if gguf.endswith("norm.weight") and not gguf.endswith("ssm_norm.weight"):
             elementwise = plus_one
         elif gguf.endswith(".ssm_a"):
             elementwise = neg_exp
-        out.append(PlannedTensor(gguf, np_shape or hf_shape, [Source(ref)], mtp, elementwise, whole,
+        sources = [Source(ref)]
+        if rows is not None and self.reorder_v and self.nk != self.nv:
+            sources = tiled_rows(ref, rows[0], self.nk, self.nv // self.nk, rows[1])
+        out.append(PlannedTensor(gguf, np_shape or hf_shape, sources, mtp, elementwise, whole,
                                  hf_shape if whole else None))
 
     def _attention(self, out: list[PlannedTensor], p: str, b: str, mtp: bool) -> None:
@@ -173,21 +193,17 @@ class QwenHybrid(Family):
             self._put(out, la + "in_proj_ba.weight", b + "ssm_ba.weight", (2 * nv, H), mtp=False)
         else:
             self._put(out, la + "in_proj_qkv.weight", b + "attn_qkv.weight", (conv_dim, H), mtp=False,
-                      whole=tile_heads(2 * key_dim, nk, r, dv) if tile else None)
-            self._put(out, la + "in_proj_z.weight", b + "attn_gate.weight", (value_dim, H), mtp=False,
-                      whole=tile_heads(0, nk, r, dv) if tile else None)
-            self._put(out, la + "in_proj_b.weight", b + "ssm_beta.weight", (nv, H), mtp=False,
-                      whole=tile_heads(0, nk, r, 1) if tile else None)
-            self._put(out, la + "in_proj_a.weight", b + "ssm_alpha.weight", (nv, H), mtp=False,
-                      whole=tile_heads(0, nk, r, 1) if tile else None)
+                      rows=(2 * key_dim, dv))
+            self._put(out, la + "in_proj_z.weight", b + "attn_gate.weight", (value_dim, H), mtp=False, rows=(0, dv))
+            self._put(out, la + "in_proj_b.weight", b + "ssm_beta.weight", (nv, H), mtp=False, rows=(0, 1))
+            self._put(out, la + "in_proj_a.weight", b + "ssm_alpha.weight", (nv, H), mtp=False, rows=(0, 1))
 
         squeeze = (lambda x: x.reshape(conv_dim, self.kc))
         conv = (lambda x, t=tile_heads(2 * key_dim, nk, r, dv): t(squeeze(x))) if tile else squeeze
         self._put(out, la + "conv1d.weight", b + "ssm_conv1d.weight", (conv_dim, 1, self.kc), mtp=False,
                   np_shape=(conv_dim, self.kc), whole=conv)
-        heads = tile_heads(0, nk, r, 1) if tile else None
-        self._put(out, la + "dt_bias", b + "ssm_dt.bias", (nv,), mtp=False, whole=heads)
-        self._put(out, la + "A_log", b + "ssm_a", (nv,), mtp=False, whole=heads)
+        self._put(out, la + "dt_bias", b + "ssm_dt.bias", (nv,), mtp=False, rows=(0, 1))
+        self._put(out, la + "A_log", b + "ssm_a", (nv,), mtp=False, rows=(0, 1))
         self._put(out, la + "norm.weight", b + "ssm_norm.weight", (dv,), mtp=False)
         self._put(out, la + "out_proj.weight", b + "ssm_out.weight", (H, value_dim), mtp=False,
                   whole=tile_heads(0, nk, r, dv, axis=1) if tile else None)

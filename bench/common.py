@@ -1,0 +1,62 @@
+"""Shared helpers for benchmarks: run a command in a fresh process and measure wall time and peak RSS."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of ``cmd`` run as a child process."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, ru = os.wait4(p.pid, 0)
+    dt = time.perf_counter() - t0
+    err = p.stderr.read().decode() if p.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"benchmark step failed: {' '.join(cmd)}\n{err}")
+    return dt, ru.ru_maxrss * 1024
+
+
+def best_of(cmd: list[str], outputs: list[Path], repeats: int = 3) -> tuple[float, float, int]:
+    """Best wall time, best time until the output is on disk (the run plus a ``sync``), and the largest
+    peak RSS over ``repeats`` runs. Before each run the outputs are removed and dirty pages flushed, so
+    no contender pays for freeing or writing back another's data."""
+    best_t, best_durable, max_rss = float("inf"), float("inf"), 0
+    for _ in range(repeats):
+        for p in outputs:
+            if p.is_dir():
+                for f in p.iterdir():
+                    f.unlink()
+            elif p.exists():
+                p.unlink()
+        subprocess.run(["sync"], check=False)
+        t, rss = run_measured(cmd)
+        t0 = time.perf_counter()
+        subprocess.run(["sync"], check=False)
+        durable = t + time.perf_counter() - t0
+        best_t, best_durable, max_rss = min(best_t, t), min(best_durable, durable), max(max_rss, rss)
+    return best_t, best_durable, max_rss
+
+
+def machine() -> dict[str, object]:
+    return {"cpus": os.cpu_count(), "machine": platform.machine(), "python": sys.version.split()[0],
+            "platform": platform.platform()}
+
+
+def table(rows: list[dict[str, object]], cols: list[str]) -> str:
+    w = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
+    line = "  ".join(f"{c:<{w[c]}}" for c in cols)
+    out = [line, "  ".join("-" * w[c] for c in cols)]
+    out += ["  ".join(f"{str(r.get(c, '')):<{w[c]}}" for c in cols) for r in rows]
+    return "\n".join(out)
+
+
+def save(path: Path, payload: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2))
