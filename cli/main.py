@@ -9,7 +9,7 @@ import typer
 
 from gguf_mtp.errors import GgufMtpError
 
-from . import convert_cmd, inspect_cmd
+from . import convert_cmd, extract_cmd, inspect_cmd
 
 app = typer.Typer(
     name="gguf-mtp",
@@ -20,6 +20,7 @@ app = typer.Typer(
 )
 app.command("convert", no_args_is_help=True)(convert_cmd.convert)
 app.command("inspect", no_args_is_help=True)(inspect_cmd.inspect)
+app.command("extract", no_args_is_help=True)(extract_cmd.extract)
 
 
 def main(argv: list[str] | None = None) -> int:

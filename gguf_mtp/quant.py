@@ -98,6 +98,20 @@ def encode(x: np.ndarray, ggml_type: int) -> np.ndarray:
     raise UnsupportedError(f"encoding to {t.name} is not implemented; use f32, f16, bf16 or q8_0")
 
 
+def can_decode(ggml_type: int) -> bool:
+    """Whether :func:`dequantize` handles ``ggml_type`` (ours or gguf-py's numpy decoders)."""
+    t = T(ggml_type)
+    if t in (T.F32, T.F16, T.BF16, T.Q8_0):
+        return True
+    try:
+        from gguf.quants import dequantize as _gguf_dequantize
+
+        _gguf_dequantize(np.zeros(GGML_QUANT_SIZES[t][1], dtype=np.uint8), t)
+        return True
+    except (NotImplementedError, KeyError, ValueError, TypeError):
+        return False
+
+
 def dequantize(data: bytes | np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
     """float32 values of a stored tensor; ``shape`` in ggml order, result in numpy order."""
     t = T(ggml_type)

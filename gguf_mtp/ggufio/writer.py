@@ -113,7 +113,12 @@ def write_gguf(
 ) -> None:
     """Write a complete GGUF file at ``path`` (callers pass a temp path from :func:`atomic_paths`)."""
     header, offsets = encode_header(kvs, tensors, alignment)
-    with open(path, "wb", buffering=0) as fh:
+    # no O_TRUNC: on ext4, truncating a file to zero marks it for a forced flush on close
+    # (auto_da_alloc), which would make every write synchronous. The temp file starts empty anyway.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    if os.fstat(fd).st_size:
+        os.ftruncate(fd, 0)
+    with os.fdopen(fd, "wb", buffering=0) as fh:
         write_all(fh, header)
         base = len(header)
         for t, off in zip(tensors, offsets):
