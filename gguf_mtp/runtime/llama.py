@@ -71,6 +71,7 @@ class Model:
         self.n_vocab = _ll.llama_vocab_n_tokens(self.vocab)
         self.n_embd = _ll.llama_model_n_embd(self.ptr)
         self.n_nextn = _ll.llama_model_n_layer_nextn(self.ptr)
+        self.n_embd_out = _ll.llama_model_n_embd_out(self.ptr) or self.n_embd
         self.load_mtp = load_mtp
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -111,6 +112,49 @@ class Model:
         self.close()
 
 
+class Batch:
+    """A reusable llama_batch over our own ctypes arrays: tokens, and (for MTP contexts) one hidden row
+    per token beside the token, which llama.cpp's NextN graphs read together."""
+
+    def __init__(self, capacity: int, n_embd: int = 0) -> None:
+        self.capacity, self.n_embd = capacity, n_embd
+        self._tok = (_ll.llama_token * capacity)()
+        self._pos = (_ll.llama_pos * capacity)()
+        self._nseq = (ctypes.c_int32 * capacity)()
+        self._seq_store = (ctypes.c_int32 * capacity)()  # every token in sequence 0
+        self._seq = (ctypes.POINTER(ctypes.c_int32) * capacity)()
+        base, size = ctypes.addressof(self._seq_store), ctypes.sizeof(ctypes.c_int32)
+        for i in range(capacity):
+            self._seq[i] = ctypes.cast(base + i * size, ctypes.POINTER(ctypes.c_int32))
+            self._nseq[i] = 1
+        self._logits = (ctypes.c_int8 * capacity)()
+        self.embd = np.zeros((capacity, n_embd), dtype=np.float32) if n_embd else None
+        self.batch = _ll.llama_batch()
+        self.batch.token = self._tok
+        self.batch.pos = self._pos
+        self.batch.n_seq_id = self._nseq
+        self.batch.seq_id = self._seq
+        self.batch.logits = self._logits
+        if self.embd is not None:
+            self.batch.embd = self.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        self.n = 0
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def add(self, token: int, pos: int, *, logits: bool, embd: np.ndarray | None = None) -> int:
+        i = self.n
+        if i >= self.capacity:
+            raise GgufMtpError(f"batch capacity {self.capacity} exceeded")
+        self._tok[i] = token
+        self._pos[i] = pos
+        self._logits[i] = 1 if logits else 0
+        if self.embd is not None and embd is not None:
+            self.embd[i] = embd
+        self.n = i + 1
+        return i
+
+
 class Context:
     """A llama.cpp context on ``model``. ``mtp=True`` makes an MTP (NextN draft) context."""
 
@@ -133,6 +177,8 @@ class Context:
             what = "an MTP context" if mtp else "a context"
             raise GgufMtpError(f"{model.path}: llama.cpp could not create {what}: {last_error()}")
         self.n_ctx = n_ctx
+        self.n_batch = n_batch
+        self.mem = _ll.llama_get_memory(self.ptr)
         if mtp:
             _ext.llama_set_embeddings_nextn(self.ptr, True, True)
         elif embeddings_nextn:
@@ -155,6 +201,42 @@ class Context:
             _ll.llama_batch_free(batch)
         if rc != 0:
             raise GgufMtpError(f"{self.model.path}: llama_decode failed with code {rc}: {last_error()}")
+
+    def decode_batch(self, batch: Batch) -> None:
+        batch.batch.n_tokens = batch.n
+        rc = _ll.llama_decode(self.ptr, batch.batch)
+        if rc != 0:
+            raise GgufMtpError(f"{self.model.path}: llama_decode failed with code {rc}: {last_error()}")
+
+    def seq_rm(self, p0: int, p1: int = -1) -> bool:
+        """Drop positions [p0, p1) of sequence 0 (recurrent state rolls back within n_rs_seq)."""
+        return bool(_ll.llama_memory_seq_rm(self.mem, 0, p0, p1))
+
+    def clear(self) -> None:
+        _ll.llama_memory_clear(self.mem, True)
+
+    def pos_max(self) -> int:
+        return int(_ll.llama_memory_seq_pos_max(self.mem, 0))
+
+    def h_rows(self, n: int) -> np.ndarray:
+        """Hidden rows (``n_embd_out`` wide) of the last decode's first ``n`` tokens (view, copy to keep)."""
+        ptr = _ext.llama_get_embeddings_nextn(self.ptr)
+        if not ptr:
+            raise GgufMtpError(f"{self.model.path}: no hidden rows; the context was made without nextn outputs")
+        return np.ctypeslib.as_array(ptr, shape=(n, self.model.n_embd_out))
+
+    def h_row(self, i: int) -> np.ndarray:
+        ptr = _ext.llama_get_embeddings_nextn_ith(self.ptr, i)
+        if not ptr:
+            raise GgufMtpError(f"{self.model.path}: no hidden row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_embd_out,))
+
+    def logits_view(self, i: int) -> np.ndarray:
+        """Logits of output row ``i`` of the last decode, without a copy (valid until the next decode)."""
+        ptr = _ll.llama_get_logits_ith(self.ptr, i)
+        if not ptr:
+            raise GgufMtpError(f"{self.model.path}: no logits for row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
 
     def logits(self, i: int = -1) -> np.ndarray:
         ptr = _ll.llama_get_logits_ith(self.ptr, i)

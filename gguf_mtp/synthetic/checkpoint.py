@@ -48,6 +48,11 @@ class SyntheticSpec:
     n_shards: int = 2
     seed: int = 0
     std: float = 0.02
+    # A head whose answer is known: with trunk_scale=0 the trunk passes the token embedding straight to the
+    # LM head (a bigram model), and the MTP head computes exactly the same function of the next token, so
+    # it is always right (100% acceptance). 0 < trunk_scale < 1 gives a head that is often right.
+    oracle_head: bool = False
+    trunk_scale: float = 1.0
     extra: dict = field(default_factory=dict)
 
     def scaled(self, **kw: object) -> "SyntheticSpec":
@@ -123,7 +128,7 @@ def _shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
         out.extend([
             (p + "input_layernorm.weight", (H,), "norm"), (p + "post_attention_layernorm.weight", (H,), "norm"),
             (p + "self_attn.q_proj.weight", (2 * nh * hd, H), "w"), (p + "self_attn.k_proj.weight", (nkv * hd, H), "w"),
-            (p + "self_attn.v_proj.weight", (nkv * hd, H), "w"), (p + "self_attn.o_proj.weight", (H, nh * hd), "w"),
+            (p + "self_attn.v_proj.weight", (nkv * hd, H), "w"), (p + "self_attn.o_proj.weight", (H, nh * hd), "wout"),
             (p + "self_attn.q_norm.weight", (hd,), "norm"), (p + "self_attn.k_norm.weight", (hd,), "norm"),
         ])
 
@@ -138,26 +143,26 @@ def _shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
                         (la + "in_proj_ba.weight", (2 * nv, H), "w")])
         out.extend([(la + "conv1d.weight", (conv_dim, 1, s.conv_kernel), "conv"), (la + "dt_bias", (nv,), "ones"),
                     (la + "A_log", (nv,), "alog"), (la + "norm.weight", (dh,), "ones"),
-                    (la + "out_proj.weight", (H, value_dim), "w")])
+                    (la + "out_proj.weight", (H, value_dim), "wout")])
 
     def mlp(p: str, fused: bool) -> None:
         if s.family == "qwen35":
             I = s.intermediate
             out.extend([(p + "mlp.gate_proj.weight", (I, H), "w"), (p + "mlp.up_proj.weight", (I, H), "w"),
-                        (p + "mlp.down_proj.weight", (H, I), "w")])
+                        (p + "mlp.down_proj.weight", (H, I), "wout")])
             return
         E, Ie, Is = s.experts, s.moe_intermediate, s.shared_intermediate
         out.append((p + "mlp.gate.weight", (E, H), "w"))
         if fused:
-            out.extend([(p + "mlp.experts.gate_up_proj", (E, 2 * Ie, H), "w"), (p + "mlp.experts.down_proj", (E, H, Ie), "w")])
+            out.extend([(p + "mlp.experts.gate_up_proj", (E, 2 * Ie, H), "w"), (p + "mlp.experts.down_proj", (E, H, Ie), "wout")])
         else:
             for e in range(E):
                 out.extend([(f"{p}mlp.experts.{e}.gate_proj.weight", (Ie, H), "w"),
                             (f"{p}mlp.experts.{e}.up_proj.weight", (Ie, H), "w"),
-                            (f"{p}mlp.experts.{e}.down_proj.weight", (H, Ie), "w")])
+                            (f"{p}mlp.experts.{e}.down_proj.weight", (H, Ie), "wout")])
         out.extend([(p + "mlp.shared_expert.gate_proj.weight", (Is, H), "w"),
                     (p + "mlp.shared_expert.up_proj.weight", (Is, H), "w"),
-                    (p + "mlp.shared_expert.down_proj.weight", (H, Is), "w"),
+                    (p + "mlp.shared_expert.down_proj.weight", (H, Is), "wout"),
                     (p + "mlp.shared_expert_gate.weight", (1, H), "w")])
 
     trunk_fused = s.fused_experts and s.family == "qwen35moe"
@@ -168,12 +173,12 @@ def _shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
         else:
             attn(p)
         mlp(p, trunk_fused)
-    out.append((pre + "norm.weight", (H,), "norm"))
+    out.append((pre + "norm.weight", (H,), "outnorm"))
     if not s.tie_embeddings:
         out.append(("lm_head.weight", (V, H), "w"))
     if s.mtp:
-        out.extend([("mtp.fc.weight", (H, 2 * H), "w"), ("mtp.pre_fc_norm_embedding.weight", (H,), "norm"),
-                    ("mtp.pre_fc_norm_hidden.weight", (H,), "norm"), ("mtp.norm.weight", (H,), "norm")])
+        out.extend([("mtp.fc.weight", (H, 2 * H), "fc"), ("mtp.pre_fc_norm_embedding.weight", (H,), "enorm"),
+                    ("mtp.pre_fc_norm_hidden.weight", (H,), "norm"), ("mtp.norm.weight", (H,), "outnorm")])
         attn("mtp.layers.0.")
         mlp("mtp.layers.0.", False)
     if qwen35:  # a few vision-tower tensors, which the converter must skip
@@ -192,11 +197,28 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec()) ->
     (root / "config.json").write_text(json.dumps(_config(spec, n_tok), indent=2))
     rand = _Rand(spec.seed, spec.std)
 
-    def make(kind: str, shape: tuple[int, ...]):  # type: ignore[no-untyped-def]
+    def make(kind: str, shape: tuple[int, ...], name: str):  # type: ignore[no-untyped-def]
         n = int(np.prod(shape))
+        mtp = name.startswith("mtp.")
+        if spec.oracle_head:
+            if kind == "fc":  # [I | 0]: keep the embedding half only
+                kind = "identity_left"
+            elif kind in ("outnorm", "enorm"):
+                kind = "zero"  # offsets 0: weight 1, the same on the trunk's and the head's output norm
+            elif kind == "wout" and mtp:
+                kind = "zero"  # the MTP block adds nothing to the residual stream
+        elif kind in ("fc", "outnorm", "enorm"):
+            kind = "w" if kind == "fc" else "norm"
 
         def f() -> np.ndarray:
-            if kind == "w":
+            if kind == "zero":
+                x = np.zeros(n, np.float32)
+            elif kind == "identity_left":
+                x = np.concatenate([np.eye(shape[0], dtype=np.float32), np.zeros(shape, np.float32)[:, shape[0]:]],
+                                   axis=1).reshape(-1)
+            elif kind == "wout":
+                x = rand.f32(n) * (spec.trunk_scale if spec.oracle_head else 1.0)
+            elif kind == "w":
                 x = rand.f32(n)
             elif kind == "norm":
                 x = rand.f32(n) * 5  # stored as offsets from 1
@@ -209,7 +231,7 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec()) ->
             return f32_to_bf16(x)
         return f
 
-    entries = [(name, shape, "BF16", make(kind, shape)) for name, shape, kind in _shapes(spec)]
+    entries = [(name, shape, "BF16", make(kind, shape, name)) for name, shape, kind in _shapes(spec)]
     total = sum(int(np.prod(sh)) * 2 for _, sh, _, _ in entries)
     per = -(-total // max(1, spec.n_shards))
     shards: list[list] = [[]]

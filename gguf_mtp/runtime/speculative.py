@@ -1,0 +1,244 @@
+"""The draft / verify loop with an MTP head (or plain decoding when there is none).
+
+State between steps: the target holds positions ``0..n_past-1``; ``id_last`` (the last emitted token) is not
+decoded yet; ``pending_h`` is the target's hidden row at ``n_past-1``. One step:
+
+1. draft: the MTP context decodes ``(id_last, pending_h)`` at ``n_past`` and then its own outputs, greedily,
+   up to ``k`` tokens (stopping early below ``p_min``);
+2. verify: the target decodes ``[id_last, d0..dk-1]`` in one batch; the target's sampler picks each emitted
+   token from those logits, and a draft token is accepted while it equals the token the sampler picked;
+3. feed: the MTP context gets the verified tokens paired with the target's hidden rows (shifted by one);
+4. roll back both contexts to the accepted prefix (hybrid models keep ``n_rs_seq`` recurrent snapshots).
+
+Every emitted token comes from the target's logits and the target's sampler, so output is identical to plain
+decoding for greedy and for seeded sampling.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import GgufMtpError
+from .llama import Batch, Context
+from .sampling import Sampler, top1_prob
+from .stats import Stats
+
+
+class Engine:
+    """Decoding state of one conversation on a target context (and optionally an MTP context)."""
+
+    def __init__(self, target: Context, mtp: Context | None, *, n_draft: int = 3, p_min: float = 0.0,
+                 adaptive: bool = False) -> None:
+        self.tgt, self.mtp = target, mtp
+        self.n_draft_max = max(1, n_draft) if mtp is not None else 0
+        self.p_min = p_min
+        self.adaptive = adaptive and mtp is not None
+        n_embd = target.model.n_embd_out
+        self.tbatch = Batch(max(target.n_batch, self.n_draft_max + 1))
+        self.mbatch = Batch(max(target.n_batch, self.n_draft_max + 1), n_embd) if mtp is not None else None
+        self.tokens: list[int] = []  # decoded into the target, position = index
+        self.id_last: int | None = None
+        self.pending_h = np.zeros(n_embd, dtype=np.float32)
+        self.h_hist: dict[int, np.ndarray] = {}  # recent target hidden rows by position (chat rollback)
+        self.stats = Stats(n_draft_max=self.n_draft_max)
+        self.k = self.n_draft_max
+        self._verify_cost: dict[int, float] = {}
+        self._draft_cost = 0.0
+
+    # -- low-level ---------------------------------------------------------------------------
+    def _decode(self, ctx: Context, batch: Batch) -> float:
+        t = time.perf_counter()
+        ctx.decode_batch(batch)
+        dt = time.perf_counter() - t
+        return dt
+
+    def _remember_h(self, pos0: int, rows: np.ndarray) -> None:
+        for i, row in enumerate(rows):
+            self.h_hist[pos0 + i] = row.copy()
+        if len(self.h_hist) > 256:
+            for p in sorted(self.h_hist)[:-128]:
+                del self.h_hist[p]
+
+    def _feed_mtp(self, toks: Sequence[int], pos0: int, rows: np.ndarray) -> float:
+        """Give the MTP context tokens at pos0.. paired with the target's hidden row of the previous position."""
+        assert self.mtp is not None and self.mbatch is not None
+        b = self.mbatch
+        b.clear()
+        for i, t in enumerate(toks):
+            b.add(t, pos0 + i, logits=False, embd=self.pending_h if i == 0 else rows[i - 1])
+        return self._decode(self.mtp, b)
+
+    # -- prompt ------------------------------------------------------------------------------
+    def reset(self) -> None:
+        self.tgt.clear()
+        if self.mtp is not None:
+            self.mtp.clear()
+        self.tokens, self.id_last, self.h_hist = [], None, {}
+        self.pending_h[:] = 0
+
+    def feed(self, new_tokens: Sequence[int]) -> None:
+        """Append tokens to the conversation; the last one becomes ``id_last`` (decoded with the next step)."""
+        if not new_tokens:
+            return
+        t0 = time.perf_counter()
+        toks = ([self.id_last] if self.id_last is not None else []) + list(new_tokens)
+        body, last = toks[:-1], toks[-1]
+        n = self.tgt.n_batch
+        for c in range(0, len(body), n):
+            chunk = body[c:c + n]
+            pos0 = len(self.tokens)
+            if pos0 + len(chunk) + self.n_draft_max + 1 > self.tgt.n_ctx:
+                raise ContextFull(self.tgt.n_ctx)
+            b = self.tbatch
+            b.clear()
+            for i, t in enumerate(chunk):
+                b.add(t, pos0 + i, logits=False)
+            self._decode(self.tgt, b)
+            if self.mtp is not None:
+                rows = self.tgt.h_rows(len(chunk))
+                self._feed_mtp(chunk, pos0, rows)
+                keep = min(len(rows), 64)
+                self._remember_h(pos0 + len(rows) - keep, rows[len(rows) - keep:])
+                self.pending_h = rows[-1].copy()
+            self.tokens.extend(chunk)
+        self.id_last = last
+        self.stats.prompt_tokens += len(new_tokens)
+        self.stats.prompt_seconds += time.perf_counter() - t0
+
+    def rewind(self, n_keep: int) -> bool:
+        """Keep the first ``n_keep`` decoded tokens; False when the state cannot roll back that far."""
+        if n_keep >= len(self.tokens):
+            return True
+        if n_keep == 0:
+            self.reset()
+            return True
+        if self.mtp is not None and (n_keep - 1) not in self.h_hist:
+            return False
+        if not self.tgt.seq_rm(n_keep):
+            return False
+        if self.mtp is not None:
+            self.mtp.seq_rm(n_keep)
+            self.pending_h = self.h_hist[n_keep - 1].copy()
+        del self.tokens[n_keep:]
+        self.id_last = None
+        return True
+
+    # -- generation --------------------------------------------------------------------------
+    def _draft(self, k: int) -> tuple[list[int], float]:
+        assert self.mtp is not None and self.mbatch is not None and self.id_last is not None
+        pos0 = len(self.tokens)
+        b = self.mbatch
+        out: list[int] = []
+        h = self.pending_h
+        tok = self.id_last
+        spent = 0.0
+        for i in range(k):
+            b.clear()
+            b.add(tok, pos0 + i, logits=True, embd=h)
+            spent += self._decode(self.mtp, b)
+            logits = self.mtp.logits_view(0)
+            d = int(np.argmax(logits))
+            if self.p_min > 0 and top1_prob(logits) < self.p_min:
+                break
+            out.append(d)
+            h = self.mtp.h_row(0)
+            tok = d
+        self.mtp.seq_rm(pos0)  # drafts leave no trace in the MTP cache
+        return out, spent
+
+    def step(self, sampler: Sampler) -> list[int]:
+        """One target decode; returns the emitted tokens (1 + accepted drafts)."""
+        if self.id_last is None:
+            raise GgufMtpError("nothing to decode: feed a prompt first")
+        n_past = len(self.tokens)
+        room = self.tgt.n_ctx - n_past - 1
+        if room < 1:
+            raise ContextFull(self.tgt.n_ctx)
+        llama_t = 0.0
+        drafts: list[int] = []
+        if self.mtp is not None:
+            k = min(self.k, room - 1)
+            if k > 0:
+                drafts, llama_t = self._draft(k)
+        b = self.tbatch
+        b.clear()
+        b.add(self.id_last, n_past, logits=True)
+        for i, d in enumerate(drafts):
+            b.add(d, n_past + 1 + i, logits=True)
+        tv = self._decode(self.tgt, b)
+        llama_t += tv
+        emitted: list[int] = []
+        for i in range(len(drafts) + 1):
+            t = sampler(self.tgt.logits_view(i))
+            emitted.append(t)
+            if i >= len(drafts) or t != drafts[i]:
+                break
+        j = len(emitted) - 1  # accepted drafts
+        verified = [self.id_last] + drafts
+        if self.mtp is not None:
+            rows = self.tgt.h_rows(len(verified))
+            llama_t += self._feed_mtp(verified, n_past, rows)
+            self._remember_h(n_past, rows[: j + 1])
+            self.pending_h = rows[j].copy()
+            if drafts:
+                self.stats.record(len(drafts), j)
+                self._learn(len(drafts), tv)
+        if j < len(drafts):
+            self.tgt.seq_rm(n_past + j + 1)
+            if self.mtp is not None:
+                self.mtp.seq_rm(n_past + j + 1)
+        self.tokens.extend(verified[: j + 1])
+        self.id_last = emitted[-1]
+        self.stats.steps += 1
+        self.stats.llama_seconds += llama_t
+        return emitted
+
+    def generate(self, sampler: Sampler, max_tokens: int, is_eog: Callable[[int], bool],
+                 should_stop: Callable[[], bool] = lambda: False) -> Iterator[int]:
+        """Emit up to ``max_tokens`` tokens, stopping after an end-of-generation token."""
+        n = 0
+        t0 = time.perf_counter()
+        try:
+            while n < max_tokens and not should_stop():
+                for t in self.step(sampler):
+                    n += 1
+                    self.stats.emitted += 1
+                    yield t
+                    if is_eog(t) or n >= max_tokens:
+                        return
+        finally:
+            self.stats.decode_seconds += time.perf_counter() - t0
+
+    # -- adaptive draft length ---------------------------------------------------------------
+    def _learn(self, k: int, verify_seconds: float) -> None:
+        """Pick the draft length that maximises expected tokens per second from what was measured so far:
+        E[tokens | k] = 1 + sum_{i<=k} prod_{m<=i} a_m over the cost of verifying k+1 tokens plus k drafts."""
+        c = self._verify_cost
+        c[k] = verify_seconds if k not in c else 0.9 * c[k] + 0.1 * verify_seconds
+        if not self.adaptive or self.stats.steps < 8 or self.stats.steps % 4:
+            return
+        acc = self.stats.acceptance_at
+        base = c.get(min(c), verify_seconds)
+        best, best_rate = self.k, -1.0
+        for kk in range(1, self.n_draft_max + 1):
+            expected, run = 1.0, 1.0
+            for m in range(kk):
+                a = acc[m] if m < len(acc) and self.stats.drafted_at[m] >= 4 else (acc[m - 1] if m and m - 1 < len(acc) else 0.5)
+                run *= a
+                expected += run
+            cost = c.get(kk, base * (1 + 0.15 * (kk - min(c)))) + kk * self._draft_step_cost()
+            if expected / cost > best_rate:
+                best, best_rate = kk, expected / cost
+        self.k = best
+
+    def _draft_step_cost(self) -> float:
+        # an MTP step runs one block of the model: cheap next to a verify
+        return 0.05 * min(self._verify_cost.values())
+
+
+class ContextFull(GgufMtpError):
+    def __init__(self, n_ctx: int) -> None:
+        super().__init__(f"context is full ({n_ctx} tokens); start a new chat or raise -c/--ctx-size")

@@ -1,0 +1,96 @@
+"""Speculative-decoding statistics: drafted and accepted per draft position, speeds, our own overhead."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Stats:
+    n_draft_max: int = 0
+    prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    emitted: int = 0
+    steps: int = 0
+    decode_seconds: float = 0.0
+    llama_seconds: float = 0.0  # time inside llama_decode during generation
+    drafted_at: list[int] = field(default_factory=list)   # drafts offered at position i (0-based)
+    accepted_at: list[int] = field(default_factory=list)  # of those, accepted
+    draft_lengths: dict[int, int] = field(default_factory=dict)  # chosen k -> steps (adaptive)
+
+    def record(self, n_drafted: int, n_accepted: int) -> None:
+        while len(self.drafted_at) < n_drafted:
+            self.drafted_at.append(0)
+            self.accepted_at.append(0)
+        for i in range(n_drafted):
+            self.drafted_at[i] += 1
+            if i < n_accepted:
+                self.accepted_at[i] += 1
+        self.draft_lengths[n_drafted] = self.draft_lengths.get(n_drafted, 0) + 1
+
+    @property
+    def drafted(self) -> int:
+        return sum(self.drafted_at)
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.accepted_at)
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def acceptance_at(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per target decode step (1 + accepted drafts)."""
+        return self.emitted / self.steps if self.steps else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        return self.emitted / self.decode_seconds if self.decode_seconds else 0.0
+
+    @property
+    def prompt_tps(self) -> float:
+        return self.prompt_tokens / self.prompt_seconds if self.prompt_seconds else 0.0
+
+    @property
+    def python_overhead(self) -> float:
+        """Share of decode time spent outside llama.cpp (sampling, bookkeeping, ctypes)."""
+        return max(0.0, 1 - self.llama_seconds / self.decode_seconds) if self.decode_seconds else 0.0
+
+    def merge(self, o: "Stats") -> None:
+        self.prompt_tokens += o.prompt_tokens
+        self.prompt_seconds += o.prompt_seconds
+        self.emitted += o.emitted
+        self.steps += o.steps
+        self.decode_seconds += o.decode_seconds
+        self.llama_seconds += o.llama_seconds
+        for i, (d, a) in enumerate(zip(o.drafted_at, o.accepted_at)):
+            while len(self.drafted_at) <= i:
+                self.drafted_at.append(0)
+                self.accepted_at.append(0)
+            self.drafted_at[i] += d
+            self.accepted_at[i] += a
+        for k, v in o.draft_lengths.items():
+            self.draft_lengths[k] = self.draft_lengths.get(k, 0) + v
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(drafted=self.drafted, accepted=self.accepted, acceptance=round(self.acceptance, 4),
+                 acceptance_at=[round(x, 4) for x in self.acceptance_at],
+                 mean_accepted_length=round(self.mean_accepted_length, 3), decode_tps=round(self.decode_tps, 2),
+                 prompt_tps=round(self.prompt_tps, 2), python_overhead=round(self.python_overhead, 4))
+        return d
+
+    def compact(self) -> str:
+        """One line for chat: ``42 tok 31.2 t/s | drafted 60 accepted 38 (63%) by pos 80/62/41% | 2.1 tok/step``."""
+        line = f"{self.emitted} tok {self.decode_tps:.1f} t/s, prompt {self.prompt_tps:.0f} t/s"
+        if self.drafted:
+            per = "/".join(f"{x * 100:.0f}" for x in self.acceptance_at)
+            line += (f" | drafted {self.drafted} accepted {self.accepted} ({self.acceptance * 100:.0f}%), "
+                     f"by position {per}% | {self.mean_accepted_length:.2f} tok/step")
+        return line
