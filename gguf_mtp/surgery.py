@@ -102,7 +102,7 @@ def _copy(t: Tensor, name: str | None = None) -> OutTensor:
     def write(fh: BinaryIO, progress: Progress) -> None:
         copy_range(path, info.offset, info.nbytes, fh, progress)
 
-    return OutTensor(name or info.name, info.shape, info.ggml_type, write)
+    return OutTensor(name or info.name, info.shape, info.ggml_type, write, source=(path, info.offset))
 
 
 def _requant(t: Tensor, ggml_type: int, name: str | None = None) -> OutTensor:
@@ -285,20 +285,23 @@ def strip(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None
                          sum(p.stat().st_size for p in paths), time.perf_counter() - t0)
 
 
-def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
-          outfile: str | os.PathLike[str] | None = None, *, replace: bool = False, mtp_type: str | None = None,
-          force: bool = False, progress: bool = True) -> SurgeryResult:
-    """Put the MTP head of ``source`` (bundled model or sidecar) onto ``target`` (a model without one).
+@dataclass
+class GraftPlan:
+    """Metadata and tensors of TARGET with SOURCE's head, ready to write (or to serve, see runtime.virtual)."""
 
-    ``target``'s metadata is kept (file type, quantization and imatrix keys, chat template, names); only
-    block_count, nextn_predict_layers and per-layer arrays change; the head's blocks are renumbered to
-    follow ``target``'s trunk. A split target gives a split output with the head in the last shard.
+    kvs: list[KV]
+    groups: list[list[OutTensor]]  # one list per output shard
+    alignment: int
+    source: GGUFModel
+    target: GGUFModel
+    notes: list[str]
 
-    Example:
-        >>> graft("Qwen3.5-27B-Q8_0-MTP.gguf", "Qwen3.5-27B-UD-Q4_K_XL.gguf", "Qwen3.5-27B-Q4_K_XL-MTP-bundled.gguf")  # doctest: +SKIP
-    """
-    t0 = time.perf_counter()
-    src, tgt = _open(source), _open(target)
+
+def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.PathLike[str] | GGUFModel, *,
+               replace: bool = False, mtp_type: str | None = None) -> GraftPlan:
+    """Check compatibility and compute the grafted model's metadata and tensor list (no I/O beyond headers)."""
+    src = source if isinstance(source, GGUFModel) else _open(source)
+    tgt = target if isinstance(target, GGUFModel) else _open(target)
     head = _require_head(src, "SOURCE")
     notes: list[str] = []
     old = find_head(tgt)
@@ -344,15 +347,32 @@ def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
         m = _BLK.match(name)
         return f"blk.{int(m.group(1)) + shift}.{m.group(2)}" if m else name
 
-    head_out = [_head_tensor(t, mt, renamed(t.name)) for t in head.tensors]
-    groups[-1].extend(head_out)
+    groups[-1].extend(_head_tensor(t, mt, renamed(t.name)) for t in head.tensors)
+    return GraftPlan(kvs, groups, tgt.alignment, src, tgt, notes)
+
+
+def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
+          outfile: str | os.PathLike[str] | None = None, *, replace: bool = False, mtp_type: str | None = None,
+          force: bool = False, progress: bool = True) -> SurgeryResult:
+    """Put the MTP head of ``source`` (bundled model or sidecar) onto ``target`` (a model without one).
+
+    ``target``'s metadata is kept (file type, quantization and imatrix keys, chat template, names); only
+    block_count, nextn_predict_layers and per-layer arrays change; the head's blocks are renumbered to
+    follow ``target``'s trunk. A split target gives a split output with the head in the last shard.
+
+    Example:
+        >>> graft("Qwen3.5-27B-Q8_0-MTP.gguf", "Qwen3.5-27B-UD-Q4_K_XL.gguf", "Qwen3.5-27B-Q4_K_XL-MTP-bundled.gguf")  # doctest: +SKIP
+    """
+    t0 = time.perf_counter()
+    plan = plan_graft(source, target, replace=replace, mtp_type=mtp_type)
+    src, tgt = plan.source, plan.target
     out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(tgt.path)}-with-MTP.gguf"
     inputs = [s.path for s in tgt.shards] + [s.path for s in src.shards]
-    paths, written = _write(out, kvs, groups, alignment=tgt.alignment, force=force, inputs=inputs,
+    paths, written = _write(out, plan.kvs, plan.groups, alignment=plan.alignment, force=force, inputs=inputs,
                             label=f"graft {out.name}", progress=progress)
-    return SurgeryResult("graft", paths, sum(len(g) for g in groups),
+    return SurgeryResult("graft", paths, sum(len(g) for g in plan.groups),
                          _header_bytes(tgt) + _header_bytes(src) + written,
-                         sum(p.stat().st_size for p in paths), time.perf_counter() - t0, notes)
+                         sum(p.stat().st_size for p in paths), time.perf_counter() - t0, plan.notes)
 
 
 def reshard(source: str | os.PathLike[str], outfile: str | os.PathLike[str], *, shards: int,
@@ -391,4 +411,4 @@ def _head_entries(key: str, src: GGUFModel, head: Head, src_per_layer: set[str],
                              "say its value for the MTP layers; graft from a bundled model or a sidecar that has it")
 
 
-__all__ = ["extract", "strip", "graft", "check_compatible", "find_head", "SurgeryResult", "type_name"]
+__all__ = ["extract", "strip", "graft", "plan_graft", "GraftPlan", "check_compatible", "find_head", "SurgeryResult", "type_name"]

@@ -27,6 +27,7 @@ class OutTensor:
     shape: tuple[int, ...]  # ggml order
     ggml_type: int
     write: Callable[[BinaryIO, Progress], None]
+    source: tuple[Path, int] | None = None  # (file, offset) when the bytes are an exact copy of a file range
     nbytes: int = field(init=False)
 
     def __post_init__(self) -> None:

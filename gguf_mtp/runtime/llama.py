@@ -56,15 +56,19 @@ class Model:
     """A loaded llama.cpp model. ``load_mtp`` must be true whenever an MTP context will be made on it."""
 
     def __init__(self, path: str | os.PathLike[str], *, load_mtp: bool = False, n_gpu_layers: int = 0,
-                 use_mmap: bool = True) -> None:
+                 use_mmap: bool = True, file_ptr: int | None = None) -> None:
         _init()
         self.path = Path(path)
         p = _ll.llama_model_default_params()
         p.n_gpu_layers = n_gpu_layers
         p.load_mtp = load_mtp
-        p.use_mmap = use_mmap
+        if not use_mmap or file_ptr is not None:  # a FILE * cannot be mapped
+            p.load_mode = _ll.LLAMA_LOAD_MODE_NONE
         _log.clear()
-        self.ptr = _ll.llama_model_load_from_file(str(self.path).encode(), p)
+        if file_ptr is not None:  # a FILE * (e.g. a virtual merged model)
+            self.ptr = _ll.llama_model_load_from_file_ptr(ctypes.c_void_p(file_ptr), p)
+        else:
+            self.ptr = _ll.llama_model_load_from_file(str(self.path).encode(), p)
         if not self.ptr:
             raise GgufMtpError(f"{self.path}: llama.cpp could not load the model: {last_error()}")
         self.vocab = _ll.llama_model_get_vocab(self.ptr)

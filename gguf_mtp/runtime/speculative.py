@@ -187,7 +187,9 @@ class Engine:
                 self.stats.record(len(drafts), j)
                 self._learn(len(drafts), tv)
         if j < len(drafts):
-            self.tgt.seq_rm(n_past + j + 1)
+            if not self.tgt.seq_rm(n_past + j + 1):
+                raise GgufMtpError("the target context cannot roll back rejected drafts (recurrent state without "
+                                   "snapshots); run with --no-mtp")
             if self.mtp is not None:
                 self.mtp.seq_rm(n_past + j + 1)
         self.tokens.extend(verified[: j + 1])

@@ -1,0 +1,123 @@
+"""``gguf-mtp run``: speculative completion (-p) or interactive chat with the MTP head."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gguf_mtp.errors import GgufMtpError
+from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig
+
+
+def _draft_n(value: str) -> tuple[int, bool]:
+    if value.lower() == "auto":
+        return 4, True
+    try:
+        n = int(value)
+    except ValueError:
+        raise typer.BadParameter(f"--spec-draft-n-max {value!r}: a number (1-16) or 'auto'") from None
+    if not 1 <= n <= 16:
+        raise typer.BadParameter("--spec-draft-n-max must be between 1 and 16")
+    return n, False
+
+
+def run(
+    model: Path = typer.Argument(..., help="GGUF model (bundled, or trunk with a sidecar beside it)."),
+    mtp: Optional[Path] = typer.Option(None, "--mtp", help="MTP sidecar to pair (default: the model's own head, or <name>-MTP.gguf / mtp-<name>.gguf beside it)."),
+    no_mtp: bool = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation."),
+    require_mtp: bool = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="One-shot completion of this text (no chat template)."),
+    n_predict: int = typer.Option(256, "--n-predict", "-n", help="Tokens to generate (per answer in chat)."),
+    system: Optional[str] = typer.Option(None, "--system", "-sys", help="System message for chat."),
+    draft_n_max: str = typer.Option("3", "--spec-draft-n-max", "--draft-max", help="Draft length, or 'auto' to adapt it to measured acceptance and cost."),
+    p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min", help="Stop drafting when the head's top token is less likely than this."),
+    n_gpu_layers: int = typer.Option(0, "--n-gpu-layers", "-ngl", help="Layers to offload to the GPU (CUDA / Vulkan builds)."),
+    draft_gpu_layers: Optional[int] = typer.Option(None, "--n-gpu-layers-draft", "-ngld", help="GPU layers for a self-contained sidecar (default: as -ngl)."),
+    ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens."),
+    batch_size: int = typer.Option(512, "--batch-size", "-b", help="Prompt batch size."),
+    threads: Optional[int] = typer.Option(None, "--threads", "-t", help="CPU threads."),
+    temp: float = typer.Option(0.0, "--temp", help="Temperature (0: greedy)."),
+    top_k: int = typer.Option(40, "--top-k"),
+    top_p: float = typer.Option(0.95, "--top-p"),
+    seed: int = typer.Option(0, "--seed", "-s"),
+    stats_json: Optional[Path] = typer.Option(None, "--stats-json", help="Write statistics as JSON to this file ('-' for stdout)."),
+) -> None:
+    """Chat or complete with speculative decoding through the model's MTP head.
+
+    Examples:
+
+      gguf-mtp run Qwen3.5-9B-Q8_0.gguf -p "def quicksort(xs):" -n 128
+
+      gguf-mtp run Qwen3.5-9B-Q4_K_M.gguf --mtp Qwen3.5-9B-Q8_0-MTP.gguf -ngl 99
+
+      gguf-mtp run Qwen3.5-9B-Q4_K_M.gguf --spec-draft-n-max auto --stats-json stats.json
+    """
+    if no_mtp and mtp is not None:
+        raise typer.BadParameter("--mtp and --no-mtp exclude each other")
+    k, adaptive = _draft_n(draft_n_max)
+    cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
+                        n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
+                        require_mtp=require_mtp)
+    sampling = SamplerConfig(temp=temp, top_k=top_k, top_p=top_p, seed=seed)
+    err = lambda s: typer.echo(s, err=True)  # noqa: E731
+    session = MTPSession(model, mtp=False if no_mtp else (mtp or "auto"), config=cfg,
+                         on_notice=lambda s: err(f"note: {s}"))
+    with session:
+        if session.mtp_enabled:
+            err(f"MTP: {session.pairing.source.value}"
+                + (f" {session.pairing.sidecar.path.name}" if session.pairing.sidecar else "")
+                + f", draft {'auto (max ' + str(k) + ')' if adaptive else k}")
+        if prompt is not None:
+            out = lambda s: (sys.stdout.write(s), sys.stdout.flush())  # noqa: E731
+            g = session.generate(prompt, max_tokens=n_predict, sampling=sampling, on_text=out)
+            sys.stdout.write("\n")
+            err(("[interrupted] " if g.stopped == "interrupted" else "") + g.stats.compact())
+        else:
+            _chat(session, system, n_predict, sampling, err)
+        if stats_json is not None:
+            payload = session.stats.to_dict() | {"mtp": session.pairing.source.value, "notices": session.notices}
+            text = json.dumps(payload, indent=2)
+            if str(stats_json) == "-":
+                typer.echo(text)
+            else:
+                stats_json.write_text(text + "\n")
+
+
+def _chat(session: MTPSession, system: str | None, n_predict: int, sampling: SamplerConfig, err) -> None:  # type: ignore[no-untyped-def]
+    messages = [{"role": "system", "content": system}] if system else []
+    interactive = sys.stdin.isatty()
+    if interactive:
+        err("chat: type a message; /reset clears the conversation, /exit or Ctrl-D quits")
+    while True:
+        try:
+            line = input("> " if interactive else "")
+        except EOFError:
+            break
+        except KeyboardInterrupt:
+            err("")
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/exit", "/quit"):
+            break
+        if text == "/reset":
+            messages = messages[:1] if system else []
+            continue
+        messages.append({"role": "user", "content": text})
+        out = lambda s: (sys.stdout.write(s), sys.stdout.flush())  # noqa: E731
+        try:
+            g = session.chat(messages, max_tokens=n_predict, sampling=sampling, on_text=out)
+        except GgufMtpError as e:
+            sys.stdout.write("\n")
+            err(f"error: {e}")
+            messages.pop()
+            continue
+        sys.stdout.write("\n")
+        messages.append({"role": "assistant", "content": g.text})
+        err(("[interrupted] " if g.stopped == "interrupted" else "") + g.stats.compact())
+    err(f"session: {session.stats.compact()}")

@@ -1,0 +1,91 @@
+"""Which MTP head a model runs with: its own (bundled), a sidecar next to it (found like an mmproj file),
+a sidecar named by the user, or none. Compatibility is checked before anything is loaded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from ..errors import GgufMtpError
+from ..ggufio.model import GGUFModel, model_stem
+from ..layout import Layout
+from ..surgery import check_compatible, find_head
+
+
+#: hybrid archs whose recurrent state cannot keep rollback snapshots (llama.cpp forces n_rs_seq = 0)
+NO_ROLLBACK_ARCHS = {"qwen3next"}
+
+
+class HeadSource(str, Enum):
+    BUNDLED = "bundled"
+    SELF_CONTAINED = "self-contained sidecar"
+    HEAD_ONLY = "head-only sidecar"
+    NONE = "none"
+
+
+@dataclass
+class Pairing:
+    """The decision, and why (``notice`` is shown to the user when MTP is off)."""
+
+    source: HeadSource
+    model: GGUFModel
+    sidecar: GGUFModel | None = None
+    notice: str = ""
+
+
+def sidecar_candidates(model_path: Path) -> list[Path]:
+    """``<stem>-MTP.gguf`` and ``mtp-<stem>.gguf`` first, then any other ``*-MTP*.gguf`` / ``mtp-*.gguf`` beside it."""
+    d, stem = model_path.parent, model_stem(model_path)
+    exact = [d / f"{stem}-MTP.gguf", d / f"mtp-{stem}.gguf"]
+    others = sorted(p for p in d.glob("*.gguf") if p not in exact and p.resolve() != model_path.resolve()
+                    and ("-mtp" in p.name.lower() or p.name.lower().startswith("mtp-")))
+    return [p for p in exact if p.exists()] + others
+
+
+def _sidecar_layout(m: GGUFModel) -> Layout | None:
+    head = find_head(m)
+    if head is None or any((b := n.split(".")[1]).isdigit() and int(b) < head.n_trunk
+                           for n in m.tensors if n.startswith("blk.")):
+        return None
+    return Layout.MTP_ONLY if "token_embd.weight" in m.tensors else Layout.HEAD_ONLY
+
+
+def resolve(model_path: str | Path, mtp: str | Path | bool | None = "auto") -> Pairing:
+    """Decide the head for ``model_path``. ``mtp``: ``"auto"`` (bundled head, else a sidecar beside the
+    model), a sidecar path, or ``False``/``None`` (no speculation)."""
+    model = GGUFModel(model_path)
+    if mtp is False or mtp is None:
+        return Pairing(HeadSource.NONE, model, notice="MTP disabled (--no-mtp)")
+    if model.arch in NO_ROLLBACK_ARCHS:
+        return Pairing(HeadSource.NONE, model, notice=f"{model.arch}: speculative decoding needs recurrent-state "
+                       "checkpoints, which this llama.cpp version does not expose for it; plain decoding")
+    if isinstance(mtp, (str, Path)) and str(mtp) != "auto":
+        side = GGUFModel(mtp)
+        lay = _sidecar_layout(side)
+        if lay is None:
+            raise GgufMtpError(f"{side.path}: not an MTP sidecar (no MTP head, or it carries a trunk); "
+                               "pass a file written by `gguf-mtp convert --mtp` or `gguf-mtp extract`")
+        head = find_head(side)
+        assert head is not None
+        check_compatible(head, model)
+        return Pairing(HeadSource.SELF_CONTAINED if lay == Layout.MTP_ONLY else HeadSource.HEAD_ONLY, model, side)
+    if find_head(model) is not None:
+        return Pairing(HeadSource.BUNDLED, model)
+    rejected: list[str] = []
+    for cand in sidecar_candidates(Path(model_path)):
+        try:
+            side = GGUFModel(cand)
+            lay = _sidecar_layout(side)
+            head = find_head(side)
+            if lay is None or head is None:
+                continue
+            check_compatible(head, model)
+        except GgufMtpError as e:
+            rejected.append(f"{cand.name} ({str(e).split(': ', 1)[-1][:120]})")
+            continue
+        return Pairing(HeadSource.SELF_CONTAINED if lay == Layout.MTP_ONLY else HeadSource.HEAD_ONLY, model, side)
+    why = f"; ignored {', '.join(rejected)}" if rejected else ""
+    return Pairing(HeadSource.NONE, model,
+                   notice=f"{Path(model_path).name} has no MTP head and no sidecar was found beside it{why}: "
+                          "plain decoding")

@@ -1,0 +1,143 @@
+"""A grafted model that exists only as a ``FILE *``: llama.cpp reads a merged GGUF (trunk + head-only
+sidecar) through ``fopencookie`` callbacks that serve the new header from memory and every tensor's bytes
+straight from the trunk and head files. Nothing is written to disk and there is one copy of the embeddings
+and LM head: the head-only sidecar borrows the trunk's.
+
+Linux/glibc only (``fopencookie``); llama.cpp then loads without mmap, as from any ``FILE *``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import ctypes.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import GgufMtpError, UnsupportedError
+from ..ggufio.format import align
+from ..ggufio.writer import encode_header
+from ..surgery import GraftPlan
+
+_ssize_t = ctypes.c_ssize_t
+_READ = ctypes.CFUNCTYPE(_ssize_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char), ctypes.c_size_t)
+_WRITE = ctypes.CFUNCTYPE(_ssize_t, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t)
+_SEEK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int)
+_CLOSE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+class _IoFuncs(ctypes.Structure):
+    _fields_ = [("read", _READ), ("write", _WRITE), ("seek", _SEEK), ("close", _CLOSE)]
+
+
+@dataclass(frozen=True)
+class _Segment:
+    start: int
+    length: int
+    path: Path | None  # None: bytes from ``data``
+    offset: int
+    data: bytes = b""
+
+
+class VirtualGGUF:
+    """The bytes of a GGUF file assembled from a header in memory and ranges of other files."""
+
+    def __init__(self, plan: GraftPlan) -> None:
+        tensors = [t for g in plan.groups for t in g]
+        for t in tensors:
+            if t.source is None:
+                raise UnsupportedError(f"tensor {t.name!r} is re-encoded; a virtual model can only copy bytes")
+        header, offsets = encode_header(plan.kvs, tensors, plan.alignment)
+        segs = [_Segment(0, len(header), None, 0, header)]
+        for t, off in zip(tensors, offsets):
+            path, src_off = t.source  # type: ignore[misc]
+            segs.append(_Segment(len(header) + off, t.nbytes, path, src_off))
+        self.size = len(header) + (align(offsets[-1] + tensors[-1].nbytes, 1) if tensors else 0)
+        self.segments = segs
+        self._starts = [s.start for s in segs]
+        self._fds: dict[Path, int] = {}
+        self.pos = 0
+        self.bytes_served = 0
+
+    def _fd(self, path: Path) -> int:
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = self._fds[path] = os.open(path, os.O_RDONLY)
+        return fd
+
+    def read_into(self, buf: int, size: int) -> int:
+        """Copy up to ``size`` bytes at the current position into C memory at ``buf``."""
+        done = 0
+        while done < size and self.pos < self.size:
+            i = bisect.bisect_right(self._starts, self.pos) - 1
+            seg = self.segments[i]
+            inside = self.pos - seg.start
+            if inside >= seg.length:  # alignment padding between tensors
+                nxt = self.segments[i + 1].start if i + 1 < len(self.segments) else self.size
+                n = min(size - done, nxt - self.pos)
+                ctypes.memset(buf + done, 0, n)
+            else:
+                n = min(size - done, seg.length - inside)
+                if seg.path is None:
+                    ctypes.memmove(buf + done, seg.data[inside:inside + n], n)
+                else:
+                    chunk = os.pread(self._fd(seg.path), n, seg.offset + inside)
+                    if len(chunk) != n:
+                        raise OSError(f"{seg.path}: short read")
+                    ctypes.memmove(buf + done, chunk, n)
+            done += n
+            self.pos += n
+        self.bytes_served += done
+        return done
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+class VirtualFile:
+    """``fopencookie`` FILE* over a :class:`VirtualGGUF`; keep this object alive while llama.cpp reads."""
+
+    def __init__(self, vg: VirtualGGUF) -> None:
+        libc_name = ctypes.util.find_library("c")
+        if libc_name is None:
+            raise UnsupportedError("head-only sidecars need glibc's fopencookie; use a self-contained sidecar")
+        self.libc = ctypes.CDLL(libc_name, use_errno=True)
+        if not hasattr(self.libc, "fopencookie"):
+            raise UnsupportedError("this C library has no fopencookie; use a self-contained sidecar")
+        self.vg = vg
+
+        def _read(cookie: int, buf: ctypes.POINTER(ctypes.c_char), size: int) -> int:  # type: ignore[valid-type]
+            try:
+                return vg.read_into(ctypes.cast(buf, ctypes.c_void_p).value or 0, size)
+            except Exception:  # noqa: BLE001 - must not raise into C
+                return -1
+
+        def _seek(cookie: int, offset: ctypes.POINTER(ctypes.c_int64), whence: int) -> int:  # type: ignore[valid-type]
+            base = {0: 0, 1: vg.pos, 2: vg.size}.get(whence)
+            if base is None:
+                return -1
+            new = base + offset[0]
+            if new < 0:
+                return -1
+            vg.pos = new
+            offset[0] = new
+            return 0
+
+        self._funcs = _IoFuncs(_READ(_read), _WRITE(0), _SEEK(_seek), _CLOSE(lambda c: 0))
+        self.libc.fopencookie.restype = ctypes.c_void_p
+        self.libc.fopencookie.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _IoFuncs]
+        self.fp = self.libc.fopencookie(None, b"rb", self._funcs)
+        if not self.fp:
+            raise GgufMtpError("fopencookie failed")
+        self.libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
+        self.libc.setvbuf(self.fp, None, 0, 1 << 20)  # fully buffered, 1 MiB: fewer Python callbacks
+
+    def close(self) -> None:
+        if self.fp:
+            self.libc.fclose.argtypes = [ctypes.c_void_p]
+            self.libc.fclose(self.fp)
+            self.fp = None
+            self.vg.close()

@@ -1,0 +1,191 @@
+"""`gguf-mtp run` and MTPSession: lossless speculative decoding for every pairing, draft lengths 1-4, long
+prompts and multi-turn chat; acceptance with a head whose answer is known; faults and fallbacks."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from gguf_mtp import surgery
+from gguf_mtp.errors import CompatibilityError, FormatError, GgufMtpError
+from gguf_mtp.ggufio.model import GGUFModel
+from gguf_mtp.ggufio.writer import write_gguf
+from gguf_mtp.runtime import MTPSession, SamplerConfig
+from gguf_mtp.runtime.pairing import HeadSource
+from gguf_mtp_cli.main import main
+
+LONG = ("Multi-token prediction heads let a model guess the next few tokens at once. A draft is checked by the "
+        "full model in one batch, and every token that matches is accepted for free. ") * 2
+ORACLE = {"oracle_head": True, "trunk_scale": 0.5}  # often right, often wrong: exercises every rollback path
+
+
+@pytest.fixture(scope="module")
+def pairings(converted, tmp_path_factory):
+    """family -> {pairing: (model path, mtp argument)} on the oracle fixture."""
+    out = {}
+    for family in ("qwen35", "qwen35moe"):
+        out[family] = {
+            "bundled": (converted(family, "bundled", **ORACLE), "auto"),
+            "self-contained": (converted(family, "trunk-only", **ORACLE), converted(family, "mtp-only", **ORACLE)),
+            "head-only": (converted(family, "trunk-only", **ORACLE), converted(family, "head-only", **ORACLE)),
+        }
+    return out
+
+
+def session(model: Path, mtp, **kw) -> MTPSession:
+    kw.setdefault("n_ctx", 1024)
+    kw.setdefault("n_batch", 32)  # the long prompt spans several batches
+    return MTPSession(model, mtp=mtp, **kw)
+
+
+@pytest.mark.parametrize("family", ["qwen35", "qwen35moe"])
+@pytest.mark.parametrize("pairing", ["bundled", "self-contained", "head-only"])
+def test_greedy_and_seeded_output_is_identical_to_plain_decoding(pairings, family: str, pairing: str) -> None:
+    model, mtp = pairings[family][pairing]
+    with session(model, False) as plain:
+        ref = plain.generate(LONG, max_tokens=48).tokens
+        ref_sampled = plain.generate(LONG, max_tokens=48, sampling=SamplerConfig(temp=0.7, seed=7)).tokens
+    for k in (1, 2, 3, 4):
+        with session(model, mtp, n_draft=k) as s:
+            assert s.pairing.source.value.startswith(pairing.split("-")[0])
+            g = s.generate(LONG, max_tokens=48)
+            assert g.tokens == ref, f"k={k}"
+            assert g.stats.drafted > 0 and 0 < g.stats.accepted < g.stats.drafted  # real accepts and rejects
+            assert s.generate(LONG, max_tokens=48, sampling=SamplerConfig(temp=0.7, seed=7)).tokens == ref_sampled
+
+
+@pytest.mark.parametrize("pairing", ["bundled", "head-only"])
+def test_multi_turn_chat_is_identical_to_plain(pairings, pairing: str) -> None:
+    model, mtp = pairings["qwen35moe"][pairing]
+    turns = ["hello there, how is the weather", "tell me more about the fox", "and the lazy dog?"]
+
+    def conversation(s: MTPSession) -> list[list[int]]:
+        msgs, outs = [{"role": "system", "content": "You are terse."}], []
+        for t in turns:
+            msgs.append({"role": "user", "content": t})
+            g = s.chat(msgs, max_tokens=24)
+            outs.append(g.tokens)
+            msgs.append({"role": "assistant", "content": g.text})
+        return outs
+
+    with session(model, False) as plain:
+        ref = conversation(plain)
+    with session(model, mtp, n_draft=3) as s:
+        assert conversation(s) == ref
+        assert s.stats.drafted > 0
+
+
+@pytest.mark.parametrize("family", ["qwen35", "qwen35moe"])
+@pytest.mark.parametrize("layout", ["bundled", "head-only"])
+def test_a_head_that_is_always_right_is_always_accepted(converted, family: str, layout: str) -> None:
+    """With a trunk that is a bigram model and a head computing the same function, every draft must be
+    accepted: this fails if the converter maps the head wrongly (concat order, norms, layer index)."""
+    kw = {"oracle_head": True, "trunk_scale": 0.0}
+    model = converted(family, "bundled" if layout == "bundled" else "trunk-only", **kw)
+    mtp = "auto" if layout == "bundled" else converted(family, "head-only", **kw)
+    with session(model, mtp, n_draft=4) as s:
+        g = s.generate("The quick brown fox", max_tokens=40)
+        assert g.stats.acceptance_at == [1.0, 1.0, 1.0, 1.0]
+        assert g.stats.mean_accepted_length > 4.0 * 0.9
+
+
+def test_adaptive_draft_length(pairings) -> None:
+    model, mtp = pairings["qwen35"]["bundled"]
+    with session(model, False) as plain:
+        ref = plain.generate(LONG, max_tokens=64).tokens
+    with session(model, mtp, n_draft=4, adaptive=True) as s:
+        g = s.generate(LONG, max_tokens=64)
+        assert g.tokens == ref
+        assert sum(g.stats.draft_lengths.values()) == g.stats.steps
+
+
+def test_p_min_stops_drafts(pairings) -> None:
+    model, mtp = pairings["qwen35"]["bundled"]
+    with session(model, mtp, n_draft=4, p_min=0.999) as s:
+        g = s.generate(LONG, max_tokens=24)
+        assert g.stats.drafted < 4 * g.stats.steps
+
+
+def test_sidecar_found_beside_the_model(converted, tmp_path: Path) -> None:
+    trunk = tmp_path / "m-Q8_0.gguf"
+    trunk.write_bytes(converted("qwen35", "trunk-only", **ORACLE).read_bytes())
+    with session(trunk, "auto") as s:
+        assert s.pairing.source == HeadSource.NONE and "no MTP head" in s.notices[0]
+    (tmp_path / "m-Q8_0-MTP.gguf").write_bytes(converted("qwen35", "head-only", **ORACLE).read_bytes())
+    with session(trunk, "auto") as s:
+        assert s.pairing.source == HeadSource.HEAD_ONLY and s.mtp_enabled
+
+
+def test_faults(converted, tmp_path: Path) -> None:
+    trunk = converted("qwen35", "trunk-only", **ORACLE)
+    with pytest.raises(FormatError, match="no such file"):
+        session(trunk, tmp_path / "missing-MTP.gguf")
+    bad = tmp_path / "bad-MTP.gguf"
+    bad.write_bytes(converted("qwen35", "mtp-only", **ORACLE).read_bytes()[:-64])
+    with pytest.raises(FormatError, match="truncated"):
+        session(trunk, bad)
+    with pytest.raises(CompatibilityError, match="does not fit"):
+        session(trunk, converted("qwen35", "mtp-only", hidden=128))
+    alone = tmp_path / "alone" / "m.gguf"
+    alone.parent.mkdir()
+    alone.write_bytes(trunk.read_bytes())
+    with pytest.raises(GgufMtpError, match="require-mtp: m.gguf has no MTP head"):
+        session(alone, "auto", require_mtp=True)
+    with session(trunk, False, n_ctx=64) as s, pytest.raises(GgufMtpError, match="context is full"):
+        s.generate(LONG * 3, max_tokens=8)
+
+
+def test_a_head_that_fails_to_load_falls_back(converted, tmp_path: Path) -> None:
+    """A sidecar that passes the checks but that llama.cpp rejects (a tensor missing) -> plain decoding."""
+    side = GGUFModel(converted("qwen35", "mtp-only", **ORACLE))
+    broken = tmp_path / "broken-MTP.gguf"
+    tensors = [surgery._copy(t) for n, t in side.tensors.items() if n != "blk.4.attn_k_norm.weight"]
+    write_gguf(broken, side.model_kvs(), tensors)
+    with session(converted("qwen35", "trunk-only", **ORACLE), broken) as s:
+        assert not s.mtp_enabled and "failed to load" in s.notices[0]
+        assert s.generate("hello", max_tokens=4).tokens
+    with pytest.raises(GgufMtpError, match="attn_k_norm"):
+        session(converted("qwen35", "trunk-only", **ORACLE), broken, require_mtp=True)
+
+
+def test_interrupt_keeps_statistics(pairings) -> None:
+    model, mtp = pairings["qwen35"]["bundled"]
+    with session(model, mtp) as s:
+        seen = []
+
+        def on_text(t: str) -> None:
+            seen.append(t)
+            if len(seen) == 5:
+                raise KeyboardInterrupt
+
+        g = s.generate(LONG, max_tokens=40, on_text=on_text)
+        assert g.stopped == "interrupted" and g.stats.emitted >= 5
+        assert s.generate(LONG, max_tokens=8).tokens  # the session still works
+
+
+def test_cli_completion_chat_and_stats(pairings, tmp_path: Path, capsys, monkeypatch) -> None:
+    model, mtp = pairings["qwen35"]["head-only"]
+    stats = tmp_path / "s.json"
+    rc = main(["run", str(model), "--mtp", str(mtp), "-p", "The quick", "-n", "12", "--spec-draft-n-max", "2",
+               "--stats-json", str(stats), "-c", "512"])
+    assert rc == 0
+    import json
+
+    d = json.loads(stats.read_text())
+    assert d["mtp"] == "head-only sidecar" and d["n_draft_max"] == 2 and len(d["acceptance_at"]) == 2
+    err = capsys.readouterr().err
+    assert "MTP: head-only sidecar" in err and "tok/step" in err
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\n/reset\nagain\n"))  # then EOF
+    assert main(["run", str(model), "--mtp", str(mtp), "-n", "6", "-c", "512"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("tok/step") >= 2 and "session:" in err
+    assert main(["run", str(model), "--no-mtp", "--require-mtp", "-p", "x"]) == 2
+    assert main(["run", str(model), "--spec-draft-n-max", "0", "-p", "x"]) == 2
+
+
+def test_qwen3next_runs_plain_with_a_notice(converted) -> None:
+    with session(converted("qwen3next", "bundled"), "auto") as s:
+        assert not s.mtp_enabled and "checkpoints" in s.notices[0]
+        assert s.generate("hello", max_tokens=4).tokens
