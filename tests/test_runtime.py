@@ -4,6 +4,7 @@ prompts and multi-turn chat; acceptance with a head whose answer is known; fault
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,11 @@ def pairings(converted, tmp_path_factory):
     return out
 
 
+NGL = int(os.environ.get("GGUF_MTP_TEST_NGL", "0"))  # bench/gpu.sh runs these tests on a GPU
+
+
 def session(model: Path, mtp, **kw) -> MTPSession:
+    kw.setdefault("n_gpu_layers", NGL)
     kw.setdefault("n_ctx", 1024)
     kw.setdefault("n_batch", 32)  # the long prompt spans several batches
     return MTPSession(model, mtp=mtp, **kw)

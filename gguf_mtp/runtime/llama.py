@@ -38,7 +38,8 @@ def _init() -> None:
     global _initialised
     with _lock:
         if not _initialised:
-            _ll.llama_log_set(_on_log, ctypes.c_void_p(0))
+            if os.environ.get("GGUF_MTP_LLAMA_LOG") != "raw":  # raw: llama.cpp prints to stderr itself
+                _ll.llama_log_set(_on_log, ctypes.c_void_p(0))
             _ll.llama_backend_init()
             _initialised = True
 

@@ -126,6 +126,14 @@ class MTPSession:
             self._contexts.append(mctx)
         self.engine = Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=c.adaptive)
 
+    def set_draft(self, n_draft: int, *, adaptive: bool = False) -> None:
+        """Change the draft length (up to the one the session was opened with) for the next turn."""
+        e = self.engine
+        k = max(1, min(n_draft, self.cfg.n_draft))
+        self.engine = Engine(e.tgt, e.mtp, n_draft=k, p_min=self.cfg.p_min, adaptive=adaptive)
+        self.engine.stats = e.stats
+        self.engine.stats.n_draft_max = k
+
     @property
     def mtp_enabled(self) -> bool:
         return self.engine.mtp is not None

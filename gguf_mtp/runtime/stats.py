@@ -42,7 +42,11 @@ class Stats:
 
     @property
     def acceptance_at(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+        """Acceptance at each draft position that was drafted at all."""
+        n = len(self.drafted_at)
+        while n and not self.drafted_at[n - 1]:
+            n -= 1
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at[:n], self.drafted_at[:n])]
 
     @property
     def mean_accepted_length(self) -> float:

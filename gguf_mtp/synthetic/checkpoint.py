@@ -53,6 +53,7 @@ class SyntheticSpec:
     # it is always right (100% acceptance). 0 < trunk_scale < 1 gives a head that is often right.
     oracle_head: bool = False
     trunk_scale: float = 1.0
+    head_noise: float = 0.0  # oracle head: scale of random output projections in the MTP block (lowers acceptance)
     extra: dict = field(default_factory=dict)
 
     def scaled(self, **kw: object) -> "SyntheticSpec":
@@ -206,7 +207,7 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec()) ->
             elif kind in ("outnorm", "enorm"):
                 kind = "zero"  # offsets 0: weight 1, the same on the trunk's and the head's output norm
             elif kind == "wout" and mtp:
-                kind = "zero"  # the MTP block adds nothing to the residual stream
+                kind = "noise" if spec.head_noise else "zero"  # the MTP block adds (almost) nothing
         elif kind in ("fc", "outnorm", "enorm"):
             kind = "w" if kind == "fc" else "norm"
 
@@ -216,6 +217,8 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec()) ->
             elif kind == "identity_left":
                 x = np.concatenate([np.eye(shape[0], dtype=np.float32), np.zeros(shape, np.float32)[:, shape[0]:]],
                                    axis=1).reshape(-1)
+            elif kind == "noise":
+                x = rand.f32(n) * spec.head_noise
             elif kind == "wout":
                 x = rand.f32(n) * (spec.trunk_scale if spec.oracle_head else 1.0)
             elif kind == "w":

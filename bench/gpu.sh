@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# GPU verification on a machine without network (the device tool): build llama-cpp-python with CUDA from a
+# trimmed copy of its sdist, then run the runtime tests and the run benchmark on the GPU.
+#   bash bench/gpu.sh build    # ~5-9 min on 16 cores
+#   bash bench/gpu.sh test     # tests/test_runtime.py with every layer on the GPU
+#   bash bench/gpu.sh bench [SIZE_GB]
+# Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz and .carry/whl/{gguf,diskcache}-*.whl (see README).
+set -euo pipefail
+export PYTHONUNBUFFERED=1
+OUT="${OUT:-/tmp/gguf-mtp-out}"
+mkdir -p "$OUT"
+SITE=/tmp/site
+py() { PYTHONPATH="$SITE" python3 "$@"; }
+case "${1:-}" in
+build)
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .carry/whl/*.whl
+    rm -rf /tmp/b && mkdir -p /tmp/b && tar xzf .carry/llama_cpp_python-0.3.36-trim.tar.gz -C /tmp/b
+    ( cd /tmp/b/llama_cpp_python-0.3.36 &&
+      CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAVA_BUILD=off" \
+      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+      python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/wheel . ) 2>&1 | tail -20
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" /tmp/wheel/llama_cpp_python-*.whl
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" .
+    py -c "import llama_cpp; print('llama_cpp', llama_cpp.__version__, 'GPU offload:', llama_cpp.llama_supports_gpu_offload())"
+    ;;
+test)
+    cd "$(mktemp -d)" && cp -r "$OLDPWD/tests" . && GGUF_MTP_TEST_NGL=99 py -m pytest -q -p no:cacheprovider tests/test_runtime.py 2>&1 | tee "$OUT/gpu-tests.log" | tail -15
+    ;;
+bench)
+    py bench/run.py --make "${2:-8}" --ngl 99 --threads "$(nproc)" -n 128 --repeats 2 --workdir /tmp/gguf-mtp-bench \
+        --out "$OUT/run-gpu.json" 2>&1 | tee "$OUT/run-gpu.txt"
+    ;;
+*) echo "usage: bash bench/gpu.sh build|test|bench [SIZE_GB]" >&2; exit 2 ;;
+esac
