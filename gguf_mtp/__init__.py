@@ -11,10 +11,17 @@ Example:
     <Layout.BUNDLED: 'bundled'>
 """
 
-from .convert import ConvertResult, convert
-from .errors import GgufMtpError
-from .inspect import FileReport, inspect_file
-from .layout import Layout
+# Load llama.cpp's libraries before numpy: a CUDA build whose libggml-cuda exports its own copy of libstdc++
+# symbols crashes at model load when numpy's libraries came first (seen with CUDA 13 on an H200).
+try:
+    import llama_cpp.llama_cpp  # noqa: F401
+except Exception:  # noqa: BLE001 - llama-cpp-python missing or broken: only the runtime needs it
+    pass
+
+from .convert import ConvertResult, convert  # noqa: E402
+from .errors import GgufMtpError  # noqa: E402
+from .inspect import FileReport, inspect_file  # noqa: E402
+from .layout import Layout  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["convert", "ConvertResult", "inspect_file", "FileReport", "Layout", "GgufMtpError", "__version__"]
