@@ -24,7 +24,8 @@ build)
     py -c "import llama_cpp; print('llama_cpp', llama_cpp.__version__, 'GPU offload:', llama_cpp.llama_supports_gpu_offload())"
     ;;
 test)
-    cd "$(mktemp -d)" && cp -r "$OLDPWD/tests" . && GGUF_MTP_TEST_NGL=99 py -m pytest -q -p no:cacheprovider tests/test_runtime.py 2>&1 | tee "$OUT/gpu-tests.log" | tail -15
+    # llama.cpp's libraries must load before any pytest plugin imports numpy (see gguf_mtp/__init__.py)
+    cd "$(mktemp -d)" && cp -r "$OLDPWD/tests" . && GGUF_MTP_TEST_NGL=99 py -c "import llama_cpp.llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/test_runtime.py']))" 2>&1 | tee "$OUT/gpu-tests.log" | tail -15
     ;;
 bench)
     py bench/run.py --make "${2:-8}" --ngl 99 --threads "$(nproc)" -n 128 --repeats 2 --workdir /tmp/gguf-mtp-bench \
