@@ -34,10 +34,17 @@ def make_model(work: Path, size_gb: float, head_noise: float, threads: int) -> t
     from gguf_mtp import convert
     from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
 
-    layers = max(4, round(size_gb * 1e9 / 1.03 / 66e6 / 4) * 4)
-    spec = SyntheticSpec("qwen35", layers=layers, hidden=2048, heads=16, kv_heads=4, head_dim=128,
-                         intermediate=8192, lin_k_heads=8, lin_v_heads=16, lin_head_dim=128, vocab_size=32768,
-                         oracle_head=True, trunk_scale=0.0, head_noise=head_noise, n_shards=4)
+    if size_gb >= 4:  # Qwen3.5-9B widths (hidden 4096): ~232 MB of Q8_0 per layer
+        widths = dict(hidden=4096, heads=16, kv_heads=4, head_dim=256, intermediate=12288, lin_k_heads=16,
+                      lin_v_heads=32, lin_head_dim=128, vocab_size=65536)
+        per_layer, emb = 232e6, 2 * 65536 * 4096 * 1.0625
+    else:  # small widths for CPU runs
+        widths = dict(hidden=2048, heads=16, kv_heads=4, head_dim=128, intermediate=8192, lin_k_heads=8,
+                      lin_v_heads=16, lin_head_dim=128, vocab_size=32768)
+        per_layer, emb = 70e6, 2 * 32768 * 2048 * 1.0625
+    layers = max(4, round((size_gb * 1e9 - emb) / per_layer / 4) * 4)
+    spec = SyntheticSpec("qwen35", layers=layers, **widths, oracle_head=True, trunk_scale=0.0,
+                         head_noise=head_noise, n_shards=4)
     ck = work / f"bench-ckpt-{size_gb}-{head_noise}"
     if not (ck / "config.json").exists():
         write_checkpoint(ck, spec)

@@ -213,6 +213,9 @@ class Context:
         if rc != 0:
             raise GgufMtpError(f"{self.model.path}: llama_decode failed with code {rc}: {last_error()}")
 
+    def synchronize(self) -> None:
+        _ll.llama_synchronize(self.ptr)
+
     def seq_rm(self, p0: int, p1: int = -1) -> bool:
         """Drop positions [p0, p1) of sequence 0 (recurrent state rolls back within n_rs_seq)."""
         return bool(_ll.llama_memory_seq_rm(self.mem, 0, p0, p1))

@@ -50,10 +50,11 @@ class Engine:
 
     # -- low-level ---------------------------------------------------------------------------
     def _decode(self, ctx: Context, batch: Batch) -> float:
+        """Decode and wait for the device, so the time measured is llama.cpp's (GPU back-ends run async)."""
         t = time.perf_counter()
         ctx.decode_batch(batch)
-        dt = time.perf_counter() - t
-        return dt
+        ctx.synchronize()
+        return time.perf_counter() - t
 
     def _remember_h(self, pos0: int, rows: np.ndarray) -> None:
         for i, row in enumerate(rows):
