@@ -3,7 +3,7 @@
 # trimmed copy of its sdist, then run the runtime tests and the run benchmark on the GPU.
 #   bash bench/gpu.sh build    # ~5-9 min on 16 cores
 #   bash bench/gpu.sh test     # tests/test_runtime.py with every layer on the GPU
-#   bash bench/gpu.sh bench [SIZE_GB]
+#   bash bench/gpu.sh bench [SIZE_GB] [HEAD_NOISE]
 # Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz and .carry/whl/{gguf,diskcache}-*.whl (see README).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
@@ -28,7 +28,7 @@ test)
     cd "$(mktemp -d)" && cp -r "$OLDPWD/tests" . && GGUF_MTP_TEST_NGL=99 py -c "import llama_cpp.llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/test_runtime.py']))" 2>&1 | tee "$OUT/gpu-tests.log" | tail -15
     ;;
 bench)
-    py bench/run.py --make "${2:-8}" --ngl 99 --threads "$(nproc)" -n 128 --repeats 2 --workdir /tmp/gguf-mtp-bench \
+    py bench/run.py --make "${2:-8}" --head-noise "${3:-0.15}" --ngl 99 --threads "$(nproc)" -n 128 --repeats 2 --workdir /tmp/gguf-mtp-bench \
         --out "$OUT/run-gpu.json" 2>&1 | tee "$OUT/run-gpu.txt"
     ;;
 *) echo "usage: bash bench/gpu.sh build|test|bench [SIZE_GB]" >&2; exit 2 ;;

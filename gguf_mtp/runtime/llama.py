@@ -134,6 +134,10 @@ class Batch:
             self._nseq[i] = 1
         self._logits = (ctypes.c_int8 * capacity)()
         self.embd = np.zeros((capacity, n_embd), dtype=np.float32) if n_embd else None
+        # numpy views over the ctypes arrays, for filling a whole batch without a Python loop
+        self.tok_np = np.ctypeslib.as_array(self._tok)
+        self.pos_np = np.ctypeslib.as_array(self._pos)
+        self.logits_np = np.ctypeslib.as_array(self._logits)
         self.batch = _ll.llama_batch()
         self.batch.token = self._tok
         self.batch.pos = self._pos
@@ -146,6 +150,22 @@ class Batch:
 
     def clear(self) -> None:
         self.n = 0
+
+    def fill(self, tokens: "np.ndarray | list[int]", pos0: int, *, last_logits: bool = False,
+             embd: np.ndarray | None = None) -> None:
+        """Set the whole batch at once: ``tokens`` at ``pos0..``, logits for the last one only if asked,
+        and (MTP batches) one hidden row per token."""
+        n = len(tokens)
+        if n > self.capacity:
+            raise GgufMtpError(f"batch capacity {self.capacity} exceeded")
+        self.tok_np[:n] = tokens
+        self.pos_np[:n] = np.arange(pos0, pos0 + n)
+        self.logits_np[:n] = 0
+        if last_logits:
+            self.logits_np[n - 1] = 1
+        if self.embd is not None and embd is not None:
+            self.embd[:n] = embd
+        self.n = n
 
     def add(self, token: int, pos: int, *, logits: bool, embd: np.ndarray | None = None) -> int:
         i = self.n

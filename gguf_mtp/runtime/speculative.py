@@ -67,9 +67,11 @@ class Engine:
         """Give the MTP context tokens at pos0.. paired with the target's hidden row of the previous position."""
         assert self.mtp is not None and self.mbatch is not None
         b = self.mbatch
-        b.clear()
-        for i, t in enumerate(toks):
-            b.add(t, pos0 + i, logits=False, embd=self.pending_h if i == 0 else rows[i - 1])
+        n = len(toks)
+        b.fill(toks, pos0)
+        assert b.embd is not None
+        b.embd[0] = self.pending_h
+        b.embd[1:n] = rows[: n - 1]
         return self._decode(self.mtp, b)
 
     # -- prompt ------------------------------------------------------------------------------
@@ -94,9 +96,7 @@ class Engine:
             if pos0 + len(chunk) + self.n_draft_max + 1 > self.tgt.n_ctx:
                 raise ContextFull(self.tgt.n_ctx)
             b = self.tbatch
-            b.clear()
-            for i, t in enumerate(chunk):
-                b.add(t, pos0 + i, logits=False)
+            b.fill(chunk, pos0)
             self._decode(self.tgt, b)
             if self.mtp is not None:
                 rows = self.tgt.h_rows(len(chunk))
