@@ -45,8 +45,8 @@ class Engine:
         self.h_hist: dict[int, np.ndarray] = {}  # recent target hidden rows by position (chat rollback)
         self.stats = Stats(n_draft_max=self.n_draft_max)
         self.k = self.n_draft_max
-        self._verify_cost: dict[int, float] = {}
-        self._draft_cost = 0.0
+        self._verify_cost: dict[int, float] = {}  # draft length -> seconds to verify it (EMA)
+        self._draft_cost = 0.0  # seconds per MTP draft step (EMA)
 
     # -- low-level ---------------------------------------------------------------------------
     def _decode(self, ctx: Context, batch: Batch) -> float:
@@ -160,10 +160,12 @@ class Engine:
             raise ContextFull(self.tgt.n_ctx)
         llama_t = 0.0
         drafts: list[int] = []
+        draft_t = 0.0
         if self.mtp is not None:
-            k = min(self.k, room - 1)
+            k = min(self._next_k(), room - 1)
             if k > 0:
-                drafts, llama_t = self._draft(k)
+                drafts, draft_t = self._draft(k)
+                llama_t = draft_t
         b = self.tbatch
         b.clear()
         b.add(self.id_last, n_past, logits=True)
@@ -186,7 +188,7 @@ class Engine:
             self.pending_h = rows[j].copy()
             if drafts:
                 self.stats.record(len(drafts), j)
-                self._learn(len(drafts), tv)
+                self._learn(len(drafts), tv, draft_t)
         if j < len(drafts):
             if not self.tgt.seq_rm(n_past + j + 1):
                 raise GgufMtpError("the target context cannot roll back rejected drafts (recurrent state without "
@@ -216,30 +218,39 @@ class Engine:
             self.stats.decode_seconds += time.perf_counter() - t0
 
     # -- adaptive draft length ---------------------------------------------------------------
-    def _learn(self, k: int, verify_seconds: float) -> None:
-        """Pick the draft length that maximises expected tokens per second from what was measured so far:
-        E[tokens | k] = 1 + sum_{i<=k} prod_{m<=i} a_m over the cost of verifying k+1 tokens plus k drafts."""
-        c = self._verify_cost
-        c[k] = verify_seconds if k not in c else 0.9 * c[k] + 0.1 * verify_seconds
-        if not self.adaptive or self.stats.steps < 8 or self.stats.steps % 4:
-            return
-        acc = self.stats.acceptance_at
-        base = c.get(min(c), verify_seconds)
-        best, best_rate = self.k, -1.0
-        for kk in range(1, self.n_draft_max + 1):
-            expected, run = 1.0, 1.0
-            for m in range(kk):
-                a = acc[m] if m < len(acc) and self.stats.drafted_at[m] >= 4 else (acc[m - 1] if m and m - 1 < len(acc) else 0.5)
-                run *= a
-                expected += run
-            cost = c.get(kk, base * (1 + 0.15 * (kk - min(c)))) + kk * self._draft_step_cost()
-            if expected / cost > best_rate:
-                best, best_rate = kk, expected / cost
-        self.k = best
+    EXPLORE_ROUNDS = 3  # each draft length 1..n_draft_max is tried this many times before choosing
 
-    def _draft_step_cost(self) -> float:
-        # an MTP step runs one block of the model: cheap next to a verify
-        return 0.05 * min(self._verify_cost.values())
+    def _next_k(self) -> int:
+        """Draft length for the next step: measured round-robin first, then the best expected rate."""
+        if not self.adaptive:
+            return self.k
+        n = self.stats.steps
+        if n < self.EXPLORE_ROUNDS * self.n_draft_max:
+            return 1 + n % self.n_draft_max
+        if n % 8 == 0:
+            self.k = self._best_k()
+        return self.k
+
+    def _learn(self, k: int, verify_seconds: float, draft_seconds: float) -> None:
+        c = self._verify_cost
+        c[k] = verify_seconds if k not in c else 0.8 * c[k] + 0.2 * verify_seconds
+        per_step = draft_seconds / max(1, k)
+        self._draft_cost = per_step if not self._draft_cost else 0.8 * self._draft_cost + 0.2 * per_step
+
+    def _best_k(self) -> int:
+        """argmax_k E[tokens | k] / (verify(k) + k * draft), with E[tokens | k] = 1 + sum_i prod_{m<=i} a_m from
+        the measured acceptance at each draft position and the measured verify and draft times."""
+        acc = self.stats.acceptance_at
+        best, best_rate = self.k, -1.0
+        for k in sorted(self._verify_cost):
+            expected, run = 1.0, 1.0
+            for m in range(k):
+                run *= acc[m] if m < len(acc) else 0.0
+                expected += run
+            rate = expected / (self._verify_cost[k] + k * self._draft_cost)
+            if rate > best_rate:
+                best, best_rate = k, rate
+        return best
 
 
 class ContextFull(GgufMtpError):
