@@ -21,23 +21,21 @@ with MTPSession(path, n_gpu_layers=ngl, n_ctx=1024, n_batch=32, n_draft=1) as s:
 i = next((j for j, (a, b) in enumerate(zip(ref, out)) if a != b), None)
 print("first difference at", i, "plain", ref[i] if i is not None else None, "mtp", out[i] if i is not None else None)
 if i is not None:
-    with MTPSession(path, mtp=False, n_gpu_layers=ngl, n_ctx=1024, n_batch=32) as p:
-        e = p.engine
-        prompt = p.model.tokenize(LONG)
-        e.feed(prompt + ref[:i])          # everything before position i decoded; ref[i-1] pending
-        b = Batch(4)
-        n = len(e.tokens)
-        b.add(e.id_last, n, logits=True)
-        e.tgt.decode_batch(b)
-        single = e.tgt.logits(0)
-        e.tgt.seq_rm(n)
-        b.clear()
-        b.add(e.id_last, n, logits=True)
-        b.add(ref[i], n + 1, logits=True)
-        e.tgt.decode_batch(b)
-        batched = e.tgt.logits(0)
-    top = np.argsort(-single)[:2]
-    print("single: top-2 tokens", top.tolist(), "margin", float(single[top[0]] - single[top[1]]))
-    topb = np.argsort(-batched)[:2]
-    print("batched: top-2 tokens", topb.tolist(), "margin", float(batched[topb[0]] - batched[topb[1]]))
-    print("max |single - batched| over the vocabulary", float(np.abs(single - batched).max()))
+    prompt = None
+    logits = {}
+    for mode, toks in (("single", 1), ("batched", 2)):
+        with MTPSession(path, mtp=False, n_gpu_layers=ngl, n_ctx=1024, n_batch=32) as p:
+            e = p.engine
+            prompt = p.model.tokenize(LONG)
+            e.feed(prompt + ref[:i])  # positions before i decoded; ref[i-1] pending at position n
+            n = len(e.tokens)
+            b = Batch(4)
+            b.add(e.id_last, n, logits=True)
+            if toks == 2:
+                b.add(ref[i], n + 1, logits=True)
+            e.tgt.decode_batch(b)
+            logits[mode] = e.tgt.logits(0)
+    for mode, lg in logits.items():
+        top = np.argsort(-lg)[:2]
+        print(f"{mode}: top-2 tokens {top.tolist()} margin {float(lg[top[0]] - lg[top[1]]):.6f}")
+    print("max |single - batched| over the vocabulary", float(np.abs(logits["single"] - logits["batched"]).max()))

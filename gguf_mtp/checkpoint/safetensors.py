@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import FormatError, UnsupportedError
+from ..ggufio.format import n_elements
 from ..quant import bf16_to_f32
 
 # safetensors dtype -> (bytes per element, numpy storage dtype)
@@ -43,10 +44,7 @@ class TensorRef:
 
     @property
     def n_elements(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return n_elements(self.shape)
 
     @property
     def itemsize(self) -> int:

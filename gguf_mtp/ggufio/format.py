@@ -49,12 +49,17 @@ def is_known_type(ggml_type: int) -> bool:
         return False
 
 
-def tensor_nbytes(shape: tuple[int, ...], ggml_type: int) -> int:
-    """Bytes of a tensor of ``shape`` (ggml order, ne0 first) stored as ``ggml_type``."""
-    block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+def n_elements(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape:
         n *= d
+    return n
+
+
+def tensor_nbytes(shape: tuple[int, ...], ggml_type: int) -> int:
+    """Bytes of a tensor of ``shape`` (ggml order, ne0 first) stored as ``ggml_type``."""
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    n = n_elements(shape)
     if shape and shape[0] % block:
         raise ValueError(f"row length {shape[0]} is not a multiple of the {type_name(ggml_type)} block ({block})")
     return n // block * size

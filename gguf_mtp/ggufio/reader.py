@@ -25,6 +25,7 @@ from .format import (
     SCALAR_DTYPES,
     SUPPORTED_VERSIONS,
     is_known_type,
+    n_elements,
     tensor_nbytes,
     type_name,
 )
@@ -46,10 +47,7 @@ class TensorInfo:
 
     @property
     def n_elements(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return n_elements(self.shape)
 
 
 class _Cursor:
