@@ -9,7 +9,7 @@ import typer
 
 from gguf_mtp.errors import GgufMtpError
 
-from . import convert_cmd, extract_cmd, inspect_cmd, run_cmd
+from . import convert_cmd, extract_cmd, inspect_cmd, quantize_cmd, run_cmd
 
 app = typer.Typer(
     name="gguf-mtp",
@@ -22,6 +22,7 @@ app.command("convert", no_args_is_help=True)(convert_cmd.convert)
 app.command("inspect", no_args_is_help=True)(inspect_cmd.inspect)
 app.command("extract", no_args_is_help=True)(extract_cmd.extract)
 app.command("run", no_args_is_help=True)(run_cmd.run)
+app.command("quantize", no_args_is_help=True)(quantize_cmd.quantize)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,37 @@
+"""``gguf-mtp quantize``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gguf_mtp.progress import human_bytes
+from gguf_mtp.quantize import quantize_model
+
+
+def quantize(
+    src: Path = typer.Argument(..., help="Input GGUF (bundled model, trunk-only model or MTP sidecar; f32/f16/bf16/q8_0)."),
+    dst: Path = typer.Argument(..., help="Output GGUF."),
+    qtype: str = typer.Argument(..., help="Any llama-quantize type: Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, Q4_0, ..."),
+    mtp_type: str = typer.Option("q8_0", "--mtp-type", help="Type of the MTP head's matrices ('same' = as the trunk)."),
+    imatrix: Optional[Path] = typer.Option(None, "--imatrix", help="Importance matrix from llama-imatrix (GGUF or .dat)."),
+    threads: int = typer.Option(0, "--threads", "-t", help="Quantization threads (0: all cores)."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing output."),
+) -> None:
+    """Quantize with llama.cpp's quantizer, keeping the MTP head at Q8_0.
+
+    Examples:
+
+      gguf-mtp quantize Qwen3.5-9B-BF16.gguf Qwen3.5-9B-Q4_K_M.gguf Q4_K_M
+
+      gguf-mtp quantize Qwen3.5-9B-BF16.gguf Qwen3.5-9B-IQ4_XS.gguf IQ4_XS --imatrix imatrix.gguf
+    """
+    r = quantize_model(src, dst, qtype, mtp_type=None if mtp_type.lower() == "same" else mtp_type,
+                       imatrix=imatrix, threads=threads, force=force)
+    for n in r.notes:
+        typer.echo(f"note: {n}", err=True)
+    head = {t.type for t in r.report.mtp_tensors if len(t.shape) > 1}
+    typer.echo(f"wrote {r.path} ({r.report.layout.value}, {r.ftype}, head {'/'.join(sorted(head)) or '-'}, "
+               f"{human_bytes(r.report.file_size)}) in {r.seconds:.1f} s")

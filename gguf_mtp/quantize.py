@@ -1,0 +1,85 @@
+"""``gguf-mtp quantize``: llama.cpp's quantizer (any type, K-quants included) with the MTP head pinned.
+
+The head's blocks get ``mtp_type`` (Q8_0 by default) through tensor-type overrides, not a fork of the
+quantizer; an importance matrix without entries for the head (the usual case: imatrix runs do not reach
+the MTP block) is fine because the pinned type needs none. The layout is kept: a bundled model stays
+bundled, a sidecar is quantized on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf import GGMLQuantizationType
+
+from .errors import GgufMtpError, UnsupportedError
+from .ggufio.model import GGUFModel
+from .imatrix import load_imatrix
+from .inspect import FileReport, inspect_file
+from .surgery import find_head
+
+#: types that cannot be made without an importance matrix (llama.cpp refuses them otherwise)
+NEEDS_IMATRIX = {"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S"}
+
+
+@dataclass
+class QuantizeResult:
+    path: Path
+    ftype: str
+    mtp_type: str | None
+    report: FileReport
+    seconds: float
+    notes: list[str]
+
+
+def parse_ggml_type(name: str, option: str = "--mtp-type") -> GGMLQuantizationType:
+    try:
+        return GGMLQuantizationType[name.upper()]
+    except KeyError:
+        raise UnsupportedError(f"{option} {name!r} is not a ggml type (e.g. q8_0, q6_k, f16)") from None
+
+
+def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *,
+                   mtp_type: str | None = "q8_0", imatrix: str | os.PathLike[str] | None = None,
+                   threads: int = 0, force: bool = False) -> QuantizeResult:
+    """Quantize a model or sidecar to ``ftype`` with its MTP head at ``mtp_type`` (None: as the trunk).
+
+    Example:
+        >>> quantize_model("Qwen3.5-9B-BF16.gguf", "Qwen3.5-9B-Q4_K_M.gguf", "Q4_K_M")   # doctest: +SKIP
+    """
+    from .runtime.quantize import quantize
+
+    t0 = time.perf_counter()
+    m = GGUFModel(src)
+    if m.is_split:
+        raise UnsupportedError(f"{m.path}: split input; merge it first (llama-gguf-split --merge) or quantize a single file")
+    head = find_head(m)
+    notes: list[str] = []
+    overrides: list[tuple[str, int]] = []
+    mt = None
+    if head is not None and mtp_type is not None:
+        mt = parse_ggml_type(mtp_type)
+        layers = "|".join(str(head.n_trunk + i) for i in range(head.n_mtp))
+        overrides.append((rf"^blk\.({layers})\.", int(mt)))
+    elif head is None:
+        notes.append("no MTP head in this file: quantized as a plain model")
+    im = load_imatrix(imatrix) if imatrix else None
+    if im is not None and head is not None:
+        head_names = {t.name for t in head.tensors}
+        if not head_names & set(im):
+            notes.append(f"the importance matrix has no entries for the MTP head; its {len(head_names)} tensors are "
+                         f"quantized without it (at {mt.name if mt else ftype.upper()})")
+            if mt is not None and mt.name in NEEDS_IMATRIX or mt is None and ftype.upper() in NEEDS_IMATRIX:
+                raise GgufMtpError(f"{imatrix}: no importance data for the MTP head, which {mt.name if mt else ftype} "
+                                   "needs; keep the head at --mtp-type q8_0")
+    if im is None and ftype.upper() in NEEDS_IMATRIX:
+        raise GgufMtpError(f"{ftype} needs an importance matrix: pass --imatrix FILE (from llama-imatrix)")
+    out = quantize(m.path, dst, ftype, threads=threads, force=force, tensor_types=overrides, imatrix=im)
+    report = inspect_file(out)
+    before = inspect_file(m.path)
+    if report.layout != before.layout:
+        raise GgufMtpError(f"{out}: layout changed from {before.layout.value} to {report.layout.value}; please report this")
+    return QuantizeResult(out, ftype.upper(), mt.name if mt else None, report, time.perf_counter() - t0, notes)
