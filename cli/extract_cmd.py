@@ -7,12 +7,17 @@ from typing import Optional
 
 import typer
 
+import os
+import tempfile
+
 from gguf_mtp import surgery
+from gguf_mtp.checkpoint.hub import looks_like_repo_id
+from gguf_mtp.convert import convert as _convert
 from gguf_mtp.progress import human_bytes
 
 
 def extract(
-    source: Path = typer.Argument(..., help="GGUF with an MTP head: a bundled model or an MTP sidecar (any shard of a split set)."),
+    source: str = typer.Argument(..., help="GGUF with an MTP head (bundled model or sidecar; any shard of a split set), or a Hub repo id of an HF checkpoint: then only the head's bytes are downloaded."),
     onto: Optional[Path] = typer.Option(None, "--onto", help="Graft: put SOURCE's head onto this model (a quant without a head)."),
     strip: bool = typer.Option(False, "--strip", help="Write SOURCE without its head (trunk-only)."),
     outfile: Optional[Path] = typer.Option(None, "--outfile", "-o", help="Output file; a split output gets -0000i-of-0000N suffixes."),
@@ -21,6 +26,8 @@ def extract(
     replace: bool = typer.Option(False, "--replace", help="With --onto: replace a head TARGET already has."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite existing output files."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision, for a repo id SOURCE."),
+    outtype: str = typer.Option("q8_0", "--outtype", help="Type of the embeddings in a self-contained sidecar made from a repo id."),
 ) -> None:
     """Take the MTP head out of a GGUF (sidecar), strip it, or graft it onto another quant.
 
@@ -40,6 +47,9 @@ def extract(
         raise typer.BadParameter("--head-only applies to sidecars (plain extract)")
     if replace and onto is None:
         raise typer.BadParameter("--replace applies to --onto")
+    if not Path(source).exists() and looks_like_repo_id(source):
+        _from_hub(source, onto, strip, outfile, head_only, mtp_type, replace, force, quiet, revision, outtype)
+        return
     if onto is not None:
         r = surgery.graft(source, onto, outfile, replace=replace, mtp_type=mtp_type, force=force, progress=not quiet)
     elif strip:
@@ -53,3 +63,33 @@ def extract(
     names = ", ".join(str(p) for p in r.paths) if len(r.paths) <= 2 else f"{r.paths[0]} ... ({len(r.paths)} shards)"
     typer.echo(f"{r.op}: wrote {names} ({r.n_tensors} tensors, {human_bytes(r.bytes_written)}) in {r.seconds:.1f} s; "
                f"read {human_bytes(r.bytes_read)}")
+
+
+def _from_hub(repo: str, onto: Optional[Path], strip: bool, outfile: Optional[Path], head_only: bool,
+              mtp_type: Optional[str], replace: bool, force: bool, quiet: bool, revision: Optional[str],
+              outtype: str) -> None:
+    """SOURCE is a Hub checkpoint: fetch only the head's byte ranges, make the sidecar, graft it if asked."""
+    if strip:
+        raise typer.BadParameter("--strip needs a GGUF file, not a repo id")
+    mt = mtp_type or "q8_0"
+    if onto is None:
+        r = _convert(repo, outfile=outfile, outtype=outtype, layout="head-only" if head_only else "mtp-only",
+                     mtp_type=mt, force=force, revision=revision, progress=not quiet)
+        for note in r.notes:
+            typer.echo(f"note: {note}", err=True)
+        typer.echo(f"extract: wrote {r.path} ({r.layout.value}, {r.n_tensors} tensors, {human_bytes(r.bytes_out)})")
+        return
+    out_dir = (outfile.parent if outfile else Path.cwd())
+    fd, tmp = tempfile.mkstemp(prefix=".head-", suffix=".gguf", dir=out_dir)
+    os.close(fd)
+    try:
+        r = _convert(repo, outfile=tmp, layout="head-only", mtp_type=mt, force=True, revision=revision,
+                     progress=not quiet)
+        for note in r.notes:
+            typer.echo(f"note: {note}", err=True)
+        g = surgery.graft(tmp, onto, outfile, replace=replace, force=force, progress=not quiet)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    for note in g.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"graft: wrote {', '.join(str(p) for p in g.paths)} ({g.n_tensors} tensors, {human_bytes(g.bytes_written)})")

@@ -11,7 +11,7 @@ from pathlib import Path
 from gguf import GGMLQuantizationType, GGUFValueType
 
 from .checkpoint.folder import Checkpoint
-from .checkpoint.hub import resolve_model
+from .checkpoint.hub import looks_like_repo_id, resolve_model
 from .checkpoint.tokenizer import tokenizer_kvs
 from .encode import out_tensor
 from .errors import MissingTensorError, UnsupportedError
@@ -26,6 +26,7 @@ from .progress import Progress
 from .quant import FILE_TYPES, choose_type, parse_outtype
 
 QUANT_VERSION = 2
+PARTIAL_MARKER = ".gguf-mtp-ranges.json"  # written by checkpoint.remote in head-only fetches
 
 
 @dataclass
@@ -42,9 +43,10 @@ class ConvertResult:
     notes: list[str] = field(default_factory=list)
 
 
-def default_outfile(model_dir: Path, outtype: str, layout: Layout) -> Path:
+def default_outfile(model: str | Path, outtype: str, layout: Layout) -> Path:
     suffix = MTP_SUFFIX if layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY) else ""
-    return Path.cwd() / f"{model_dir.resolve().name}-{outtype.upper()}{suffix}.gguf"
+    base = str(model).rstrip("/").split("/")[-1] if looks_like_repo_id(str(model)) else Path(model).resolve().name
+    return Path.cwd() / f"{base}-{outtype.upper()}{suffix}.gguf"
 
 
 def general_kvs(arch: str, name: str, file_type: GGMLQuantizationType) -> list[KV]:
@@ -95,10 +97,23 @@ def convert(
     if layout not in (Layout.BUNDLED, Layout.TRUNK_ONLY, Layout.MTP_ONLY, Layout.HEAD_ONLY):
         raise UnsupportedError(f"layout {layout.value!r} cannot be written")
     trunk_t, mtp_t = parse_outtype(outtype), parse_outtype(mtp_type, "--mtp-type")
-    root = resolve_model(model, revision=revision)
+    notes: list[str] = []
+    sidecar = layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY)
+    if sidecar and looks_like_repo_id(str(model)):
+        # a sidecar from the Hub: fetch only the head's bytes (and the embeddings for a self-contained one)
+        from .checkpoint.remote import fetch_head_checkpoint
+
+        rep = fetch_head_checkpoint(str(model), revision=revision, layout=layout.value)
+        root = rep.folder
+        notes.append(f"fetched {rep.bytes_fetched / 1e6:.1f} MB in {rep.requests} range requests "
+                     f"({rep.header_bytes / 1e3:.1f} kB of headers) of {rep.shard_bytes / 1e6:.1f} MB of shards")
+    else:
+        root = resolve_model(model, revision=revision)
+    if not sidecar and (root / PARTIAL_MARKER).exists():
+        raise UnsupportedError(f"{root}: a partial checkpoint (only the MTP head was fetched); convert the full "
+                               "repo id or a complete download instead")
     ck = Checkpoint.open(root)
     family = family_class(ck.config, str(root / "config.json"))(ck)
-    notes: list[str] = []
     n_mtp = family.mtp_layers()
     if layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY) and n_mtp == 0:
         raise MissingTensorError(family.mtp_missing())
@@ -113,7 +128,8 @@ def convert(
         embeddings=layout != Layout.HEAD_ONLY,
     )
     file_type = mtp_t if layout == Layout.HEAD_ONLY else trunk_t
-    name = str(ck.config.get("_name_or_path") or root.resolve().name)
+    name = str(ck.config.get("_name_or_path") or (str(model).split("/")[-1] if looks_like_repo_id(str(model))
+                                                  else root.resolve().name))
     kvs = general_kvs(plan.arch, name.rstrip("/").split("/")[-1], file_type) + plan.kvs
     if layout == Layout.HEAD_ONLY:
         kvs.append(KV.array(K.arch_key(K.K_SHARED_TARGET_TENSORS, plan.arch), GGUFValueType.STRING,
@@ -124,9 +140,9 @@ def convert(
         raise UnsupportedError(f"{root}: tokenizer has {n_tokens} tokens but embed_tokens has "
                                f"{family.vocab} rows; llama.cpp needs them equal")  # type: ignore[attr-defined]
 
-    out = Path(outfile) if outfile else default_outfile(root, outtype, layout)
+    out = Path(outfile) if outfile else default_outfile(model, outtype, layout)
     if out.is_dir():
-        out = out / default_outfile(root, outtype, layout).name
+        out = out / default_outfile(model, outtype, layout).name
     inputs = [s.ref.path for t in plan.tensors for s in t.sources]
     check_output(out, force=force, inputs=set(inputs))
 

@@ -29,9 +29,12 @@ def resolve_model(model: str | Path, *, revision: str | None = None, local_dir: 
         from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
     except ImportError:  # pragma: no cover - dependency of the package
         raise GgufMtpError("huggingface_hub is not installed; pip install huggingface_hub") from None
+    import os
+
     try:
         return Path(snapshot_download(text, revision=revision, local_dir=local_dir,
-                                      allow_patterns=include or CONVERT_PATTERNS))
+                                      allow_patterns=include or CONVERT_PATTERNS,
+                                      endpoint=os.environ.get("HF_ENDPOINT") or None))
     except RepositoryNotFoundError:
         raise GgufMtpError(f"{text}: no such repository on the Hub (or it is private: set HF_TOKEN)") from None
     except LocalEntryNotFoundError:
