@@ -38,7 +38,10 @@ def resolve_model(model: str | Path, *, revision: str | None = None, local_dir: 
     except RepositoryNotFoundError:
         raise GgufMtpError(f"{text}: no such repository on the Hub (or it is private: set HF_TOKEN)") from None
     except LocalEntryNotFoundError:
-        raise GgufMtpError(f"{text}: not in the local Hugging Face cache and the Hub cannot be reached "
-                           "(offline mode?); download it first or pass a local folder") from None
+        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+            raise GgufMtpError(f"{text}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+                               "download it first or pass a local folder") from None
+        raise GgufMtpError(f"{text}: download failed (the Hub answered with an error or could not be reached); "
+                           "run again to resume: files already downloaded are kept") from None
     except HfHubHTTPError as e:
         raise GgufMtpError(f"{text}: download failed ({e}); retry, the download resumes") from None
