@@ -16,11 +16,11 @@ toks = m.tokenize("def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n 
 N, NB = len(toks), 512
 
 
-def run(nextn: bool, feed: bool, mtp_only: bool = False) -> float:
+def run(nextn: bool, feed: bool, mtp_only: bool = False, fa: bool | None = None) -> float:
     best = 1e9
     for _ in range(3):
         tgt = Context(m, n_ctx=4096, n_batch=NB, n_rs_seq=3 if nextn else 0, embeddings_nextn=nextn)
-        mc = Context(m, n_ctx=4096, n_batch=NB, mtp=True) if feed or mtp_only else None
+        mc = Context(m, n_ctx=4096, n_batch=NB, mtp=True, flash_attn=fa) if feed or mtp_only else None
         b, mb = Batch(NB), Batch(NB, m.n_embd_out)
         rows = np.zeros((NB, m.n_embd_out), np.float32)
         t = time.perf_counter()
@@ -44,5 +44,10 @@ def run(nextn: bool, feed: bool, mtp_only: bool = False) -> float:
 
 
 a, b_, c, d = run(False, False), run(True, False), run(True, True), run(False, False, mtp_only=True)
-for name, t in (("A plain", a), ("B + hidden rows", b_), ("C + MTP fed (run)", c), ("D MTP context alone", d)):
+e, f = run(False, False, mtp_only=True, fa=True), run(False, False, mtp_only=True, fa=False)
+from gguf_mtp.runtime import llama as _L  # noqa: E402
+
+print("llama.cpp log on the MTP context:", [s.strip() for s in _L._log if "flash" in s.lower() or "not supported" in s][-4:])
+for name, t in (("A plain", a), ("B + hidden rows", b_), ("C + MTP fed (run)", c), ("D MTP context alone", d),
+                ("E MTP alone, FA on", e), ("F MTP alone, FA off", f)):
     print(f"{name:22} {t * 1000:8.1f} ms  {N / t:8.0f} t/s  (+{(t / a - 1) * 100:5.1f}% vs plain)")

@@ -184,7 +184,8 @@ class Context:
     """A llama.cpp context on ``model``. ``mtp=True`` makes an MTP (NextN draft) context."""
 
     def __init__(self, model: Model, *, n_ctx: int = 512, n_batch: int = 512, n_threads: int | None = None,
-                 mtp: bool = False, n_rs_seq: int = 0, embeddings_nextn: bool = False) -> None:
+                 mtp: bool = False, n_rs_seq: int = 0, embeddings_nextn: bool = False,
+                 flash_attn: bool | None = None) -> None:
         self.model = model
         p = _ll.llama_context_default_params()
         p.n_ctx = n_ctx
@@ -194,6 +195,8 @@ class Context:
         if n_threads:
             p.n_threads = p.n_threads_batch = n_threads
         p.n_rs_seq = n_rs_seq
+        if flash_attn is not None:  # None: llama.cpp decides (auto)
+            p.flash_attn_type = _ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else _ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
         if mtp:
             p.ctx_type = _ll.LLAMA_CONTEXT_TYPE_MTP
         _log.clear()
