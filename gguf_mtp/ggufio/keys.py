@@ -47,6 +47,12 @@ K_EXPERT_USED_COUNT = "{arch}.expert_used_count"
 K_EXPERT_FF_LENGTH = "{arch}.expert_feed_forward_length"
 K_EXPERT_SHARED_FF_LENGTH = "{arch}.expert_shared_feed_forward_length"
 K_EXPERT_WEIGHTS_NORM = "{arch}.expert_weights_norm"
+K_EXPERT_WEIGHTS_SCALE = "{arch}.expert_weights_scale"
+K_EXPERT_GATING_FUNC = "{arch}.expert_gating_func"
+K_EXPERT_GROUP_COUNT = "{arch}.expert_group_count"
+K_EXPERT_GROUP_USED_COUNT = "{arch}.expert_group_used_count"
+K_EXPERT_SHARED_COUNT = "{arch}.expert_shared_count"
+K_LEADING_DENSE_BLOCK_COUNT = "{arch}.leading_dense_block_count"
 K_VOCAB_SIZE = "{arch}.vocab_size"
 
 # tokenizer

@@ -25,7 +25,7 @@ Entry = tuple[str, tuple[int, ...], str, object]
 class SyntheticSpec:
     """Sizes of a synthetic checkpoint. Defaults give a ~1 MB model that converts in well under a second."""
 
-    family: str = "qwen35"  # qwen35 | qwen35moe | qwen3next
+    family: str = "qwen35"  # qwen35 | qwen35moe | qwen3next | glm4moe
     layers: int = 4
     hidden: int = 64
     heads: int = 4
@@ -114,6 +114,62 @@ def _config(s: SyntheticSpec, vocab_tokens: int) -> dict:
             "image_token_id": vocab_tokens - 2, "torch_dtype": "bfloat16", **s.extra}
 
 
+def _glm_config(s: SyntheticSpec, vocab_tokens: int) -> dict:
+    return {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "hidden_size": s.hidden,
+            "num_hidden_layers": s.layers, "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads,
+            "head_dim": s.head_dim, "partial_rotary_factor": 0.5, "rope_theta": 1000000.0, "rms_norm_eps": 1e-5,
+            "intermediate_size": s.intermediate, "moe_intermediate_size": s.moe_intermediate,
+            "n_routed_experts": s.experts, "num_experts_per_tok": s.experts_used, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "routed_scaling_factor": 2.5,
+            "norm_topk_prob": True, "use_qk_norm": True, "attention_bias": True, "num_nextn_predict_layers": 1,
+            "max_position_embeddings": 4096, "vocab_size": s.vocab_size, "tie_word_embeddings": s.tie_embeddings,
+            "eos_token_id": [vocab_tokens - 10, vocab_tokens - 3], "pad_token_id": vocab_tokens - 10,
+            "torch_dtype": "bfloat16", **s.extra}
+
+
+def _glm_shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
+    H, V, hd = s.hidden, s.vocab_size, s.head_dim
+    q, kv, E, Ie = s.heads * hd, s.kv_heads * hd, s.experts, s.moe_intermediate
+    out: list[tuple[str, tuple[int, ...], str]] = [("model.embed_tokens.weight", (V, H), "w")]
+
+    def block(il: int) -> None:
+        p = f"model.layers.{il}."
+        out.extend([(p + "input_layernorm.weight", (H,), "gnorm"), (p + "post_attention_layernorm.weight", (H,), "gnorm"),
+                    (p + "self_attn.q_proj.weight", (q, H), "w"), (p + "self_attn.q_proj.bias", (q,), "w"),
+                    (p + "self_attn.k_proj.weight", (kv, H), "w"), (p + "self_attn.k_proj.bias", (kv,), "w"),
+                    (p + "self_attn.v_proj.weight", (kv, H), "w"), (p + "self_attn.v_proj.bias", (kv,), "w"),
+                    (p + "self_attn.o_proj.weight", (H, q), "wout"),
+                    (p + "self_attn.q_norm.weight", (hd,), "gnorm"), (p + "self_attn.k_norm.weight", (hd,), "gnorm")])
+        if il < 1:
+            out.extend([(p + "mlp.gate_proj.weight", (s.intermediate, H), "w"),
+                        (p + "mlp.up_proj.weight", (s.intermediate, H), "w"),
+                        (p + "mlp.down_proj.weight", (H, s.intermediate), "wout")])
+            return
+        out.extend([(p + "mlp.gate.weight", (E, H), "w"), (p + "mlp.gate.e_score_correction_bias", (E,), "w")])
+        for e in range(E):
+            out.extend([(f"{p}mlp.experts.{e}.gate_proj.weight", (Ie, H), "w"),
+                        (f"{p}mlp.experts.{e}.up_proj.weight", (Ie, H), "w"),
+                        (f"{p}mlp.experts.{e}.down_proj.weight", (H, Ie), "wout")])
+        out.extend([(p + "mlp.shared_experts.gate_proj.weight", (Ie, H), "w"),
+                    (p + "mlp.shared_experts.up_proj.weight", (Ie, H), "w"),
+                    (p + "mlp.shared_experts.down_proj.weight", (H, Ie), "wout")])
+
+    for il in range(s.layers):
+        block(il)
+    out.append(("model.norm.weight", (H,), "goutnorm"))
+    if not s.tie_embeddings:
+        out.append(("lm_head.weight", (V, H), "w"))
+    if s.mtp:
+        p = f"model.layers.{s.layers}."
+        out.extend([(p + "eh_proj.weight", (H, 2 * H), "fc"), (p + "enorm.weight", (H,), "genorm"),
+                    (p + "hnorm.weight", (H,), "gnorm"), (p + "shared_head.norm.weight", (H,), "goutnorm"),
+                    (p + "embed_tokens.weight", (V, H), "copy:model.embed_tokens.weight"),
+                    (p + "shared_head.head.weight", (V, H),
+                     "copy:" + ("model.embed_tokens.weight" if s.tie_embeddings else "lm_head.weight"))])
+        block(s.layers)
+    return out
+
+
 def _shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
     """(name, shape, kind) of every tensor; kind picks the random init."""
     H, V, L = s.hidden, s.vocab_size, s.layers
@@ -192,15 +248,22 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec()) ->
     """Write config, tokenizer and sharded bf16 safetensors of ``spec`` into ``root``; returns ``root``."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    n_tok = write_tokenizer(root)
+    glm = spec.family == "glm4moe"
+    n_tok = write_tokenizer(root, style="glm" if glm else "qwen")
     if n_tok > spec.vocab_size:
         raise ValueError(f"vocab_size {spec.vocab_size} is smaller than the tokenizer ({n_tok} tokens)")
-    (root / "config.json").write_text(json.dumps(_config(spec, n_tok), indent=2))
+    config = _glm_config(spec, n_tok) if glm else _config(spec, n_tok)
+    (root / "config.json").write_text(json.dumps(config, indent=2))
     rand = _Rand(spec.seed, spec.std)
+    made: dict[str, np.ndarray] = {}  # embedding/LM-head values, for the MTP layer's copies (GLM)
 
     def make(kind: str, shape: tuple[int, ...], name: str):  # type: ignore[no-untyped-def]
         n = int(np.prod(shape))
-        mtp = name.startswith("mtp.")
+        mtp = name.startswith("mtp.") or name.startswith(f"model.layers.{spec.layers}.") and glm
+        if kind.startswith("copy:"):
+            return lambda: made[kind[5:]]
+        if kind.startswith("g"):  # GLM norms are plain weights around 1 (no +1 offset in the checkpoint)
+            kind = "ones" if spec.oracle_head else "gnoise"
         if spec.oracle_head:
             if kind == "fc":  # [I | 0]: keep the embedding half only
                 kind = "identity_left"
@@ -212,6 +275,8 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec()) ->
             kind = "w" if kind == "fc" else "norm"
 
         def f() -> np.ndarray:
+            if kind == "gnoise":
+                return f32_to_bf16(1 + rand.f32(n) * 5)
             if kind == "zero":
                 x = np.zeros(n, np.float32)
             elif kind == "identity_left":
@@ -231,10 +296,14 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec()) ->
                 x = np.ones(n, np.float32)
             else:  # A_log
                 x = np.log(np.linspace(1, 16, n, dtype=np.float32))
-            return f32_to_bf16(x)
+            bits = f32_to_bf16(x)
+            if name in ("model.embed_tokens.weight", "lm_head.weight"):
+                made[name] = bits
+            return bits
         return f
 
-    entries = [(name, shape, "BF16", make(kind, shape, name)) for name, shape, kind in _shapes(spec)]
+    entries = [(name, shape, "BF16", make(kind, shape, name))
+               for name, shape, kind in (_glm_shapes(spec) if glm else _shapes(spec))]
     total = sum(int(np.prod(sh)) * 2 for _, sh, _, _ in entries)
     per = -(-total // max(1, spec.n_shards))
     shards: list[list] = [[]]

@@ -77,13 +77,24 @@ def train_bpe(text: str, n_merges: int) -> tuple[dict[str, int], list[tuple[str,
     return vocab, merges
 
 
-def write_tokenizer(root: Path, *, n_merges: int = 200, corpus: str = DEFAULT_CORPUS) -> int:
-    """Write tokenizer.json, tokenizer_config.json and chat_template.jinja; returns the token count."""
+GLM_SPECIAL_TOKENS = ("<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>",
+                      "<|assistant|>", "<|observation|>")
+GLM_CHAT_TEMPLATE = ("[gMASK]<sop>{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}{% endfor %}"
+                     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+
+
+def write_tokenizer(root: Path, *, n_merges: int = 200, corpus: str = DEFAULT_CORPUS, style: str = "qwen") -> int:
+    """Write tokenizer.json, tokenizer_config.json and chat_template.jinja; returns the token count.
+
+    ``style``: ``qwen`` (ChatML specials, eos ``<|im_end|>``) or ``glm`` (GLM-4.5 specials, eos ``<|endoftext|>``).
+    """
     vocab, merges = train_bpe(corpus, n_merges)
+    specials = GLM_SPECIAL_TOKENS if style == "glm" else SPECIAL_TOKENS
+    extra = () if style == "glm" else ADDED_TOKENS
     added = []
-    for content in SPECIAL_TOKENS + ADDED_TOKENS:
+    for content in specials + extra:
         added.append({"id": len(vocab), "content": content, "single_word": False, "lstrip": False,
-                      "rstrip": False, "normalized": False, "special": content in SPECIAL_TOKENS})
+                      "rstrip": False, "normalized": False, "special": content in specials})
         vocab[content] = len(vocab)
     tj = {
         "version": "1.0",
@@ -93,13 +104,14 @@ def write_tokenizer(root: Path, *, n_merges: int = 200, corpus: str = DEFAULT_CO
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
                   "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
-                  "vocab": {k: v for k, v in vocab.items() if k not in SPECIAL_TOKENS + ADDED_TOKENS},
+                  "vocab": {k: v for k, v in vocab.items() if k not in specials + extra},
                   "merges": [[a, b] for a, b in merges]},
     }
     (root / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False), encoding="utf-8")
-    tc = {"add_bos_token": False, "add_prefix_space": False, "bos_token": None, "eos_token": "<|im_end|>",
+    tc = {"add_bos_token": False, "add_prefix_space": False, "bos_token": None,
+          "eos_token": "<|endoftext|>" if style == "glm" else "<|im_end|>",
           "pad_token": "<|endoftext|>", "model_max_length": 4096, "tokenizer_class": "Qwen2Tokenizer",
           "errors": "replace", "unk_token": None}
     (root / "tokenizer_config.json").write_text(json.dumps(tc, indent=1), encoding="utf-8")
-    (root / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
+    (root / "chat_template.jinja").write_text(GLM_CHAT_TEMPLATE if style == "glm" else CHAT_TEMPLATE, encoding="utf-8")
     return len(vocab)

@@ -1,0 +1,160 @@
+"""GLM-4.5 / 4.6 / 4.7 (``Glm4MoeForCausalLM`` -> ``glm4moe``): GQA attention with biases and optional q/k
+norms, leading dense layers, sigmoid-routed MoE with a correction bias and shared experts, one MTP layer at
+``model.layers.{num_hidden_layers}`` that carries its own ``embed_tokens`` and ``shared_head.head`` copies.
+Norms are plain weights (no +1); no q/k permutation (NEOX rope on the first ``head_dim * 0.5`` dims).
+Facts: docs/facts/glm4moe.md."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import UnsupportedError
+from ..ggufio import keys as K
+from ..ggufio.format import KV
+from . import register
+from .base import Family, ModelPlan, PlannedTensor, Source
+
+SKIP = re.compile(r"rotary_emb\.inv_freq$")
+
+
+@register
+class Glm4Moe(Family):
+    arch = "glm4moe"
+    hf_architectures = ("Glm4MoeForCausalLM",)
+    tokenizer_pre = "glm4"
+
+    def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ck)
+        hp = self.hp
+        self.L = int(self.need("num_hidden_layers"))
+        self.H = int(self.need("hidden_size"))
+        self.nh = int(self.need("num_attention_heads"))
+        self.nkv = int(hp.get("num_key_value_heads", self.nh))
+        self.hd = int(hp.get("head_dim") or self.H // self.nh)
+        self.dense = int(hp.get("first_k_dense_replace", 0))
+        self.vocab = int(ck.tensor("model.embed_tokens.weight").shape[0])
+        rope = hp.get("rope_parameters") or hp.get("rope_scaling") or {}
+        self.rope_theta = float(rope.get("rope_theta", hp.get("rope_theta", 10000.0)))
+        self.rope_dims = int(self.hd * float(hp.get("partial_rotary_factor", rope.get("partial_rotary_factor", 0.5))))
+
+    # -- head -------------------------------------------------------------------------------
+    def mtp_layers(self) -> int:
+        n = 0
+        while self.ck.has(f"model.layers.{self.L + n}.eh_proj.weight"):
+            n += 1
+        return n
+
+    def mtp_missing(self) -> str:
+        declared = self.hp.get("num_nextn_predict_layers")
+        say = f" although config.json declares num_nextn_predict_layers={declared}" if declared else ""
+        return (f"{self.ck.root}: the checkpoint has no MTP weights (model.layers.{self.L}.eh_proj.weight and the "
+                f"rest of layer {self.L} are missing){say}; convert without --mtp")
+
+    # -- metadata ---------------------------------------------------------------------------
+    def arch_kvs(self, n_mtp: int) -> list[KV]:
+        a, hp = self.arch, self.hp
+        k = lambda t: K.arch_key(t, a)  # noqa: E731
+        kvs = [
+            KV.u32(k(K.K_BLOCK_COUNT), self.L + n_mtp),
+            KV.u32(k(K.K_CONTEXT_LENGTH), int(hp.get("max_position_embeddings", 4096))),
+            KV.u32(k(K.K_EMBEDDING_LENGTH), self.H),
+            KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),
+            KV.u32(k(K.K_HEAD_COUNT), self.nh),
+            KV.u32(k(K.K_HEAD_COUNT_KV), self.nkv),
+            KV.u32(k(K.K_KEY_LENGTH), self.hd),
+            KV.u32(k(K.K_VALUE_LENGTH), self.hd),
+            KV.f32(k(K.K_RMS_EPS), float(hp.get("rms_norm_eps", 1e-5))),
+            KV.f32(k(K.K_ROPE_FREQ_BASE), self.rope_theta),
+            KV.u32(k(K.K_ROPE_DIM_COUNT), self.rope_dims),
+            KV.u32(k(K.K_EXPERT_COUNT), int(self.need("n_routed_experts"))),
+            KV.u32(k(K.K_EXPERT_USED_COUNT), int(self.need("num_experts_per_tok"))),
+            KV.u32(k(K.K_EXPERT_GROUP_COUNT), int(hp.get("n_group", 1))),
+            KV.u32(k(K.K_EXPERT_GROUP_USED_COUNT), int(hp.get("topk_group", 1))),
+            KV.u32(k(K.K_EXPERT_FF_LENGTH), int(self.need("moe_intermediate_size"))),
+            KV.u32(k(K.K_EXPERT_SHARED_COUNT), int(hp.get("n_shared_experts", 1))),
+            KV.u32(k(K.K_LEADING_DENSE_BLOCK_COUNT), self.dense),
+            KV.u32(k(K.K_EXPERT_GATING_FUNC), 2),  # sigmoid
+            KV.f32(k(K.K_EXPERT_WEIGHTS_SCALE), float(hp.get("routed_scaling_factor", 1.0))),
+            KV.boolean(k(K.K_EXPERT_WEIGHTS_NORM), bool(hp.get("norm_topk_prob", True))),
+        ]
+        if n_mtp:
+            kvs.append(KV.u32(k(K.K_NEXTN), n_mtp))
+        return kvs
+
+    # -- tensors ----------------------------------------------------------------------------
+    def _put(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool,
+             np_shape: tuple[int, ...] | None = None) -> None:
+        out.append(PlannedTensor(gguf, np_shape or shape, [Source(self.tensor(hf, shape))], mtp))
+
+    def _opt(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool) -> None:
+        if self.ck.has(hf):
+            self._put(out, hf, gguf, shape, mtp)
+
+    def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
+        p, b, H, hd = f"model.layers.{il}.", f"blk.{il}.", self.H, self.hd
+        q, kv = self.nh * hd, self.nkv * hd
+        self._put(out, p + "input_layernorm.weight", b + "attn_norm.weight", (H,), mtp)
+        for proj, gg, rows in (("q_proj", "attn_q", q), ("k_proj", "attn_k", kv), ("v_proj", "attn_v", kv)):
+            self._put(out, f"{p}self_attn.{proj}.weight", f"{b}{gg}.weight", (rows, H), mtp)
+            self._opt(out, f"{p}self_attn.{proj}.bias", f"{b}{gg}.bias", (rows,), mtp)
+        self._put(out, p + "self_attn.o_proj.weight", b + "attn_output.weight", (H, q), mtp)
+        self._opt(out, p + "self_attn.q_norm.weight", b + "attn_q_norm.weight", (hd,), mtp)
+        self._opt(out, p + "self_attn.k_norm.weight", b + "attn_k_norm.weight", (hd,), mtp)
+        self._put(out, p + "post_attention_layernorm.weight", b + "post_attention_norm.weight", (H,), mtp)
+        if il < self.dense:
+            I = int(self.need("intermediate_size"))
+            for proj, gg, shape in (("gate_proj", "ffn_gate", (I, H)), ("up_proj", "ffn_up", (I, H)),
+                                    ("down_proj", "ffn_down", (H, I))):
+                self._put(out, f"{p}mlp.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+            return
+        E, Ie = int(self.need("n_routed_experts")), int(self.need("moe_intermediate_size"))
+        Is = Ie * int(self.hp.get("n_shared_experts", 1))
+        self._put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (E, H), mtp)
+        self._put(out, p + "mlp.gate.e_score_correction_bias", b + "exp_probs_b.bias", (E,), mtp)
+        fused = p + "mlp.experts.gate_up_proj"
+        if self.ck.has(fused):
+            gu = self.tensor(fused, (E, 2 * Ie, H))
+            per = Ie * H
+            out.append(PlannedTensor(b + "ffn_gate_exps.weight", (E, Ie, H),
+                                     [Source(gu, e * 2 * per, per) for e in range(E)], mtp))
+            out.append(PlannedTensor(b + "ffn_up_exps.weight", (E, Ie, H),
+                                     [Source(gu, e * 2 * per + per, per) for e in range(E)], mtp))
+            out.append(PlannedTensor(b + "ffn_down_exps.weight", (E, H, Ie),
+                                     [Source(self.tensor(p + "mlp.experts.down_proj", (E, H, Ie)))], mtp))
+        else:
+            for proj, gg, shape in (("gate_proj", "ffn_gate_exps", (Ie, H)), ("up_proj", "ffn_up_exps", (Ie, H)),
+                                    ("down_proj", "ffn_down_exps", (H, Ie))):
+                srcs = [Source(self.tensor(f"{p}mlp.experts.{e}.{proj}.weight", shape)) for e in range(E)]
+                out.append(PlannedTensor(f"{b}{gg}.weight", (E, *shape), srcs, mtp))
+        for proj, gg, shape in (("gate_proj", "ffn_gate_shexp", (Is, H)), ("up_proj", "ffn_up_shexp", (Is, H)),
+                                ("down_proj", "ffn_down_shexp", (H, Is))):
+            self._put(out, f"{p}mlp.shared_experts.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+
+    def plan(self, *, trunk: bool, mtp: bool, embeddings: bool) -> ModelPlan:
+        n_mtp = self.mtp_layers() if mtp else 0
+        if n_mtp > 1:
+            raise UnsupportedError(f"{self.ck.root}: {n_mtp} MTP layers; llama.cpp's glm4moe MTP graph runs one")
+        out: list[PlannedTensor] = []
+        H, V = self.H, self.vocab
+        if embeddings:
+            self._put(out, "model.embed_tokens.weight", "token_embd.weight", (V, H), False)
+        if trunk:
+            for il in range(self.L):
+                self._block(out, il, False)
+        for i in range(n_mtp):
+            il, p, b = self.L + i, f"model.layers.{self.L + i}.", f"blk.{self.L + i}."
+            self._put(out, p + "eh_proj.weight", b + "nextn.eh_proj.weight", (H, 2 * H), True)
+            self._put(out, p + "enorm.weight", b + "nextn.enorm.weight", (H,), True)
+            self._put(out, p + "hnorm.weight", b + "nextn.hnorm.weight", (H,), True)
+            self._opt(out, p + "shared_head.norm.weight", b + "nextn.shared_head_norm.weight", (H,), True)
+            self._opt(out, p + "shared_head.head.weight", b + "nextn.shared_head_head.weight", (V, H), True)
+            self._opt(out, p + "embed_tokens.weight", b + "nextn.embed_tokens.weight", (V, H), True)
+            self._block(out, il, True)
+        if embeddings:
+            self._put(out, "model.norm.weight", "output_norm.weight", (H,), False)
+            if self.ck.has("lm_head.weight"):
+                self._put(out, "lm_head.weight", "output.weight", (V, H), False)
+        return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)
+
+    def unused_tensors(self, used: set[str]) -> list[str]:
+        return sorted(n for n in self.ck.tensors if n not in used and not SKIP.search(n))
