@@ -130,3 +130,18 @@ def test_partial_checkpoint_is_not_converted_whole(hub, tmp_path: Path) -> None:
     partial = next((tmp_path / "gm-cache").rglob(".gguf-mtp-ranges.json")).parent
     with pytest.raises(GgufMtpError, match="partial checkpoint"):
         convert(partial, outfile=tmp_path / "x.gguf", progress=False)
+
+
+def test_fp8_head_from_the_hub(tmp_path: Path, monkeypatch) -> None:
+    """FP8 repos: the head's block scales are fetched with the head."""
+    ck = write_checkpoint(tmp_path / "fp8", SyntheticSpec("qwen35", fp8=True, n_shards=2))
+    with HubStandIn() as h:
+        h.add("org/fp8", ck)
+        monkeypatch.setenv("HF_ENDPOINT", h.url)
+        monkeypatch.setenv("GGUF_MTP_CACHE", str(tmp_path / "gm-cache"))
+        import huggingface_hub.constants as c
+
+        monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+        r = convert("org/fp8", outfile=tmp_path / "hub.gguf", layout="head-only", progress=False)
+        local = convert(ck, outfile=tmp_path / "local.gguf", layout="head-only", progress=False)
+        same_tensors(r.path, local.path)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import FormatError, GgufMtpError, MissingTensorError
-from .safetensors import TensorRef, read_header
+from ..errors import FormatError, GgufMtpError, MissingTensorError, UnsupportedError
+from .safetensors import TensorRef, attach_fp8_scales, read_header
 
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -47,7 +47,16 @@ class Checkpoint:
         if not root.is_dir():
             raise GgufMtpError(f"{root}: not a folder; pass the checkpoint folder that holds config.json")
         config = load_json(root / "config.json", "this folder is not a Hugging Face checkpoint")
-        return cls(root, config, _index(root))
+        qc = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config") or {}
+        method = str(qc.get("quant_method", "")).lower()
+        if method and method != "fp8":
+            raise UnsupportedError(f"{root / 'config.json'}: quantization_config.quant_method = {method!r} is not "
+                                   "supported (only block-scaled fp8); convert from the bf16 release of the model")
+        tensors = _index(root)
+        if method == "fp8":
+            block = (qc.get("weight_block_size") or [128, 128])[0]
+            tensors = attach_fp8_scales(tensors, int(block))
+        return cls(root, config, tensors)
 
     def has(self, name: str) -> bool:
         return name in self.tensors

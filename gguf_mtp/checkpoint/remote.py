@@ -209,5 +209,7 @@ def fetch_head_checkpoint(repo_id: str, *, revision: str | None = None, layout: 
     plan = family.plan(trunk=False, mtp=True, embeddings=layout != "head-only")
     ranges = [(s.ref.path.name, s.ref.offset + s.start * s.ref.itemsize,
                s.ref.offset + (s.start + s.n) * s.ref.itemsize) for t in plan.tensors for s in t.sources]
+    ranges += [(s.ref.scale.path.name, s.ref.scale.offset, s.ref.scale.offset + s.ref.scale.nbytes)
+               for t in plan.tensors for s in t.sources if s.ref.scale is not None]  # FP8 block scales
     part.fetch_ranges(ranges)
     return part.report

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,21 @@ FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 MAX_HEADER = 100 << 20
 
 
+def _e4m3_table() -> np.ndarray:
+    """float32 value of each of the 256 float8 e4m3fn bit patterns (bias 7, no infinities, 0x7f/0xff NaN)."""
+    b = np.arange(256, dtype=np.uint32)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    exp = (b >> 3) & 0xF
+    man = (b & 0x7).astype(np.float64)
+    val = np.where(exp == 0, man / 8 * 2.0 ** -6, (1 + man / 8) * 2.0 ** (exp.astype(np.float64) - 7))
+    val = sign * val
+    val[(b & 0x7F) == 0x7F] = np.nan
+    return val.astype(np.float32)
+
+
+E4M3 = _e4m3_table()
+
+
 @dataclass(frozen=True)
 class TensorRef:
     """Where one checkpoint tensor's bytes lie. ``shape`` is in numpy (PyTorch) order."""
@@ -41,6 +56,8 @@ class TensorRef:
     shape: tuple[int, ...]
     offset: int
     nbytes: int
+    scale: "TensorRef | None" = None  # FP8 block scales (``weight_scale_inv``)
+    block: int = 128
 
     @property
     def n_elements(self) -> int:
@@ -75,6 +92,14 @@ class TensorRef:
             return bf16_to_f32(raw)
         if self.dtype in ("F16", "F32", "F64"):
             return raw.astype(np.float32, copy=False)
+        if self.dtype == "F8_E4M3" and self.scale is not None and len(self.shape) == 2:
+            rows, cols = self.shape
+            idx = np.arange(start, start + len(raw), dtype=np.int64)
+            s = self.scale.read_f32().reshape(self.scale.shape)
+            return E4M3[raw] * s[idx // cols // self.block, idx % cols // self.block]
+        if self.dtype == "F8_E4M3":
+            raise UnsupportedError(f"{self.path}: tensor {self.name!r} is FP8 without a 2-D weight_scale_inv "
+                                   "beside it; only block-scaled FP8 (DeepSeek / Qwen FP8 releases) is supported")
         raise UnsupportedError(
             f"{self.path}: tensor {self.name!r} is stored as {self.dtype}; this needs a dequantizer "
             "(quantized source checkpoints are not supported: convert from the bf16/fp16 release)"
@@ -83,6 +108,15 @@ class TensorRef:
     def read_array(self) -> np.ndarray:
         """The whole tensor as float32 in its numpy shape."""
         return self.read_f32().reshape(self.shape)
+
+
+def attach_fp8_scales(tensors: dict[str, TensorRef], block: int = 128) -> dict[str, TensorRef]:
+    """Pair every FP8 ``X.weight`` with its ``X.weight_scale_inv`` (the dequantizer reads both)."""
+    out = dict(tensors)
+    for name, ref in tensors.items():
+        if ref.dtype == "F8_E4M3" and name + "_scale_inv" in tensors:
+            out[name] = replace(ref, scale=tensors[name + "_scale_inv"], block=block)
+    return out
 
 
 def read_header(path: Path) -> dict[str, TensorRef]:

@@ -14,7 +14,7 @@ from ..ggufio.format import KV
 from . import register
 from .base import Family, ModelPlan, PlannedTensor, Source
 
-SKIP = re.compile(r"rotary_emb\.inv_freq$")
+SKIP = re.compile(r"rotary_emb\.inv_freq$|weight_scale_inv$")
 
 
 @register

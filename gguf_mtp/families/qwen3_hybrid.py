@@ -24,7 +24,7 @@ from ..checkpoint.safetensors import TensorRef
 from .base import Family, ModelPlan, PlannedTensor, Source, Transform
 
 _MTP_LAYER = re.compile(r"^(?:model\.)?mtp\.layers\.(\d+)\.")
-SKIP = re.compile(r"(^|\.)(visual|vision_tower|vision|merger|patch_embed)\.|rotary_emb\.inv_freq$")
+SKIP = re.compile(r"(^|\.)(visual|vision_tower|vision|merger|patch_embed)\.|rotary_emb\.inv_freq$|weight_scale_inv$")
 
 
 def plus_one(x: np.ndarray) -> np.ndarray:

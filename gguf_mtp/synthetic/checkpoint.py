@@ -54,6 +54,7 @@ class SyntheticSpec:
     oracle_head: bool = False
     trunk_scale: float = 1.0
     head_noise: float = 0.0  # oracle head: scale of random output projections in the MTP block (lowers acceptance)
+    fp8: bool = False  # matrices as block-scaled float8 e4m3 + weight_scale_inv (as DeepSeek / Qwen FP8 releases)
     extra: dict = field(default_factory=dict)
 
     def scaled(self, **kw: object) -> "SyntheticSpec":
@@ -244,8 +245,45 @@ def _shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
     return out
 
 
-def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec()) -> Path:
-    """Write config, tokenizer and sharded bf16 safetensors of ``spec`` into ``root``; returns ``root``."""
+def _e4m3_grid() -> tuple[np.ndarray, np.ndarray]:
+    """Every finite non-negative float8 e4m3fn value (ascending) and its bit pattern."""
+    codes = np.arange(0x7F, dtype=np.uint8)  # 0x7f is NaN
+    e, m = codes >> 3, codes & 7
+    vals = np.where(e == 0, np.ldexp(m.astype(np.float64), -9), np.ldexp(8.0 + m, e.astype(np.int64) - 10))
+    order = np.argsort(vals, kind="stable")
+    return vals[order].astype(np.float32), codes[order]
+
+
+def fp8_quantize(x: np.ndarray, block: int = 128) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(codes uint8, scale_inv float32 per block, exactly dequantized float32) of a 2-D float32 matrix."""
+    vals, codes = _e4m3_grid()
+    rows, cols = x.shape
+    br, bc = -(-rows // block), -(-cols // block)
+    scale = np.ones((br, bc), np.float32)
+    deq = np.empty_like(x)
+    out = np.empty(x.shape, np.uint8)
+    for i in range(br):
+        for j in range(bc):
+            blk = x[i * block:(i + 1) * block, j * block:(j + 1) * block]
+            amax = float(np.abs(blk).max())
+            s = np.float32(amax / 448.0 if amax > 0 else 1.0)
+            a = np.minimum(np.abs(blk) / s, 448.0)
+            k = np.clip(np.searchsorted(vals, a), 1, len(vals) - 1)
+            k = np.where(np.abs(vals[k - 1] - a) <= np.abs(vals[k] - a), k - 1, k)
+            sign = blk < 0
+            out[i * block:(i + 1) * block, j * block:(j + 1) * block] = codes[k] | (sign.astype(np.uint8) << 7)
+            deq[i * block:(i + 1) * block, j * block:(j + 1) * block] = np.where(sign, -vals[k], vals[k]) * s
+            scale[i, j] = s
+    return out, scale, deq
+
+
+def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
+                     fp8_twin: str | Path | None = None) -> Path:
+    """Write config, tokenizer and sharded bf16 safetensors of ``spec`` into ``root``; returns ``root``.
+
+    With ``spec.fp8`` the matrices are float8 e4m3 with 128x128 block scales, and ``fp8_twin`` (a folder)
+    receives the same checkpoint with those matrices dequantized exactly to float32.
+    """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     glm = spec.family == "glm4moe"
@@ -304,7 +342,21 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec()) ->
 
     entries = [(name, shape, "BF16", make(kind, shape, name))
                for name, shape, kind in (_glm_shapes(spec) if glm else _shapes(spec))]
-    total = sum(int(np.prod(sh)) * 2 for _, sh, _, _ in entries)
+    if spec.fp8:
+        config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                         "weight_block_size": [128, 128]}
+        (root / "config.json").write_text(json.dumps(config, indent=2))
+        entries, twin = _to_fp8(entries)
+        if fp8_twin is not None:
+            t = Path(fp8_twin)
+            t.mkdir(parents=True, exist_ok=True)
+            for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+                (t / f).write_bytes((root / f).read_bytes())
+            plain = {k: v for k, v in config.items() if k != "quantization_config"}
+            (t / "config.json").write_text(json.dumps(plain, indent=2))
+            write_safetensors(t / "model.safetensors", twin)
+    size = {"BF16": 2, "F32": 4, "F8_E4M3": 1}
+    total = sum(int(np.prod(sh)) * size[dt] for _, sh, dt, _ in entries)
     per = -(-total // max(1, spec.n_shards))
     shards: list[list] = [[]]
     acc = 0
@@ -313,7 +365,7 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec()) ->
             shards.append([])
             acc = 0
         shards[-1].append(e)
-        acc += int(np.prod(e[1])) * 2
+        acc += int(np.prod(e[1])) * size[e[2]]
     n = len(shards)
     weight_map = {}
     for i, group in enumerate(shards):
@@ -324,3 +376,22 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec()) ->
         (root / "model.safetensors.index.json").write_text(
             json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
     return root
+
+
+def _to_fp8(entries: list) -> tuple[list, list]:
+    """Matrices -> (F8_E4M3 codes, F32 weight_scale_inv); the rest unchanged. Also the exact float32 twin."""
+    from ..quant import bf16_to_f32
+
+    out, twin = [], []
+    for name, shape, dtype, make in entries:
+        if name.endswith(".weight") and len(shape) == 2 and min(shape) >= 16:
+            x = bf16_to_f32(make()).reshape(shape)
+            q, s, deq = fp8_quantize(x)
+            out.append((name, shape, "F8_E4M3", lambda q=q: q.reshape(-1)))
+            out.append((name + "_scale_inv", s.shape, "F32", lambda s=s: s.reshape(-1)))
+            twin.append((name, shape, "F32", lambda d=deq: d.reshape(-1)))
+        else:  # draw once: both checkpoints must hold the same values
+            data = make()
+            out.append((name, shape, dtype, lambda d=data: d))
+            twin.append((name, shape, dtype, lambda d=data: d))
+    return out, twin

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-_DT = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("uint16"): "BF16"}
+_DT = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("uint16"): "BF16", np.dtype("uint8"): "F8_E4M3"}
 
 
 def write_safetensors(path: Path, tensors: list[tuple[str, tuple[int, ...], str, Callable[[], np.ndarray]]]) -> None:
     """Write ``(name, shape, dtype, make_data)`` entries; data is produced one tensor at a time."""
-    size = {"F32": 4, "F16": 2, "BF16": 2}
+    size = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1}
     header: dict[str, object] = {"__metadata__": {"format": "pt"}}
     off = 0
     for name, shape, dtype, _ in tensors:
