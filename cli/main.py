@@ -18,6 +18,15 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True)) -> None:
+    if version:
+        import gguf_mtp
+
+        typer.echo(f"gguf-mtp {gguf_mtp.__version__}")
+        raise typer.Exit()
+
+
 app.command("convert", no_args_is_help=True)(convert_cmd.convert)
 app.command("inspect", no_args_is_help=True)(inspect_cmd.inspect)
 app.command("extract", no_args_is_help=True)(extract_cmd.extract)

@@ -9,7 +9,7 @@ from typing import Any
 
 from .families import mtp_archs
 from .ggufio.format import type_name
-from .ggufio.reader import GGUFFile
+from .ggufio.model import GGUFModel
 from .layout import Layout, detect
 from .progress import human_bytes
 
@@ -92,19 +92,20 @@ def inspect_file(path: str | os.PathLike[str]) -> FileReport:
         >>> inspect_file("Qwen3.5-9B-Q8_0-MTP.gguf").layout        # doctest: +SKIP
         <Layout.MTP_ONLY: 'mtp-only'>
     """
-    f = GGUFFile(path)
-    values = {k: kv.value for k, kv in f.kv.items() if kv.vtype != 9}  # scalars suffice for detection
-    for k in f.kv:
+    m = GGUFModel(path)  # a split set is inspected whole, from any of its shards
+    values = {k: kv.value for k, kv in m.kv.items() if kv.vtype != 9}  # scalars suffice for detection
+    for k in m.kv:
         if k.endswith("nextn_shared_target_tensors"):
             values[k] = True
-    info = detect(values, f.tensors.keys(), mtp_archs())
-    mtp = [TensorSummary(n, f.tensors[n].type_name, list(f.tensors[n].shape), f.tensors[n].nbytes)
-           for n in info.mtp_tensors]
+    info = detect(values, m.tensors.keys(), mtp_archs())
+    infos = {n: t.info for n, t in m.tensors.items()}
+    mtp = [TensorSummary(n, infos[n].type_name, list(infos[n].shape), infos[n].nbytes) for n in info.mtp_tensors]
+    shown = str(Path(path)) + (f" (+{len(m.shards) - 1} more shards)" if m.is_split else "")
     return FileReport(
-        path=str(Path(path)), architecture=info.arch, layout=info.layout,
-        file_type=_file_type_name(f.get("general.file_type")), block_count=info.block_count,
+        path=shown, architecture=info.arch, layout=info.layout,
+        file_type=_file_type_name(m.get("general.file_type")), block_count=info.block_count,
         trunk_layers=info.n_trunk, mtp_layers=info.n_mtp, has_embeddings=info.has_embeddings,
-        tensor_count=len(f.tensors), file_size=f.size, mtp_bytes=sum(t.nbytes for t in mtp),
+        tensor_count=len(m.tensors), file_size=m.total_bytes, mtp_bytes=sum(t.nbytes for t in mtp),
         mtp_tensors=mtp, problems=list(info.problems),
     )
 

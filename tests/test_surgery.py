@@ -208,3 +208,12 @@ def test_cli_extract_modes(converted, tmp_path: Path, capsys) -> None:
     assert main(["extract", x, "--onto", x, "-o", str(tmp_path / "z.gguf")]) == 2
     err = capsys.readouterr().err
     assert "already has an MTP head" in err and "Traceback" not in err
+
+
+def test_inspect_a_split_set(converted, tmp_path: Path) -> None:
+    x = converted("qwen35", "bundled")
+    parts = surgery.reshard(x, tmp_path / "s.gguf", shards=3).paths
+    whole, rep = inspect_file(x), inspect_file(parts[1])
+    assert rep.layout == Layout.BUNDLED and rep.tensor_count == whole.tensor_count
+    assert [t.name for t in rep.mtp_tensors] == [t.name for t in whole.mtp_tensors]
+    assert "(+2 more shards)" in rep.path
