@@ -18,7 +18,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-@app.callback()
+@app.callback(invoke_without_command=True)
 def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True)) -> None:
     if version:
         import gguf_mtp

@@ -178,3 +178,10 @@ def test_safetensors_header_garbage(tmp_path: Path) -> None:
     p.write_bytes(struct.pack("<Q", 1 << 40))
     with pytest.raises(FormatError, match="header length"):
         read_header(p)
+
+
+def test_cli_version(capsys) -> None:
+    import gguf_mtp
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"gguf-mtp {gguf_mtp.__version__}"
