@@ -95,6 +95,35 @@ class Family:
             raise FormatError(f"{self.ck.root / 'config.json'}: missing key {key!r} required for {self.arch}")
         return self.hp[key]
 
+    def read_attention_dims(self) -> None:
+        """``L`` (trunk layers), ``H``, ``nh``, ``nkv``, ``hd`` from the usual config keys."""
+        self.L = int(self.need("num_hidden_layers"))
+        self.H = int(self.need("hidden_size"))
+        self.nh = int(self.need("num_attention_heads"))
+        self.nkv = int(self.hp.get("num_key_value_heads", self.nh))
+        self.hd = int(self.hp.get("head_dim") or self.H // self.nh)
+
+    def expert_tensors(self, p: str, b: str, E: int, Ie: int, mtp: bool) -> list[PlannedTensor]:
+        """``ffn_{gate,up,down}_exps`` of layer prefix ``p`` (HF) / ``b`` (GGUF): stacked per-expert tensors, or a
+        fused ``experts.gate_up_proj`` split in halves as byte ranges (no copy through memory)."""
+        H = self.H
+        fused = p + "mlp.experts.gate_up_proj"
+        if self.ck.has(fused) or self.ck.has(fused + ".weight"):
+            suffix = "" if self.ck.has(fused) else ".weight"
+            gu = self.tensor(fused + suffix, (E, 2 * Ie, H))
+            per = Ie * H
+            return [PlannedTensor(b + "ffn_gate_exps.weight", (E, Ie, H), [Source(gu, e * 2 * per, per) for e in range(E)], mtp),
+                    PlannedTensor(b + "ffn_up_exps.weight", (E, Ie, H),
+                                  [Source(gu, e * 2 * per + per, per) for e in range(E)], mtp),
+                    PlannedTensor(b + "ffn_down_exps.weight", (E, H, Ie),
+                                  [Source(self.tensor(p + "mlp.experts.down_proj" + suffix, (E, H, Ie)))], mtp)]
+        out = []
+        for proj, gg, shape in (("gate_proj", "ffn_gate_exps", (Ie, H)), ("up_proj", "ffn_up_exps", (Ie, H)),
+                                ("down_proj", "ffn_down_exps", (H, Ie))):
+            srcs = [Source(self.tensor(f"{p}mlp.experts.{e}.{proj}.weight", shape)) for e in range(E)]
+            out.append(PlannedTensor(f"{b}{gg}.weight", (E, *shape), srcs, mtp))
+        return out
+
     def tensor(self, name: str, shape: tuple[int, ...]) -> TensorRef:
         """The checkpoint tensor ``name``, checked to have ``shape`` (numpy order)."""
         ref = self.ck.tensor(name)

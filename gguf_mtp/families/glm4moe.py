@@ -26,11 +26,7 @@ class Glm4Moe(Family):
     def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ck)
         hp = self.hp
-        self.L = int(self.need("num_hidden_layers"))
-        self.H = int(self.need("hidden_size"))
-        self.nh = int(self.need("num_attention_heads"))
-        self.nkv = int(hp.get("num_key_value_heads", self.nh))
-        self.hd = int(hp.get("head_dim") or self.H // self.nh)
+        self.read_attention_dims()
         self.dense = int(hp.get("first_k_dense_replace", 0))
         self.vocab = int(ck.tensor("model.embed_tokens.weight").shape[0])
         rope = hp.get("rope_parameters") or hp.get("rope_scaling") or {}
@@ -111,21 +107,7 @@ class Glm4Moe(Family):
         Is = Ie * int(self.hp.get("n_shared_experts", 1))
         self._put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (E, H), mtp)
         self._put(out, p + "mlp.gate.e_score_correction_bias", b + "exp_probs_b.bias", (E,), mtp)
-        fused = p + "mlp.experts.gate_up_proj"
-        if self.ck.has(fused):
-            gu = self.tensor(fused, (E, 2 * Ie, H))
-            per = Ie * H
-            out.append(PlannedTensor(b + "ffn_gate_exps.weight", (E, Ie, H),
-                                     [Source(gu, e * 2 * per, per) for e in range(E)], mtp))
-            out.append(PlannedTensor(b + "ffn_up_exps.weight", (E, Ie, H),
-                                     [Source(gu, e * 2 * per + per, per) for e in range(E)], mtp))
-            out.append(PlannedTensor(b + "ffn_down_exps.weight", (E, H, Ie),
-                                     [Source(self.tensor(p + "mlp.experts.down_proj", (E, H, Ie)))], mtp))
-        else:
-            for proj, gg, shape in (("gate_proj", "ffn_gate_exps", (Ie, H)), ("up_proj", "ffn_up_exps", (Ie, H)),
-                                    ("down_proj", "ffn_down_exps", (H, Ie))):
-                srcs = [Source(self.tensor(f"{p}mlp.experts.{e}.{proj}.weight", shape)) for e in range(E)]
-                out.append(PlannedTensor(f"{b}{gg}.weight", (E, *shape), srcs, mtp))
+        out.extend(self.expert_tensors(p, b, E, Ie, mtp))
         for proj, gg, shape in (("gate_proj", "ffn_gate_shexp", (Is, H)), ("up_proj", "ffn_up_shexp", (Is, H)),
                                 ("down_proj", "ffn_down_shexp", (H, Is))):
             self._put(out, f"{p}mlp.shared_experts.{proj}.weight", f"{b}{gg}.weight", shape, mtp)

@@ -70,11 +70,7 @@ class QwenHybrid(Family):
     def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ck)
         hp = self.hp
-        self.L = int(self.need("num_hidden_layers"))
-        self.H = int(self.need("hidden_size"))
-        self.nh = int(self.need("num_attention_heads"))
-        self.nkv = int(hp.get("num_key_value_heads", self.nh))
-        self.hd = int(hp.get("head_dim") or self.H // self.nh)
+        self.read_attention_dims()
         self.nk, self.nv = int(self.need("linear_num_key_heads")), int(self.need("linear_num_value_heads"))
         self.dk, self.dv = int(self.need("linear_key_head_dim")), int(self.need("linear_value_head_dim"))
         self.kc = int(self.need("linear_conv_kernel_dim"))
@@ -232,24 +228,7 @@ class QwenHybrid(Family):
         E, Ie, Is = (int(self.need("num_experts")), int(self.need("moe_intermediate_size")),
                      int(self.need("shared_expert_intermediate_size")))
         self._put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (E, H), mtp=mtp)
-        fused = p + "mlp.experts.gate_up_proj"
-        if self.ck.has(fused) or self.ck.has(fused + ".weight"):
-            gu_name = fused if self.ck.has(fused) else fused + ".weight"
-            dn_name = p + "mlp.experts.down_proj" + ("" if self.ck.has(fused) else ".weight")
-            gu = self.tensor(gu_name, (E, 2 * Ie, H))
-            per = Ie * H
-            out.append(PlannedTensor(b + "ffn_gate_exps.weight", (E, Ie, H),
-                                     [Source(gu, e * 2 * per, per) for e in range(E)], mtp))
-            out.append(PlannedTensor(b + "ffn_up_exps.weight", (E, Ie, H),
-                                     [Source(gu, e * 2 * per + per, per) for e in range(E)], mtp))
-            out.append(PlannedTensor(b + "ffn_down_exps.weight", (E, H, Ie),
-                                     [Source(self.tensor(dn_name, (E, H, Ie)))], mtp))
-        else:
-            for proj, gg, shape in (("gate_proj", "ffn_gate_exps.weight", (Ie, H)),
-                                    ("up_proj", "ffn_up_exps.weight", (Ie, H)),
-                                    ("down_proj", "ffn_down_exps.weight", (H, Ie))):
-                srcs = [Source(self.tensor(f"{p}mlp.experts.{e}.{proj}.weight", shape)) for e in range(E)]
-                out.append(PlannedTensor(b + gg, (E, *shape), srcs, mtp))
+        out.extend(self.expert_tensors(p, b, E, Ie, mtp))
         for hf, gg, shape in (("mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight", (Is, H)),
                               ("mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight", (Is, H)),
                               ("mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight", (H, Is))):
