@@ -9,7 +9,7 @@ import pytest
 from gguf_mtp import convert
 from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
 
-FAMILIES = ("qwen35", "qwen35moe", "qwen3next", "glm4moe")
+FAMILIES = ("qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2")
 ARCH = {"qwen35": "qwen35", "qwen35moe": "qwen35moe", "qwen3next": "qwen3next"}
 
 

@@ -26,7 +26,7 @@ ORACLE = {"oracle_head": True, "trunk_scale": 0.5}  # often right, often wrong: 
 def pairings(converted, tmp_path_factory):
     """family -> {pairing: (model path, mtp argument)} on the oracle fixture."""
     out = {}
-    for family in ("qwen35", "qwen35moe", "glm4moe"):
+    for family in ("qwen35", "qwen35moe", "glm4moe", "deepseek2"):
         out[family] = {
             "bundled": (converted(family, "bundled", **ORACLE), "auto"),
             "self-contained": (converted(family, "trunk-only", **ORACLE), converted(family, "mtp-only", **ORACLE)),
@@ -45,7 +45,7 @@ def session(model: Path, mtp, **kw) -> MTPSession:
     return MTPSession(model, mtp=mtp, **kw)
 
 
-@pytest.mark.parametrize("family", ["qwen35", "qwen35moe", "glm4moe"])
+@pytest.mark.parametrize("family", ["qwen35", "qwen35moe", "glm4moe", "deepseek2"])
 @pytest.mark.parametrize("pairing", ["bundled", "self-contained", "head-only"])
 def test_greedy_and_seeded_output_is_identical_to_plain_decoding(pairings, family: str, pairing: str) -> None:
     model, mtp = pairings[family][pairing]
@@ -82,7 +82,7 @@ def test_multi_turn_chat_is_identical_to_plain(pairings, pairing: str) -> None:
         assert s.stats.drafted > 0
 
 
-@pytest.mark.parametrize("family", ["qwen35", "qwen35moe", "glm4moe"])
+@pytest.mark.parametrize("family", ["qwen35", "qwen35moe", "glm4moe", "deepseek2"])
 @pytest.mark.parametrize("layout", ["bundled", "head-only"])
 def test_a_head_that_is_always_right_is_always_accepted(converted, family: str, layout: str) -> None:
     """With a trunk that is a bigram model and a head computing the same function, every draft must be

@@ -176,3 +176,22 @@ def test_metadata_keys(converted) -> None:
     assert types[toks.index("<|im_start|>")] == 3 and types[toks.index("<think>")] == 4 and types[-1] == 5
     assert "<|im_start|>" in f.get("tokenizer.chat_template")
     assert GGUFFile(converted("qwen3next", "bundled")).get("tokenizer.ggml.pre") == "qwen2"
+
+
+def test_deepseek2_kv_b_split(converted, checkpoint) -> None:
+    """attn_k_b[h] = W_kb[h]^T and attn_v_b[h] = W_vb[h], with kv_b_proj's rows grouped per head as [nope | v]."""
+    f = GGUFFile(converted("deepseek2", "bundled", "f32"))
+    ck = Checkpoint.open(checkpoint("deepseek2"))
+    w = ck.tensor("model.layers.0.self_attn.kv_b_proj.weight").read_array()
+    nh, dn, dv, kl = S.heads, S.qk_nope, S.v_dim, S.kv_lora
+    kb, vb = gguf_values(f, "blk.0.attn_k_b.weight"), gguf_values(f, "blk.0.attn_v_b.weight")
+    assert kb.shape == (nh, kl, dn) and vb.shape == (nh, dv, kl)
+    for h in range(nh):
+        rows = w[h * (dn + dv):(h + 1) * (dn + dv)]
+        np.testing.assert_array_equal(kb[h], rows[:dn].T)
+        np.testing.assert_array_equal(vb[h], rows[dn:])
+    assert f.get("deepseek2.attention.head_count_kv") == 1
+    assert f.get("deepseek2.attention.key_length") == kl + S.qk_rope
+    assert f.get("deepseek2.attention.key_length_mla") == dn + S.qk_rope
+    assert f.get("deepseek2.expert_gating_func") == 2
+    assert f.get("deepseek2.nextn_predict_layers") == 1 and "blk.4.nextn.eh_proj.weight" in f.tensors

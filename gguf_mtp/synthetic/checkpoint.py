@@ -25,7 +25,7 @@ Entry = tuple[str, tuple[int, ...], str, object]
 class SyntheticSpec:
     """Sizes of a synthetic checkpoint. Defaults give a ~1 MB model that converts in well under a second."""
 
-    family: str = "qwen35"  # qwen35 | qwen35moe | qwen3next | glm4moe
+    family: str = "qwen35"  # qwen35 | qwen35moe | qwen3next | glm4moe | deepseek2
     layers: int = 4
     hidden: int = 64
     heads: int = 4
@@ -54,6 +54,11 @@ class SyntheticSpec:
     oracle_head: bool = False
     trunk_scale: float = 1.0
     head_noise: float = 0.0  # oracle head: scale of random output projections in the MTP block (lowers acceptance)
+    q_lora: int = 96      # deepseek2 MLA dims (distinct, so shape bugs fail loudly)
+    kv_lora: int = 64
+    qk_nope: int = 32
+    qk_rope: int = 16
+    v_dim: int = 48
     fp8: bool = False  # matrices as block-scaled float8 e4m3 + weight_scale_inv (as DeepSeek / Qwen FP8 releases)
     extra: dict = field(default_factory=dict)
 
@@ -126,6 +131,67 @@ def _glm_config(s: SyntheticSpec, vocab_tokens: int) -> dict:
             "max_position_embeddings": 4096, "vocab_size": s.vocab_size, "tie_word_embeddings": s.tie_embeddings,
             "eos_token_id": [vocab_tokens - 10, vocab_tokens - 3], "pad_token_id": vocab_tokens - 10,
             "torch_dtype": "bfloat16", **s.extra}
+
+
+def _ds_config(s: SyntheticSpec, vocab_tokens: int) -> dict:
+    groups = 4 if s.experts % 4 == 0 and s.experts >= 8 else 1
+    return {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": s.hidden,
+            "num_hidden_layers": s.layers, "num_attention_heads": s.heads, "num_key_value_heads": s.heads,
+            "q_lora_rank": s.q_lora, "kv_lora_rank": s.kv_lora, "qk_nope_head_dim": s.qk_nope,
+            "qk_rope_head_dim": s.qk_rope, "v_head_dim": s.v_dim, "intermediate_size": s.intermediate,
+            "moe_intermediate_size": s.moe_intermediate, "n_routed_experts": s.experts,
+            "num_experts_per_tok": s.experts_used, "n_shared_experts": 1, "first_k_dense_replace": 1,
+            "n_group": groups, "topk_group": max(1, groups // 2), "routed_scaling_factor": 2.5,
+            "norm_topk_prob": True, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "rope_theta": 10000.0,
+            "rms_norm_eps": 1e-6, "max_position_embeddings": 163840, "num_nextn_predict_layers": 1,
+            "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+                             "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+            "vocab_size": s.vocab_size, "tie_word_embeddings": s.tie_embeddings, "attention_bias": False,
+            "torch_dtype": "bfloat16", **s.extra}
+
+
+def _ds_shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
+    H, V, nh = s.hidden, s.vocab_size, s.heads
+    E, Ie = s.experts, s.moe_intermediate
+    out: list[tuple[str, tuple[int, ...], str]] = [("model.embed_tokens.weight", (V, H), "w")]
+
+    def block(il: int) -> None:
+        p, a = f"model.layers.{il}.", f"model.layers.{il}.self_attn."
+        out.extend([(p + "input_layernorm.weight", (H,), "gnorm"), (p + "post_attention_layernorm.weight", (H,), "gnorm"),
+                    (a + "q_a_proj.weight", (s.q_lora, H), "w"), (a + "q_a_layernorm.weight", (s.q_lora,), "gnorm"),
+                    (a + "q_b_proj.weight", (nh * (s.qk_nope + s.qk_rope), s.q_lora), "w"),
+                    (a + "kv_a_proj_with_mqa.weight", (s.kv_lora + s.qk_rope, H), "w"),
+                    (a + "kv_a_layernorm.weight", (s.kv_lora,), "gnorm"),
+                    (a + "kv_b_proj.weight", (nh * (s.qk_nope + s.v_dim), s.kv_lora), "w"),
+                    (a + "o_proj.weight", (H, nh * s.v_dim), "wout")])
+        if il < 1:
+            out.extend([(p + "mlp.gate_proj.weight", (s.intermediate, H), "w"),
+                        (p + "mlp.up_proj.weight", (s.intermediate, H), "w"),
+                        (p + "mlp.down_proj.weight", (H, s.intermediate), "wout")])
+            return
+        out.extend([(p + "mlp.gate.weight", (E, H), "w"), (p + "mlp.gate.e_score_correction_bias", (E,), "ones")])
+        for e in range(E):
+            out.extend([(f"{p}mlp.experts.{e}.gate_proj.weight", (Ie, H), "w"),
+                        (f"{p}mlp.experts.{e}.up_proj.weight", (Ie, H), "w"),
+                        (f"{p}mlp.experts.{e}.down_proj.weight", (H, Ie), "wout")])
+        out.extend([(p + "mlp.shared_experts.gate_proj.weight", (Ie, H), "w"),
+                    (p + "mlp.shared_experts.up_proj.weight", (Ie, H), "w"),
+                    (p + "mlp.shared_experts.down_proj.weight", (H, Ie), "wout")])
+
+    for il in range(s.layers):
+        block(il)
+    out.append(("model.norm.weight", (H,), "goutnorm"))
+    if not s.tie_embeddings:
+        out.append(("lm_head.weight", (V, H), "w"))
+    if s.mtp:
+        p = f"model.layers.{s.layers}."
+        out.extend([(p + "eh_proj.weight", (H, 2 * H), "fc"), (p + "enorm.weight", (H,), "genorm"),
+                    (p + "hnorm.weight", (H,), "gnorm"), (p + "shared_head.norm.weight", (H,), "goutnorm"),
+                    (p + "embed_tokens.weight", (V, H), "copy:model.embed_tokens.weight"),
+                    (p + "shared_head.head.weight", (V, H),
+                     "copy:" + ("model.embed_tokens.weight" if s.tie_embeddings else "lm_head.weight"))])
+        block(s.layers)
+    return out
 
 
 def _glm_shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
@@ -286,11 +352,12 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    glm = spec.family == "glm4moe"
-    n_tok = write_tokenizer(root, style="glm" if glm else "qwen")
+    glm = spec.family in ("glm4moe", "deepseek2")  # MTP layer at model.layers.{L}, plain norms
+    style = {"glm4moe": "glm", "deepseek2": "deepseek"}.get(spec.family, "qwen")
+    n_tok = write_tokenizer(root, style=style)
     if n_tok > spec.vocab_size:
         raise ValueError(f"vocab_size {spec.vocab_size} is smaller than the tokenizer ({n_tok} tokens)")
-    config = _glm_config(spec, n_tok) if glm else _config(spec, n_tok)
+    config = {"glm4moe": _glm_config, "deepseek2": _ds_config}.get(spec.family, _config)(spec, n_tok)
     (root / "config.json").write_text(json.dumps(config, indent=2))
     rand = _Rand(spec.seed, spec.std)
     made: dict[str, np.ndarray] = {}  # embedding/LM-head values, for the MTP layer's copies (GLM)
@@ -341,7 +408,7 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
         return f
 
     entries = [(name, shape, "BF16", make(kind, shape, name))
-               for name, shape, kind in (_glm_shapes(spec) if glm else _shapes(spec))]
+               for name, shape, kind in {"glm4moe": _glm_shapes, "deepseek2": _ds_shapes}.get(spec.family, _shapes)(spec)]
     if spec.fp8:
         config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                          "weight_block_size": [128, 128]}

@@ -79,6 +79,11 @@ def train_bpe(text: str, n_merges: int) -> tuple[dict[str, int], list[tuple[str,
 
 GLM_SPECIAL_TOKENS = ("<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>",
                       "<|assistant|>", "<|observation|>")
+DS_SPECIAL_TOKENS = ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>")
+DS_CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}<｜User｜>{{ m['content'] }}"
+                    "{% elif m['role'] == 'assistant' %}<｜Assistant｜>{{ m['content'] }}<｜end▁of▁sentence｜>"
+                    "{% else %}{{ m['content'] }}{% endif %}{% endfor %}"
+                    "{% if add_generation_prompt %}<｜Assistant｜>{% endif %}")
 GLM_CHAT_TEMPLATE = ("[gMASK]<sop>{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}{% endfor %}"
                      "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 
@@ -89,8 +94,8 @@ def write_tokenizer(root: Path, *, n_merges: int = 200, corpus: str = DEFAULT_CO
     ``style``: ``qwen`` (ChatML specials, eos ``<|im_end|>``) or ``glm`` (GLM-4.5 specials, eos ``<|endoftext|>``).
     """
     vocab, merges = train_bpe(corpus, n_merges)
-    specials = GLM_SPECIAL_TOKENS if style == "glm" else SPECIAL_TOKENS
-    extra = () if style == "glm" else ADDED_TOKENS
+    specials = {"glm": GLM_SPECIAL_TOKENS, "deepseek": DS_SPECIAL_TOKENS}.get(style, SPECIAL_TOKENS)
+    extra = ADDED_TOKENS if style == "qwen" else ()
     added = []
     for content in specials + extra:
         added.append({"id": len(vocab), "content": content, "single_word": False, "lstrip": False,
@@ -112,6 +117,10 @@ def write_tokenizer(root: Path, *, n_merges: int = 200, corpus: str = DEFAULT_CO
           "eos_token": "<|endoftext|>" if style == "glm" else "<|im_end|>",
           "pad_token": "<|endoftext|>", "model_max_length": 4096, "tokenizer_class": "Qwen2Tokenizer",
           "errors": "replace", "unk_token": None}
+    if style == "deepseek":
+        tc.update(add_bos_token=True, bos_token=DS_SPECIAL_TOKENS[0], eos_token=DS_SPECIAL_TOKENS[1],
+                  pad_token=DS_SPECIAL_TOKENS[1], tokenizer_class="LlamaTokenizerFast")
     (root / "tokenizer_config.json").write_text(json.dumps(tc, indent=1), encoding="utf-8")
-    (root / "chat_template.jinja").write_text(GLM_CHAT_TEMPLATE if style == "glm" else CHAT_TEMPLATE, encoding="utf-8")
+    template = {"glm": GLM_CHAT_TEMPLATE, "deepseek": DS_CHAT_TEMPLATE}.get(style, CHAT_TEMPLATE)
+    (root / "chat_template.jinja").write_text(template, encoding="utf-8")
     return len(vocab)

@@ -1,0 +1,178 @@
+"""DeepSeek-V3 / R1 (``DeepseekV3ForCausalLM`` -> ``deepseek2``): multi-head latent attention (MLA), leading
+dense layers, sigmoid-routed grouped MoE with a correction bias and shared experts, YaRN RoPE, and one MTP
+layer at ``model.layers.{num_hidden_layers}``. Upstream's converter drops that layer; llama.cpp's loader has
+an MTP graph for it, which this module feeds. ``kv_b_proj`` is split into ``attn_k_b`` (transposed per head)
+and ``attn_v_b`` for the absorbed-MLA graph. Norms are plain weights; no q/k permutation.
+Facts: docs/facts/deepseek2.md."""
+
+from __future__ import annotations
+
+import re
+
+
+from ..errors import UnsupportedError
+from ..ggufio import keys as K
+from ..ggufio.format import KV
+from . import register
+from .base import Family, ModelPlan, PlannedTensor, Source, Transform
+
+SKIP = re.compile(r"rotary_emb\.inv_freq$|weight_scale_inv$")
+
+
+def k_b(H: int, dn: int, dv: int, kl: int) -> Transform:
+    """``kv_b_proj`` [H*(dn+dv), kl] -> per-head ``W_kb^T`` [H, kl, dn] (absorbed MLA)."""
+    return lambda x: x.reshape(H, dn + dv, kl)[:, :dn, :].transpose(0, 2, 1)
+
+
+def v_b(H: int, dn: int, dv: int, kl: int) -> Transform:
+    """``kv_b_proj`` [H*(dn+dv), kl] -> per-head ``W_vb`` [H, dv, kl]."""
+    return lambda x: x.reshape(H, dn + dv, kl)[:, dn:, :]
+
+
+@register
+class Deepseek2(Family):
+    arch = "deepseek2"
+    hf_architectures = ("DeepseekV3ForCausalLM",)
+    tokenizer_pre = "deepseek-v3"
+
+    def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ck)
+        self.read_attention_dims()
+        hp = self.hp
+        if hp.get("q_lora_rank") in (None, 0):
+            raise UnsupportedError(f"{ck.root / 'config.json'}: q_lora_rank is null (a DeepSeek-V2-Lite-style model); "
+                                   "only DeepSeek-V3-style MLA with q_lora is supported")
+        if self.L in (26, 27):
+            raise UnsupportedError(f"{ck.root / 'config.json'}: llama.cpp treats {self.L}-layer deepseek2 models as "
+                                   "'lite' (no q_lora); this checkpoint would not load")
+        self.ql, self.kl = int(hp["q_lora_rank"]), int(hp.get("kv_lora_rank", 512))
+        self.dn, self.dr, self.dv = (int(self.need("qk_nope_head_dim")), int(self.need("qk_rope_head_dim")),
+                                     int(self.need("v_head_dim")))
+        self.dense = int(hp.get("first_k_dense_replace", 0))
+        self.vocab = int(ck.tensor("model.embed_tokens.weight").shape[0])
+
+    def mtp_layers(self) -> int:
+        n = 0
+        while self.ck.has(f"model.layers.{self.L + n}.eh_proj.weight"):
+            n += 1
+        return n
+
+    def mtp_missing(self) -> str:
+        declared = self.hp.get("num_nextn_predict_layers")
+        say = f" although config.json declares num_nextn_predict_layers={declared}" if declared else ""
+        return (f"{self.ck.root}: the checkpoint has no MTP weights (model.layers.{self.L}.eh_proj.weight and the "
+                f"rest of layer {self.L} are missing){say}; convert without --mtp")
+
+    def arch_kvs(self, n_mtp: int) -> list[KV]:
+        a, hp = self.arch, self.hp
+        k = lambda t: K.arch_key(t, a)  # noqa: E731
+        kvs = [
+            KV.u32(k(K.K_BLOCK_COUNT), self.L + n_mtp),
+            KV.u32(k(K.K_CONTEXT_LENGTH), int(hp.get("max_position_embeddings", 4096))),
+            KV.u32(k(K.K_EMBEDDING_LENGTH), self.H),
+            KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),
+            KV.u32(k(K.K_HEAD_COUNT), self.nh),
+            KV.u32(k(K.K_HEAD_COUNT_KV), 1),  # MLA runs as MQA over the latent cache
+            KV.u32(k(K.K_Q_LORA_RANK), self.ql),
+            KV.u32(k(K.K_KV_LORA_RANK), self.kl),
+            KV.u32(k(K.K_KEY_LENGTH), self.kl + self.dr),
+            KV.u32(k(K.K_VALUE_LENGTH), self.kl),
+            KV.u32(k(K.K_KEY_LENGTH_MLA), self.dn + self.dr),
+            KV.u32(k(K.K_VALUE_LENGTH_MLA), self.dv),
+            KV.u32(k(K.K_ROPE_DIM_COUNT), self.dr),
+            KV.f32(k(K.K_ROPE_FREQ_BASE), float(hp.get("rope_theta", 10000.0))),
+            KV.f32(k(K.K_RMS_EPS), float(hp.get("rms_norm_eps", 1e-6))),
+            KV.u32(k(K.K_EXPERT_COUNT), int(self.need("n_routed_experts"))),
+            KV.u32(k(K.K_EXPERT_USED_COUNT), int(self.need("num_experts_per_tok"))),
+            KV.u32(k(K.K_EXPERT_GROUP_COUNT), int(hp.get("n_group", 1))),
+            KV.u32(k(K.K_EXPERT_GROUP_USED_COUNT), int(hp.get("topk_group", 1))),
+            KV.u32(k(K.K_EXPERT_FF_LENGTH), int(self.need("moe_intermediate_size"))),
+            KV.u32(k(K.K_EXPERT_SHARED_COUNT), int(hp.get("n_shared_experts", 0))),
+            KV.u32(k(K.K_LEADING_DENSE_BLOCK_COUNT), self.dense),
+            KV.u32(k(K.K_EXPERT_GATING_FUNC), 2 if hp.get("scoring_func", "sigmoid") == "sigmoid" else 1),
+            KV.f32(k(K.K_EXPERT_WEIGHTS_SCALE), float(hp.get("routed_scaling_factor", 1.0))),
+            KV.boolean(k(K.K_EXPERT_WEIGHTS_NORM), bool(hp.get("norm_topk_prob", False))),
+            KV.u32(k(K.K_VOCAB_SIZE), self.vocab),
+        ]
+        rs = hp.get("rope_scaling") or {}
+        if (rs.get("type") or rs.get("rope_type")) == "yarn":
+            kvs += [KV.string(k(K.K_ROPE_SCALING_TYPE), "yarn"),
+                    KV.f32(k(K.K_ROPE_SCALING_FACTOR), float(rs["factor"])),
+                    KV.u32(k(K.K_ROPE_SCALING_ORIG_CTX), int(rs["original_max_position_embeddings"])),
+                    KV.f32(k(K.K_ROPE_SCALING_YARN_LOG_MUL), 0.1 * float(rs.get("mscale_all_dim", 0.0))),
+                    KV.f32(k(K.K_ROPE_SCALING_YARN_BETA_FAST), float(rs.get("beta_fast", 32.0))),
+                    KV.f32(k(K.K_ROPE_SCALING_YARN_BETA_SLOW), float(rs.get("beta_slow", 1.0)))]
+        if n_mtp:
+            kvs.append(KV.u32(k(K.K_NEXTN), n_mtp))
+        return kvs
+
+    def _put(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool,
+             np_shape: tuple[int, ...] | None = None, whole: Transform | None = None) -> None:
+        out.append(PlannedTensor(gguf, np_shape or shape, [Source(self.tensor(hf, shape))], mtp, None, whole,
+                                 shape if whole else None))
+
+    def _opt(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool) -> None:
+        if self.ck.has(hf):
+            self._put(out, hf, gguf, shape, mtp)
+
+    def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
+        p, b, H, nh = f"model.layers.{il}.", f"blk.{il}.", self.H, self.nh
+        ql, kl, dn, dr, dv = self.ql, self.kl, self.dn, self.dr, self.dv
+        a = p + "self_attn."
+        self._put(out, p + "input_layernorm.weight", b + "attn_norm.weight", (H,), mtp)
+        self._put(out, a + "q_a_proj.weight", b + "attn_q_a.weight", (ql, H), mtp)
+        self._put(out, a + "q_a_layernorm.weight", b + "attn_q_a_norm.weight", (ql,), mtp)
+        self._put(out, a + "q_b_proj.weight", b + "attn_q_b.weight", (nh * (dn + dr), ql), mtp)
+        self._put(out, a + "kv_a_proj_with_mqa.weight", b + "attn_kv_a_mqa.weight", (kl + dr, H), mtp)
+        self._put(out, a + "kv_a_layernorm.weight", b + "attn_kv_a_norm.weight", (kl,), mtp)
+        kvb = (nh * (dn + dv), kl)
+        self._put(out, a + "kv_b_proj.weight", b + "attn_k_b.weight", kvb, mtp, (nh, kl, dn), k_b(nh, dn, dv, kl))
+        self._put(out, a + "kv_b_proj.weight", b + "attn_v_b.weight", kvb, mtp, (nh, dv, kl), v_b(nh, dn, dv, kl))
+        self._put(out, a + "o_proj.weight", b + "attn_output.weight", (H, nh * dv), mtp)
+        self._put(out, p + "post_attention_layernorm.weight", b + "ffn_norm.weight", (H,), mtp)
+        if il < self.dense:
+            ff = int(self.need("intermediate_size"))
+            for proj, gg, shape in (("gate_proj", "ffn_gate", (ff, H)), ("up_proj", "ffn_up", (ff, H)),
+                                    ("down_proj", "ffn_down", (H, ff))):
+                self._put(out, f"{p}mlp.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+            return
+        E, Ie = int(self.need("n_routed_experts")), int(self.need("moe_intermediate_size"))
+        Is = Ie * int(self.hp.get("n_shared_experts", 0))
+        self._put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (E, H), mtp)
+        self._opt(out, p + "mlp.gate.e_score_correction_bias", b + "exp_probs_b.bias", (E,), mtp)
+        out.extend(self.expert_tensors(p, b, E, Ie, mtp))
+        if Is:
+            for proj, gg, shape in (("gate_proj", "ffn_gate_shexp", (Is, H)), ("up_proj", "ffn_up_shexp", (Is, H)),
+                                    ("down_proj", "ffn_down_shexp", (H, Is))):
+                self._put(out, f"{p}mlp.shared_experts.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+
+    def plan(self, *, trunk: bool, mtp: bool, embeddings: bool) -> ModelPlan:
+        n_mtp = self.mtp_layers() if mtp else 0
+        if n_mtp > 1:
+            raise UnsupportedError(f"{self.ck.root}: {n_mtp} MTP layers; llama.cpp's deepseek2 MTP graph runs one")
+        out: list[PlannedTensor] = []
+        H, V = self.H, self.vocab
+        if embeddings:
+            self._put(out, "model.embed_tokens.weight", "token_embd.weight", (V, H), False)
+        if trunk:
+            for il in range(self.L):
+                self._block(out, il, False)
+        for i in range(n_mtp):
+            il, p, b = self.L + i, f"model.layers.{self.L + i}.", f"blk.{self.L + i}."
+            self._put(out, p + "eh_proj.weight", b + "nextn.eh_proj.weight", (H, 2 * H), True)
+            self._put(out, p + "enorm.weight", b + "nextn.enorm.weight", (H,), True)
+            self._put(out, p + "hnorm.weight", b + "nextn.hnorm.weight", (H,), True)
+            self._opt(out, p + "shared_head.norm.weight", b + "nextn.shared_head_norm.weight", (H,), True)
+            self._opt(out, p + "shared_head.head.weight", b + "nextn.shared_head_head.weight", (V, H), True)
+            self._opt(out, p + "embed_tokens.weight", b + "nextn.embed_tokens.weight", (V, H), True)
+            self._block(out, il, True)
+        if embeddings:
+            self._put(out, "model.norm.weight", "output_norm.weight", (H,), False)
+            if self.ck.has("lm_head.weight"):
+                self._put(out, "lm_head.weight", "output.weight", (V, H), False)
+        return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)
+
+    def unused_tensors(self, used: set[str]) -> list[str]:
+        return sorted(n for n in self.ck.tensors if n not in used and not SKIP.search(n))
+
+
