@@ -59,6 +59,40 @@ def general_kvs(arch: str, name: str, file_type: GGMLQuantizationType) -> list[K
     ]
 
 
+#: MTP-layer copies that llama.cpp's graphs replace by the model's own tensor when absent
+SHARED_COPIES = {".nextn.embed_tokens.weight": "token_embd.weight", ".nextn.shared_head_head.weight": "output.weight"}
+
+
+def _same_bytes(a, b, chunk: int = 64 << 20) -> bool:  # type: ignore[no-untyped-def]
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    with open(a.path, "rb", buffering=0) as fa, open(b.path, "rb", buffering=0) as fb:
+        for off in range(0, a.nbytes, chunk):
+            n = min(chunk, a.nbytes - off)
+            if os.pread(fa.fileno(), n, a.offset + off) != os.pread(fb.fileno(), n, b.offset + off):
+                return False
+    return True
+
+
+def drop_shared_copies(plan: ModelPlan, family: Family) -> list[str]:
+    """Leave out the MTP layer's own embedding / LM-head copies when they are byte-identical to the model's
+    (GLM and DeepSeek checkpoints carry them): llama.cpp then uses token_embd / output, and a head-only
+    sidecar shrinks by two vocab x hidden matrices."""
+    full = family.plan(trunk=False, mtp=False, embeddings=True)
+    base = {t.name: t for t in full.tensors}
+    if "output.weight" not in base and "token_embd.weight" in base:
+        base["output.weight"] = base["token_embd.weight"]  # tied embeddings
+    dropped = []
+    for t in list(plan.tensors):
+        for suffix, twin in SHARED_COPIES.items():
+            other = base.get(twin)
+            if t.name.endswith(suffix) and other is not None and len(t.sources) == len(other.sources) == 1 \
+                    and _same_bytes(t.sources[0].ref, other.sources[0].ref):
+                plan.tensors.remove(t)
+                dropped.append(t.name)
+    return dropped
+
+
 def _check_unmapped(family: Family) -> None:
     full = family.plan(trunk=True, mtp=family.mtp_layers() > 0, embeddings=True)
     used = {s.ref.name for t in full.tensors for s in t.sources}
@@ -127,6 +161,11 @@ def convert(
         mtp=layout != Layout.TRUNK_ONLY,
         embeddings=layout != Layout.HEAD_ONLY,
     )
+    if not (root / PARTIAL_MARKER).exists():  # a head-only fetch has not downloaded the model's own copies
+        dropped = drop_shared_copies(plan, family)
+        if dropped:
+            notes.append(f"left out {', '.join(dropped)}: identical to the model's token_embd/output, which "
+                         "llama.cpp uses instead")
     file_type = mtp_t if layout == Layout.HEAD_ONLY else trunk_t
     name = str(ck.config.get("_name_or_path") or (str(model).split("/")[-1] if looks_like_repo_id(str(model))
                                                   else root.resolve().name))

@@ -102,3 +102,33 @@ def test_checkpoint_without_mtp_weights_converts_to_trunk_only(checkpoint, tmp_p
     assert r.layout == Layout.TRUNK_ONLY and r.notes
     with Model(r.path) as m, Context(m) as ctx:
         assert ctx.greedy(m.tokenize(PROMPT), 4)
+
+
+@pytest.mark.parametrize("family", ["glm4moe", "deepseek2"])
+def test_identical_mtp_embedding_copies_are_left_out(checkpoint, tmp_path, family: str) -> None:
+    """GLM / DeepSeek MTP layers carry copies of the embeddings and LM head; identical copies are not written
+    (llama.cpp falls back to token_embd / output), different ones are kept."""
+    import json
+    import shutil
+
+    import numpy as np
+
+    from gguf_mtp import convert
+    from gguf_mtp.synthetic.safetensors_writer import write_safetensors
+
+    src = checkpoint(family)
+    r = convert(src, outfile=tmp_path / "a.gguf", outtype="q8_0", progress=False)
+    names = set(GGUFFile(r.path).tensors)
+    assert not any(n.endswith((".nextn.embed_tokens.weight", ".nextn.shared_head_head.weight")) for n in names)
+    assert any("identical to the model's" in n for n in r.notes)
+    with Model(r.path, load_mtp=True) as m, Context(m, mtp=True):
+        pass
+    ck = shutil.copytree(src, tmp_path / "ck")  # now make the copy differ: it must be kept
+    idx = json.loads((ck / "model.safetensors.index.json").read_text())
+    name = next(k for k in idx["weight_map"] if k.endswith(".embed_tokens.weight") and k.startswith("model.layers."))
+    shape = (512, 64)
+    write_safetensors(ck / "extra.safetensors", [(name, shape, "F32", lambda: np.ones(shape, np.float32).reshape(-1))])
+    idx["weight_map"][name] = "extra.safetensors"
+    (ck / "model.safetensors.index.json").write_text(json.dumps(idx))
+    r2 = convert(ck, outfile=tmp_path / "b.gguf", outtype="q8_0", progress=False)
+    assert any(n.endswith(".nextn.embed_tokens.weight") for n in GGUFFile(r2.path).tensors)
