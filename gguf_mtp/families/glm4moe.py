@@ -6,19 +6,17 @@ Facts: docs/facts/glm4moe.md."""
 
 from __future__ import annotations
 
-import re
 
-from ..errors import UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
 from . import register
-from .base import Family, ModelPlan, PlannedTensor, Source
+from .base import PlannedTensor
+from .nextn_layer import NextnLayerFamily
 
-SKIP = re.compile(r"rotary_emb\.inv_freq$|weight_scale_inv$")
 
 
 @register
-class Glm4Moe(Family):
+class Glm4Moe(NextnLayerFamily):
     arch = "glm4moe"
     hf_architectures = ("Glm4MoeForCausalLM",)
     tokenizer_pre = "glm4"
@@ -32,19 +30,6 @@ class Glm4Moe(Family):
         rope = hp.get("rope_parameters") or hp.get("rope_scaling") or {}
         self.rope_theta = float(rope.get("rope_theta", hp.get("rope_theta", 10000.0)))
         self.rope_dims = int(self.hd * float(hp.get("partial_rotary_factor", rope.get("partial_rotary_factor", 0.5))))
-
-    # -- head -------------------------------------------------------------------------------
-    def mtp_layers(self) -> int:
-        n = 0
-        while self.ck.has(f"model.layers.{self.L + n}.eh_proj.weight"):
-            n += 1
-        return n
-
-    def mtp_missing(self) -> str:
-        declared = self.hp.get("num_nextn_predict_layers")
-        say = f" although config.json declares num_nextn_predict_layers={declared}" if declared else ""
-        return (f"{self.ck.root}: the checkpoint has no MTP weights (model.layers.{self.L}.eh_proj.weight and the "
-                f"rest of layer {self.L} are missing){say}; convert without --mtp")
 
     # -- metadata ---------------------------------------------------------------------------
     def arch_kvs(self, n_mtp: int) -> list[KV]:
@@ -78,14 +63,6 @@ class Glm4Moe(Family):
         return kvs
 
     # -- tensors ----------------------------------------------------------------------------
-    def _put(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool,
-             np_shape: tuple[int, ...] | None = None) -> None:
-        out.append(PlannedTensor(gguf, np_shape or shape, [Source(self.tensor(hf, shape))], mtp))
-
-    def _opt(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool) -> None:
-        if self.ck.has(hf):
-            self._put(out, hf, gguf, shape, mtp)
-
     def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
         p, b, H, hd = f"model.layers.{il}.", f"blk.{il}.", self.H, self.hd
         q, kv = self.nh * hd, self.nkv * hd
@@ -111,32 +88,3 @@ class Glm4Moe(Family):
         for proj, gg, shape in (("gate_proj", "ffn_gate_shexp", (Is, H)), ("up_proj", "ffn_up_shexp", (Is, H)),
                                 ("down_proj", "ffn_down_shexp", (H, Is))):
             self._put(out, f"{p}mlp.shared_experts.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
-
-    def plan(self, *, trunk: bool, mtp: bool, embeddings: bool) -> ModelPlan:
-        n_mtp = self.mtp_layers() if mtp else 0
-        if n_mtp > 1:
-            raise UnsupportedError(f"{self.ck.root}: {n_mtp} MTP layers; llama.cpp's glm4moe MTP graph runs one")
-        out: list[PlannedTensor] = []
-        H, V = self.H, self.vocab
-        if embeddings:
-            self._put(out, "model.embed_tokens.weight", "token_embd.weight", (V, H), False)
-        if trunk:
-            for il in range(self.L):
-                self._block(out, il, False)
-        for i in range(n_mtp):
-            il, p, b = self.L + i, f"model.layers.{self.L + i}.", f"blk.{self.L + i}."
-            self._put(out, p + "eh_proj.weight", b + "nextn.eh_proj.weight", (H, 2 * H), True)
-            self._put(out, p + "enorm.weight", b + "nextn.enorm.weight", (H,), True)
-            self._put(out, p + "hnorm.weight", b + "nextn.hnorm.weight", (H,), True)
-            self._opt(out, p + "shared_head.norm.weight", b + "nextn.shared_head_norm.weight", (H,), True)
-            self._opt(out, p + "shared_head.head.weight", b + "nextn.shared_head_head.weight", (V, H), True)
-            self._opt(out, p + "embed_tokens.weight", b + "nextn.embed_tokens.weight", (V, H), True)
-            self._block(out, il, True)
-        if embeddings:
-            self._put(out, "model.norm.weight", "output_norm.weight", (H,), False)
-            if self.ck.has("lm_head.weight"):
-                self._put(out, "lm_head.weight", "output.weight", (V, H), False)
-        return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)
-
-    def unused_tensors(self, used: set[str]) -> list[str]:
-        return sorted(n for n in self.ck.tensors if n not in used and not SKIP.search(n))

@@ -1,0 +1,71 @@
+"""Shared shape of the DeepSeek-style families (``deepseek2``, ``glm4moe``): the MTP layer is an extra decoder
+layer at ``model.layers.{num_hidden_layers}`` with ``eh_proj``, ``enorm``, ``hnorm``, ``shared_head.{norm,head}``
+and ``embed_tokens`` beside its block; norms are plain weights. Subclasses define ``_block`` and ``arch_kvs``."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import UnsupportedError
+from .base import Family, ModelPlan, PlannedTensor, Source, Transform
+
+SKIP = re.compile(r"rotary_emb\.inv_freq$|weight_scale_inv$")
+
+
+class NextnLayerFamily(Family):
+    def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
+        raise NotImplementedError
+
+    def arch_kvs(self, n_mtp: int) -> list:  # type: ignore[type-arg]
+        raise NotImplementedError
+
+    def _put(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool,
+             np_shape: tuple[int, ...] | None = None, whole: Transform | None = None) -> None:
+        out.append(PlannedTensor(gguf, np_shape or shape, [Source(self.tensor(hf, shape))], mtp, None, whole,
+                                 shape if whole else None))
+
+    def _opt(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool) -> None:
+        if self.ck.has(hf):
+            self._put(out, hf, gguf, shape, mtp)
+
+    def mtp_layers(self) -> int:
+        n = 0
+        while self.ck.has(f"model.layers.{self.L + n}.eh_proj.weight"):
+            n += 1
+        return n
+
+    def mtp_missing(self) -> str:
+        declared = self.hp.get("num_nextn_predict_layers")
+        say = f" although config.json declares num_nextn_predict_layers={declared}" if declared else ""
+        return (f"{self.ck.root}: the checkpoint has no MTP weights (model.layers.{self.L}.eh_proj.weight and the "
+                f"rest of layer {self.L} are missing){say}; convert without --mtp")
+
+    def plan(self, *, trunk: bool, mtp: bool, embeddings: bool) -> ModelPlan:
+        n_mtp = self.mtp_layers() if mtp else 0
+        if n_mtp > 1:
+            raise UnsupportedError(f"{self.ck.root}: {n_mtp} MTP layers; llama.cpp's {self.arch} MTP graph runs one")
+        out: list[PlannedTensor] = []
+        H, V = self.H, self.vocab  # type: ignore[attr-defined]
+        if embeddings:
+            self._put(out, "model.embed_tokens.weight", "token_embd.weight", (V, H), False)
+        if trunk:
+            for il in range(self.L):
+                self._block(out, il, False)
+        for i in range(n_mtp):
+            il = self.L + i
+            p, b = f"model.layers.{il}.", f"blk.{il}."
+            self._put(out, p + "eh_proj.weight", b + "nextn.eh_proj.weight", (H, 2 * H), True)
+            self._put(out, p + "enorm.weight", b + "nextn.enorm.weight", (H,), True)
+            self._put(out, p + "hnorm.weight", b + "nextn.hnorm.weight", (H,), True)
+            self._opt(out, p + "shared_head.norm.weight", b + "nextn.shared_head_norm.weight", (H,), True)
+            self._opt(out, p + "shared_head.head.weight", b + "nextn.shared_head_head.weight", (V, H), True)
+            self._opt(out, p + "embed_tokens.weight", b + "nextn.embed_tokens.weight", (V, H), True)
+            self._block(out, il, True)
+        if embeddings:
+            self._put(out, "model.norm.weight", "output_norm.weight", (H,), False)
+            if self.ck.has("lm_head.weight"):
+                self._put(out, "lm_head.weight", "output.weight", (V, H), False)
+        return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)
+
+    def unused_tensors(self, used: set[str]) -> list[str]:
+        return sorted(n for n in self.ck.tensors if n not in used and not SKIP.search(n))
