@@ -108,18 +108,4 @@ class Deepseek2(NextnLayerFamily):
         self._put(out, a + "kv_b_proj.weight", b + "attn_v_b.weight", kvb, mtp, (nh, dv, kl), v_b(nh, dn, dv, kl))
         self._put(out, a + "o_proj.weight", b + "attn_output.weight", (H, nh * dv), mtp)
         self._put(out, p + "post_attention_layernorm.weight", b + "ffn_norm.weight", (H,), mtp)
-        if il < self.dense:
-            ff = int(self.need("intermediate_size"))
-            for proj, gg, shape in (("gate_proj", "ffn_gate", (ff, H)), ("up_proj", "ffn_up", (ff, H)),
-                                    ("down_proj", "ffn_down", (H, ff))):
-                self._put(out, f"{p}mlp.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
-            return
-        E, Ie = int(self.need("n_routed_experts")), int(self.need("moe_intermediate_size"))
-        Is = Ie * int(self.hp.get("n_shared_experts", 0))
-        self._put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (E, H), mtp)
-        self._opt(out, p + "mlp.gate.e_score_correction_bias", b + "exp_probs_b.bias", (E,), mtp)
-        out.extend(self.expert_tensors(p, b, E, Ie, mtp))
-        if Is:
-            for proj, gg, shape in (("gate_proj", "ffn_gate_shexp", (Is, H)), ("up_proj", "ffn_up_shexp", (Is, H)),
-                                    ("down_proj", "ffn_down_shexp", (H, Is))):
-                self._put(out, f"{p}mlp.shared_experts.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+        self._ffn(out, p, b, il, mtp, default_shared=0)

@@ -74,17 +74,4 @@ class Glm4Moe(NextnLayerFamily):
         self._opt(out, p + "self_attn.q_norm.weight", b + "attn_q_norm.weight", (hd,), mtp)
         self._opt(out, p + "self_attn.k_norm.weight", b + "attn_k_norm.weight", (hd,), mtp)
         self._put(out, p + "post_attention_layernorm.weight", b + "post_attention_norm.weight", (H,), mtp)
-        if il < self.dense:
-            I = int(self.need("intermediate_size"))
-            for proj, gg, shape in (("gate_proj", "ffn_gate", (I, H)), ("up_proj", "ffn_up", (I, H)),
-                                    ("down_proj", "ffn_down", (H, I))):
-                self._put(out, f"{p}mlp.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
-            return
-        E, Ie = int(self.need("n_routed_experts")), int(self.need("moe_intermediate_size"))
-        Is = Ie * int(self.hp.get("n_shared_experts", 1))
-        self._put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (E, H), mtp)
-        self._put(out, p + "mlp.gate.e_score_correction_bias", b + "exp_probs_b.bias", (E,), mtp)
-        out.extend(self.expert_tensors(p, b, E, Ie, mtp))
-        for proj, gg, shape in (("gate_proj", "ffn_gate_shexp", (Is, H)), ("up_proj", "ffn_up_shexp", (Is, H)),
-                                ("down_proj", "ffn_down_shexp", (H, Is))):
-            self._put(out, f"{p}mlp.shared_experts.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+        self._ffn(out, p, b, il, mtp, default_shared=1)

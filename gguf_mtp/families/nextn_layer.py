@@ -28,6 +28,25 @@ class NextnLayerFamily(Family):
         if self.ck.has(hf):
             self._put(out, hf, gguf, shape, mtp)
 
+    def _ffn(self, out: list[PlannedTensor], p: str, b: str, il: int, mtp: bool, default_shared: int) -> None:
+        """Dense MLP for the leading layers, else sigmoid-routed MoE: router, correction bias, experts, shared."""
+        H = self.H
+        if il < self.dense:  # type: ignore[attr-defined]
+            ff = int(self.need("intermediate_size"))
+            for proj, gg, shape in (("gate_proj", "ffn_gate", (ff, H)), ("up_proj", "ffn_up", (ff, H)),
+                                    ("down_proj", "ffn_down", (H, ff))):
+                self._put(out, f"{p}mlp.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+            return
+        E, Ie = int(self.need("n_routed_experts")), int(self.need("moe_intermediate_size"))
+        Is = Ie * int(self.hp.get("n_shared_experts", default_shared))
+        self._put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (E, H), mtp)
+        self._opt(out, p + "mlp.gate.e_score_correction_bias", b + "exp_probs_b.bias", (E,), mtp)
+        out.extend(self.expert_tensors(p, b, E, Ie, mtp))
+        if Is:
+            for proj, gg, shape in (("gate_proj", "ffn_gate_shexp", (Is, H)), ("up_proj", "ffn_up_shexp", (Is, H)),
+                                    ("down_proj", "ffn_down_shexp", (H, Is))):
+                self._put(out, f"{p}mlp.shared_experts.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+
     def mtp_layers(self) -> int:
         n = 0
         while self.ck.has(f"model.layers.{self.L + n}.eh_proj.weight"):
