@@ -236,6 +236,10 @@ class Context:
         if rc != 0:
             raise GgufMtpError(f"{self.model.path}: llama_decode failed with code {rc}: {last_error()}")
 
+    def set_head(self, offset: int) -> None:
+        """Select which of several MTP heads the next decode of this MTP context runs."""
+        _ext.llama_set_nextn_layer_offset(self.ptr, offset)
+
     def synchronize(self) -> None:
         _ll.llama_synchronize(self.ptr)
 

@@ -33,6 +33,11 @@ class Engine:
     def __init__(self, target: Context, mtp: Context | None, *, n_draft: int = 3, p_min: float = 0.0,
                  adaptive: bool = False) -> None:
         self.tgt, self.mtp = target, mtp
+        # several trained heads (mimo2, step35): one head per draft step, chained through their own outputs
+        self.n_heads = max(1, mtp.model.n_nextn) if mtp is not None else 0
+        self.chain = self.n_heads > 1
+        if self.chain:
+            n_draft = min(n_draft, self.n_heads)
         self.n_draft_max = max(1, n_draft) if mtp is not None else 0
         self.p_min = p_min
         self.adaptive = adaptive and mtp is not None
@@ -72,7 +77,15 @@ class Engine:
         assert b.embd is not None
         b.embd[0] = self.pending_h
         b.embd[1:n] = rows[: n - 1]
-        return self._decode(self.mtp, b)
+        if not self.chain:
+            return self._decode(self.mtp, b)
+        spent = 0.0
+        for head in range(self.n_heads):  # every head keeps its own layer's cache for these positions
+            self.mtp.seq_rm(pos0)
+            self.mtp.set_head(head)
+            spent += self._decode(self.mtp, b)
+        self.mtp.set_head(0)
+        return spent
 
     # -- prompt ------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -128,7 +141,32 @@ class Engine:
         return True
 
     # -- generation --------------------------------------------------------------------------
+    def _draft_chain(self, k: int) -> tuple[list[int], float]:
+        """Draft step i runs head i over the whole draft prefix (its layer has no cache there yet)."""
+        assert self.mtp is not None and self.mbatch is not None and self.id_last is not None
+        pos0, b = len(self.tokens), self.mbatch
+        toks, rows = [self.id_last], [self.pending_h]
+        out: list[int] = []
+        spent = 0.0
+        for i in range(k):
+            self.mtp.seq_rm(pos0)
+            self.mtp.set_head(i)
+            b.fill(toks, pos0, last_logits=True, embd=np.stack(rows))
+            spent += self._decode(self.mtp, b)
+            logits = self.mtp.logits_view(len(toks) - 1)
+            if self.p_min > 0 and top1_prob(logits) < self.p_min:
+                break
+            d = int(np.argmax(logits))
+            out.append(d)
+            toks.append(d)
+            rows.append(self.mtp.h_row(len(toks) - 2).copy())
+        self.mtp.set_head(0)
+        self.mtp.seq_rm(pos0)
+        return out, spent
+
     def _draft(self, k: int) -> tuple[list[int], float]:
+        if self.chain:
+            return self._draft_chain(k)
         assert self.mtp is not None and self.mbatch is not None and self.id_last is not None
         pos0 = len(self.tokens)
         b = self.mbatch
