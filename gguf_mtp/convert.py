@@ -43,10 +43,14 @@ class ConvertResult:
     notes: list[str] = field(default_factory=list)
 
 
+def model_name(model: str | Path) -> str:
+    """``org/Name`` -> ``Name``; a folder -> its name."""
+    return str(model).rstrip("/").split("/")[-1] if looks_like_repo_id(str(model)) else Path(model).resolve().name
+
+
 def default_outfile(model: str | Path, outtype: str, layout: Layout) -> Path:
     suffix = MTP_SUFFIX if layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY) else ""
-    base = str(model).rstrip("/").split("/")[-1] if looks_like_repo_id(str(model)) else Path(model).resolve().name
-    return Path.cwd() / f"{base}-{outtype.upper()}{suffix}.gguf"
+    return Path.cwd() / f"{model_name(model)}-{outtype.upper()}{suffix}.gguf"
 
 
 def general_kvs(arch: str, name: str, file_type: GGMLQuantizationType) -> list[KV]:
@@ -96,7 +100,7 @@ def drop_shared_copies(plan: ModelPlan, family: Family) -> list[str]:
 def _check_unmapped(family: Family) -> None:
     full = family.plan(trunk=True, mtp=family.mtp_layers() > 0, embeddings=True)
     used = {s.ref.name for t in full.tensors for s in t.sources}
-    extra = family.unused_tensors(used)  # type: ignore[attr-defined]
+    extra = family.unused_tensors(used)
     if extra:
         shown = ", ".join(extra[:4]) + (f" and {len(extra) - 4} more" if len(extra) > 4 else "")
         raise UnsupportedError(f"{family.ck.root}: tensors gguf-mtp does not know how to map: {shown}; "
@@ -167,17 +171,16 @@ def convert(
             notes.append(f"left out {', '.join(dropped)}: identical to the model's token_embd/output, which "
                          "llama.cpp uses instead")
     file_type = mtp_t if layout == Layout.HEAD_ONLY else trunk_t
-    name = str(ck.config.get("_name_or_path") or (str(model).split("/")[-1] if looks_like_repo_id(str(model))
-                                                  else root.resolve().name))
+    name = str(ck.config.get("_name_or_path") or model_name(model))
     kvs = general_kvs(plan.arch, name.rstrip("/").split("/")[-1], file_type) + plan.kvs
     if layout == Layout.HEAD_ONLY:
         kvs.append(KV.array(K.arch_key(K.K_SHARED_TARGET_TENSORS, plan.arch), GGUFValueType.STRING,
                             list(SHARED_TARGET_TENSORS)))
-    kvs += tokenizer_kvs(root, family.hp, family.vocab, family.tokenizer_pre)  # type: ignore[attr-defined]
+    kvs += tokenizer_kvs(root, family.hp, family.vocab, family.tokenizer_pre)
     n_tokens = len(next(kv for kv in kvs if kv.key == K.TOK_TOKENS).value)
-    if n_tokens != family.vocab:  # type: ignore[attr-defined]
+    if n_tokens != family.vocab:
         raise UnsupportedError(f"{root}: tokenizer has {n_tokens} tokens but embed_tokens has "
-                               f"{family.vocab} rows; llama.cpp needs them equal")  # type: ignore[attr-defined]
+                               f"{family.vocab} rows; llama.cpp needs them equal")
 
     out = Path(outfile) if outfile else default_outfile(model, outtype, layout)
     if out.is_dir():
@@ -188,19 +191,12 @@ def convert(
     bytes_in = sum(t.src_bytes for t in plan.tensors)
     bar = Progress(f"convert {out.name}", bytes_in, len(plan.tensors), enabled=progress)
     with ThreadPoolExecutor(max_workers=threads or min(4, os.cpu_count() or 1)) as pool:
-        tensors: list[OutTensor] = []
-        for pt in plan.tensors:
-            wanted = mtp_t if pt.mtp else trunk_t
-            ot = out_tensor(pt, choose_type(pt.name, pt.ggml_shape, wanted), pool)
-            inner = ot.write
-
-            def write(fh, prog, inner=inner):  # type: ignore[no-untyped-def]
-                inner(fh, prog)
-                bar.tensor_done()
-            ot.write = write
-            tensors.append(ot)
+        tensors: list[OutTensor] = [
+            out_tensor(pt, choose_type(pt.name, pt.ggml_shape, mtp_t if pt.mtp else trunk_t), pool)
+            for pt in plan.tensors
+        ]
         with atomic_paths([out]) as (tmp,):
-            write_gguf(tmp, kvs, tensors, progress=bar.advance)
+            write_gguf(tmp, kvs, tensors, progress=bar.advance, on_tensor=bar.tensor_done)
     bar.close()
     return ConvertResult(out, layout, plan.arch, len(tensors), bytes_in, out.stat().st_size,
                          time.perf_counter() - t0, notes)

@@ -150,10 +150,7 @@ def _write(out: Path, kvs: list[KV], groups: list[list[OutTensor]], *, alignment
             if len(groups) > 1:
                 shard_kvs += [KV.u16(K.SPLIT_NO, i), KV.u16(K.SPLIT_COUNT, len(groups)),
                               KV.i32(K.SPLIT_TENSORS_COUNT, n_total)]
-            for t in group:
-                inner = t.write
-                t.write = lambda fh, prog, inner=inner: (inner(fh, prog), bar.tensor_done())  # type: ignore[misc]
-            write_gguf(tmp, shard_kvs, group, alignment=alignment, progress=bar.advance)
+            write_gguf(tmp, shard_kvs, group, alignment=alignment, progress=bar.advance, on_tensor=bar.tensor_done)
     bar.close()
     return paths, total
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import struct
 from dataclasses import dataclass, replace
 from pathlib import Path

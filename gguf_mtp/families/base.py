@@ -7,6 +7,7 @@ transform (if any). The converter streams that plan into a file; it knows nothin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -79,6 +80,9 @@ class Family:
     arch: ClassVar[str]
     hf_architectures: ClassVar[tuple[str, ...]]
     tokenizer_pre: ClassVar[str]
+    #: checkpoint tensors consumed implicitly or not needed (never reported as unmapped)
+    skip: ClassVar[re.Pattern[str]] = re.compile(r"rotary_emb\.inv_freq$|weight_scale_inv$")
+    vocab: int  # rows of the embedding matrix, set by subclasses
 
     def __init__(self, ck: Checkpoint) -> None:
         self.ck = ck
@@ -133,6 +137,10 @@ class Family:
                 "the weights do not belong to this config"
             )
         return ref
+
+    def unused_tensors(self, used: set[str]) -> list[str]:
+        """Checkpoint tensors that a full (bundled) plan would not consume."""
+        return sorted(n for n in self.ck.tensors if n not in used and not self.skip.search(n))
 
     # -- to implement ----------------------------------------------------------------------
     def mtp_layers(self) -> int:

@@ -4,15 +4,12 @@ and ``embed_tokens`` beside its block; norms are plain weights. Subclasses defin
 
 from __future__ import annotations
 
-import re
-
 from ..errors import UnsupportedError
 from .base import Family, ModelPlan, PlannedTensor, Source, Transform
 
-SKIP = re.compile(r"rotary_emb\.inv_freq$|weight_scale_inv$")
-
-
 class NextnLayerFamily(Family):
+    dense: int  # leading dense layers, set by subclasses
+
     def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
         raise NotImplementedError
 
@@ -31,7 +28,7 @@ class NextnLayerFamily(Family):
     def _ffn(self, out: list[PlannedTensor], p: str, b: str, il: int, mtp: bool, default_shared: int) -> None:
         """Dense MLP for the leading layers, else sigmoid-routed MoE: router, correction bias, experts, shared."""
         H = self.H
-        if il < self.dense:  # type: ignore[attr-defined]
+        if il < self.dense:
             ff = int(self.need("intermediate_size"))
             for proj, gg, shape in (("gate_proj", "ffn_gate", (ff, H)), ("up_proj", "ffn_up", (ff, H)),
                                     ("down_proj", "ffn_down", (H, ff))):
@@ -64,7 +61,7 @@ class NextnLayerFamily(Family):
         if n_mtp > 1:
             raise UnsupportedError(f"{self.ck.root}: {n_mtp} MTP layers; llama.cpp's {self.arch} MTP graph runs one")
         out: list[PlannedTensor] = []
-        H, V = self.H, self.vocab  # type: ignore[attr-defined]
+        H, V = self.H, self.vocab
         if embeddings:
             self._put(out, "model.embed_tokens.weight", "token_embd.weight", (V, H), False)
         if trunk:
@@ -85,6 +82,3 @@ class NextnLayerFamily(Family):
             if self.ck.has("lm_head.weight"):
                 self._put(out, "lm_head.weight", "output.weight", (V, H), False)
         return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)
-
-    def unused_tensors(self, used: set[str]) -> list[str]:
-        return sorted(n for n in self.ck.tensors if n not in used and not SKIP.search(n))

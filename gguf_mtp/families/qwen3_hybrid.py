@@ -24,7 +24,6 @@ from ..checkpoint.safetensors import TensorRef
 from .base import Family, ModelPlan, PlannedTensor, Source, Transform
 
 _MTP_LAYER = re.compile(r"^(?:model\.)?mtp\.layers\.(\d+)\.")
-SKIP = re.compile(r"(^|\.)(visual|vision_tower|vision|merger|patch_embed)\.|rotary_emb\.inv_freq$|weight_scale_inv$")
 
 
 def plus_one(x: np.ndarray) -> np.ndarray:
@@ -63,6 +62,7 @@ def tiled_rows(ref: TensorRef, start: int, nk: int, r: int, hdim: int) -> list[S
 
 
 class QwenHybrid(Family):
+    skip = re.compile(r"(^|\.)(visual|vision_tower|vision|merger|patch_embed)\.|rotary_emb\.inv_freq$|weight_scale_inv$")
     moe: ClassVar[bool] = False
     reorder_v: ClassVar[bool] = True
     fused_qkvz: ClassVar[bool] = False
@@ -270,7 +270,3 @@ class QwenHybrid(Family):
             if self.ck.has("lm_head.weight"):
                 self._put(out, "lm_head.weight", "output.weight", (V, H), mtp=False)
         return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)
-
-    def unused_tensors(self, used: set[str]) -> list[str]:
-        """Checkpoint tensors the plan of a full (bundled) conversion would not consume."""
-        return sorted(n for n in self.ck.tensors if n not in used and not SKIP.search(n))

@@ -111,6 +111,7 @@ def write_gguf(
     *,
     alignment: int = DEFAULT_ALIGNMENT,
     progress: Progress = lambda n: None,
+    on_tensor: Callable[[], None] = lambda: None,
 ) -> None:
     """Write a complete GGUF file at ``path`` (callers pass a temp path from :func:`atomic_paths`)."""
     header, offsets = encode_header(kvs, tensors, alignment)
@@ -132,3 +133,4 @@ def write_gguf(
             written = fh.tell() - start
             if written != t.nbytes:
                 raise RuntimeError(f"tensor {t.name}: wrote {written} bytes, expected {t.nbytes}")
+            on_tensor()

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import codecs
 import os
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import GgufMtpError
@@ -63,6 +61,7 @@ class MTPSession:
                  config: SessionConfig | None = None, on_notice: Callable[[str], None] | None = None, **kw: Any) -> None:
         self.cfg = config or SessionConfig(**kw)
         self.notices: list[str] = []
+        self._dirty = False  # an interrupted turn left the engine mid-step: start the next one afresh
         self._notify = on_notice or (lambda s: None)
         self._models: list[Model] = []
         self._contexts: list[Context] = []
@@ -176,8 +175,6 @@ class MTPSession:
         self.stats.merge(turn)
         return Generation("".join(pieces), out, turn, stopped)
 
-    _dirty = False
-
     def _sync(self, tokens: list[int]) -> None:
         """Make the engine's context equal ``tokens`` minus its last token, reusing the common prefix."""
         e = self.engine
@@ -244,4 +241,4 @@ def _diff(now: Stats, before: Stats) -> Stats:
     return d
 
 
-__all__ = ["MTPSession", "SessionConfig", "Generation", "SamplerConfig", "time", "Path"]
+__all__ = ["MTPSession", "SessionConfig", "Generation", "SamplerConfig"]

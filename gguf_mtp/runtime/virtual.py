@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GgufMtpError, UnsupportedError
-from ..ggufio.format import align
 from ..ggufio.writer import encode_header
 from ..surgery import GraftPlan
 
@@ -53,7 +52,7 @@ class VirtualGGUF:
         for t, off in zip(tensors, offsets):
             path, src_off = t.source  # type: ignore[misc]
             segs.append(_Segment(len(header) + off, t.nbytes, path, src_off))
-        self.size = len(header) + (align(offsets[-1] + tensors[-1].nbytes, 1) if tensors else 0)
+        self.size = len(header) + (offsets[-1] + tensors[-1].nbytes if tensors else 0)
         self.segments = segs
         self._starts = [s.start for s in segs]
         self._fds: dict[Path, int] = {}
