@@ -394,11 +394,10 @@ def reshard(source: str | os.PathLike[str], outfile: str | os.PathLike[str], *, 
 
 
 def _head_entries(key: str, src: GGUFModel, head: Head, src_per_layer: set[str], arch: str) -> list[object]:
-    """Values of per-layer array ``key`` for the grafted MTP layers."""
-    src_key = key  # same architecture (checked)
-    if src_key in src_per_layer:
-        return src.kv[src_key].scalar()[head.n_trunk: head.n_trunk + head.n_mtp]
-    scalar = src.get(src_key)
+    """Values of per-layer array ``key`` for the grafted MTP layers (both files share the architecture)."""
+    if key in src_per_layer:
+        return src.kv[key].scalar()[head.n_trunk: head.n_trunk + head.n_mtp]
+    scalar = src.get(key)
     if scalar is not None and not isinstance(scalar, list):
         return [scalar] * head.n_mtp
     for tmpl, value in MTP_LAYER_DEFAULTS.items():
