@@ -171,6 +171,9 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
         a, b = src.arch_get(tmpl), target.arch_get(tmpl)
         if a is None or b is None:
             continue
+        if isinstance(a, list) and isinstance(b, list):  # per-layer (mimo2, step35): the layers both describe
+            n = min(head.n_trunk, len(b))
+            a, b = a[:n], b[:n]
         if isinstance(a, float) or isinstance(b, float):
             same = np.float32(a) == np.float32(b)
         else:
@@ -185,15 +188,16 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
             first = next(i for i, (x, y) in enumerate(zip(ta, tb)) if x != y)  # type: ignore[arg-type]
             diffs.append(f"token {first} is {tb[first]!r} (target) vs {ta[first]!r} (head)")  # type: ignore[index]
     # each head tensor must have the shape of the target's tensor of the same kind
-    by_suffix: dict[str, tuple[int, ...]] = {}
+    # (several shapes per kind where layer types differ, e.g. step35's sliding-window layers have more heads)
+    by_suffix: dict[str, list[tuple[int, ...]]] = {}
     for name, t in target.tensors.items():
         m = _BLK.match(name)
         if m:
-            by_suffix.setdefault(m.group(2), t.info.shape)
+            by_suffix.setdefault(m.group(2), []).append(t.info.shape)
     for t in head.tensors:
         m = _BLK.match(t.name)
-        if m and m.group(2) in by_suffix and by_suffix[m.group(2)] != t.info.shape:
-            diffs.append(f"{m.group(2)} shape {list(by_suffix[m.group(2)])} (target) vs {list(t.info.shape)} (head)")
+        if m and m.group(2) in by_suffix and t.info.shape not in by_suffix[m.group(2)]:
+            diffs.append(f"{m.group(2)} shape {list(by_suffix[m.group(2)][0])} (target) vs {list(t.info.shape)} (head)")
             break
     for name in ("token_embd.weight", "output.weight"):
         if name in src.tensors and name in target.tensors and src.tensors[name].info.shape != target.tensors[name].info.shape:

@@ -46,4 +46,4 @@ def mtp_archs() -> set[str]:
     return {cls.arch for cls in REGISTRY.values()}
 
 
-from . import deepseek2, glm4moe, qwen35, qwen3next  # noqa: E402,F401  (registration)
+from . import deepseek2, glm4moe, mimo2, qwen35, qwen3next, step35  # noqa: E402,F401  (registration)

@@ -64,6 +64,14 @@ K_ROPE_SCALING_ORIG_CTX = "{arch}.rope.scaling.original_context_length"
 K_ROPE_SCALING_YARN_LOG_MUL = "{arch}.rope.scaling.yarn_log_multiplier"
 K_ROPE_SCALING_YARN_BETA_FAST = "{arch}.rope.scaling.yarn_beta_fast"
 K_ROPE_SCALING_YARN_BETA_SLOW = "{arch}.rope.scaling.yarn_beta_slow"
+# sliding-window attention and multi-head MTP families (mimo2, step35)
+K_SLIDING_WINDOW = "{arch}.attention.sliding_window"
+K_SLIDING_WINDOW_PATTERN = "{arch}.attention.sliding_window_pattern"
+K_ROPE_FREQ_BASE_SWA = "{arch}.rope.freq_base_swa"
+K_VALUE_SCALE = "{arch}.attention.value_scale"
+K_SWIGLU_CLAMP_EXP = "{arch}.swiglu_clamp_exp"
+K_SWIGLU_CLAMP_SHEXP = "{arch}.swiglu_clamp_shexp"
+K_MOE_EVERY_N_LAYERS = "{arch}.moe_every_n_layers"
 
 # tokenizer
 TOK_MODEL = "tokenizer.ggml.model"

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..quant import f32_to_bf16
+from .multihead import mimo_config, mimo_shapes, step_config, step_shapes
 from .safetensors_writer import write_safetensors
 from .tokenizer import write_tokenizer
 
@@ -25,7 +26,7 @@ Entry = tuple[str, tuple[int, ...], str, object]
 class SyntheticSpec:
     """Sizes of a synthetic checkpoint. Defaults give a ~1 MB model that converts in well under a second."""
 
-    family: str = "qwen35"  # qwen35 | qwen35moe | qwen3next | glm4moe | deepseek2
+    family: str = "qwen35"  # qwen35 | qwen35moe | qwen3next | glm4moe | deepseek2 | mimo2 | step35
     layers: int = 4
     hidden: int = 64
     heads: int = 4
@@ -60,6 +61,9 @@ class SyntheticSpec:
     qk_rope: int = 16
     v_dim: int = 48
     fp8: bool = False  # matrices as block-scaled float8 e4m3 + weight_scale_inv (as DeepSeek / Qwen FP8 releases)
+    mtp_heads: int = 3       # mimo2 / step35: MTP heads shipped (step35's config declares this many)
+    fused_qkv: bool = False  # mimo2: self_attn.qkv_proj (as V2.5) instead of q/k/v_proj (as V2-Flash)
+    sliding_window: int = 8  # mimo2 / step35
     extra: dict = field(default_factory=dict)
 
     def scaled(self, **kw: object) -> "SyntheticSpec":
@@ -353,11 +357,12 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     glm = spec.family in ("glm4moe", "deepseek2")  # MTP layer at model.layers.{L}, plain norms
-    style = {"glm4moe": "glm", "deepseek2": "deepseek"}.get(spec.family, "qwen")
+    style = {"glm4moe": "glm", "deepseek2": "deepseek", "step35": "deepseek"}.get(spec.family, "qwen")
     n_tok = write_tokenizer(root, style=style)
     if n_tok > spec.vocab_size:
         raise ValueError(f"vocab_size {spec.vocab_size} is smaller than the tokenizer ({n_tok} tokens)")
-    config = {"glm4moe": _glm_config, "deepseek2": _ds_config}.get(spec.family, _config)(spec, n_tok)
+    config = {"glm4moe": _glm_config, "deepseek2": _ds_config, "mimo2": mimo_config,
+              "step35": step_config}.get(spec.family, _config)(spec, n_tok)
     (root / "config.json").write_text(json.dumps(config, indent=2))
     rand = _Rand(spec.seed, spec.std)
     made: dict[str, np.ndarray] = {}  # embedding/LM-head values, for the MTP layer's copies (GLM)
@@ -408,7 +413,8 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
         return f
 
     entries = [(name, shape, "BF16", make(kind, shape, name))
-               for name, shape, kind in {"glm4moe": _glm_shapes, "deepseek2": _ds_shapes}.get(spec.family, _shapes)(spec)]
+               for name, shape, kind in {"glm4moe": _glm_shapes, "deepseek2": _ds_shapes, "mimo2": mimo_shapes,
+                                         "step35": step_shapes}.get(spec.family, _shapes)(spec)]
     if spec.fp8:
         config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                          "weight_block_size": [128, 128]}

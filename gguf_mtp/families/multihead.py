@@ -1,0 +1,112 @@
+"""Shared shape of the families with several chained MTP heads (``mimo2``, ``step35``).
+
+Head ``k`` becomes block ``blk.{L+k}`` (``L`` trunk layers); llama.cpp runs one head per draft step, selected
+with ``llama_set_nextn_layer_offset``, and loads all declared heads or none (its loader probes head 0 only and
+then requires every head). So a checkpoint whose config promises more heads than its weights hold is refused.
+Both archs mix sliding-window and full attention, so several hparams are per-layer arrays of length
+``block_count`` with entries for the MTP blocks. Subclasses supply the tables and ``_block``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from gguf import GGUFValueType
+
+from ..errors import MissingTensorError, UnsupportedError
+from ..ggufio import keys as K
+from ..ggufio.format import KV
+from .base import ModelPlan, PlannedTensor, Source, Transform
+from .nextn_layer import NextnLayerFamily
+from .qwen3_hybrid import plus_one
+
+#: HF scoring-function names -> llama.cpp's expert_gating_func values
+GATING = {"softmax": 1, "sigmoid": 2, "sqrtsoftplus": 4}
+
+
+class MultiHeadFamily(NextnLayerFamily):
+    #: heads when config.json does not say (MiMo ships 3 and its config carries no count)
+    default_heads: ClassVar[int] = 0
+    #: (HF name under a head's prefix, GGUF name under blk.{L+k}., shape key, required) of the head's own tensors
+    head_tensors: ClassVar[tuple[tuple[str, str, str, bool], ...]] = ()
+    #: checkpoint norms are zero-centred (Step): every ``*norm.weight`` is written as ``w + 1``
+    norm_offset: ClassVar[bool] = False
+
+    def _put(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool,
+             np_shape: tuple[int, ...] | None = None, whole: Transform | None = None) -> None:
+        """Like the DeepSeek-style ``_put``, plus the norm offset, and size-1 axes tolerated (Step stores some
+        matrices with a leading singleton axis that its converter squeezes; the bytes are the same)."""
+        ref = self.ck.tensor(hf)
+        if tuple(d for d in ref.shape if d != 1) != tuple(d for d in shape if d != 1):
+            ref = self.tensor(hf, shape)  # raises the usual shape error
+        ew = plus_one if self.norm_offset and hf.endswith("norm.weight") else None
+        out.append(PlannedTensor(gguf, np_shape or shape, [Source(ref)], mtp, ew, whole, shape if whole else None))
+
+    def head_prefix(self, k: int) -> str:
+        """HF name prefix of MTP head ``k``."""
+        raise NotImplementedError
+
+    def declared_heads(self) -> int:
+        return int(self.hp.get("num_nextn_predict_layers") or self.default_heads)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shapes of the head tensors by the keys used in ``head_tensors``."""
+        H, V = self.H, self.vocab
+        return {"E": (H,), "EH": (H, 2 * H), "VE": (V, H)}
+
+    def mtp_layers(self) -> int:
+        n = 0
+        while self.ck.has(self.head_prefix(n) + "eh_proj.weight"):
+            n += 1
+        want = self.declared_heads()
+        if 0 < n < want:
+            raise MissingTensorError(
+                f"{self.ck.root}: config.json promises {want} MTP heads but the weights hold {n} "
+                f"({self.head_prefix(n)}eh_proj.weight and the rest of head {n} are missing); llama.cpp's "
+                f"{self.arch} loader needs every declared head: use a complete checkpoint")
+        return min(n, want) if want else n
+
+    def mtp_missing(self) -> str:
+        return (f"{self.ck.root}: the checkpoint has no MTP weights ({self.head_prefix(0)}eh_proj.weight and the "
+                f"rest of the heads are missing); convert without --mtp")
+
+    # -- per-layer metadata ---------------------------------------------------------------------
+    def per_layer(self, key: str, item: GGUFValueType, values: list[Any]) -> KV:
+        return KV.array(K.arch_key(key, self.arch), item, values)
+
+    def layer_is_swa(self, n_mtp: int) -> list[bool]:
+        raise NotImplementedError
+
+    # -- tensors --------------------------------------------------------------------------------
+    def _head(self, out: list[PlannedTensor], k: int) -> None:
+        p, b = self.head_prefix(k), f"blk.{self.L + k}."
+        shapes = self.shapes()
+        for hf, gg, shape, required in self.head_tensors:
+            (self._put if required else self._opt)(out, p + hf, b + gg, shapes[shape], True)
+        self._block(out, self.L + k, True)
+
+    def plan(self, *, trunk: bool, mtp: bool, embeddings: bool) -> ModelPlan:
+        n_mtp = self.mtp_layers() if mtp else 0
+        out: list[PlannedTensor] = []
+        H, V = self.H, self.vocab
+        if embeddings:
+            self._put(out, "model.embed_tokens.weight", "token_embd.weight", (V, H), False)
+        if trunk:
+            for il in range(self.L):
+                self._block(out, il, False)
+        for k in range(n_mtp):
+            self._head(out, k)
+        if embeddings:
+            self._put(out, "model.norm.weight", "output_norm.weight", (H,), False)
+            # output.weight is required by both loaders even for tied embeddings: write the embedding then
+            lm = "lm_head.weight" if self.ck.has("lm_head.weight") else "model.embed_tokens.weight"
+            self._put(out, lm, "output.weight", (V, H), False)
+        return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)
+
+    def gating(self, *keys: str) -> int:
+        """expert_gating_func from the first scoring-function key the config has (sigmoid when none)."""
+        name = next((self.hp[k] for k in keys if self.hp.get(k)), "sigmoid")
+        if name not in GATING:
+            raise UnsupportedError(f"{self.ck.root / 'config.json'}: expert scoring function {name!r} is not "
+                                   f"supported by llama.cpp's {self.arch}")
+        return GATING[name]

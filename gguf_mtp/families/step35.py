@@ -1,0 +1,152 @@
+"""Step-3.5 (``Step3p5ForCausalLM`` -> ``step35``): sliding-window and full attention layers with their own head
+counts (per-layer arrays), q/k norms, a head-wise sigmoid attention gate (``g_proj``), sigmoid-routed MoE with a
+router bias and a shared expert, optional per-layer SwiGLU clamps, and ``num_nextn_predict_layers`` MTP heads
+appended as ``model.layers.{L+k}`` (each with its own ``transformer.shared_head``). Norms are zero-centred:
+every ``*norm.weight`` is written as ``w + 1``. Full layers rotate ``head_dim / 2`` dims, which llama.cpp derives
+itself, so no ``rope.dimension_count`` is written. Facts: docs/facts/step35.md."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gguf import GGUFValueType
+
+from ..errors import UnsupportedError
+from ..ggufio import keys as K
+from ..ggufio.format import KV
+from . import register
+from .base import PlannedTensor
+from .multihead import MultiHeadFamily
+
+FULL, SLIDING = "full_attention", "sliding_attention"
+#: the rotated share of head_dim that llama.cpp hard-codes per attention type (checked against the config)
+ROTARY = {FULL: 0.5, SLIDING: 1.0}
+
+
+@register
+class Step35(MultiHeadFamily):
+    arch = "step35"
+    hf_architectures = ("Step3p5ForCausalLM",)
+    tokenizer_pre = "deepseek-v3"
+    norm_offset = True
+    head_tensors = (("eh_proj.weight", "nextn.eh_proj.weight", "EH", True),
+                    ("enorm.weight", "nextn.enorm.weight", "E", True),
+                    ("hnorm.weight", "nextn.hnorm.weight", "E", True),
+                    ("transformer.shared_head.norm.weight", "nextn.shared_head_norm.weight", "E", False),
+                    ("transformer.shared_head.output.weight", "nextn.shared_head_head.weight", "VE", False),
+                    ("embed_tokens.weight", "nextn.embed_tokens.weight", "VE", False))
+    skip = re.compile(r"(^|\.)(vision_model|vision_tower|visual)\.|rotary_emb\.inv_freq$|weight_scale_inv$")
+
+    def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ck)
+        hp = self.hp
+        where = ck.root / "config.json"
+        self.read_attention_dims()
+        self.hd = int(self.need("head_dim"))
+        self.nkv = int(self.need("num_attention_groups"))  # Step's name for the KV head count
+        other = hp.get("attention_other_setting") or {}
+        self.heads = {FULL: (self.nh, self.nkv),
+                      SLIDING: (int(other.get("num_attention_heads", self.nh)),
+                                int(other.get("num_attention_groups", self.nkv)))}
+        self.types = list(hp.get("layer_types") or [])  # has entries for the MTP layers too
+        bad = sorted({t for t in self.types if t not in ROTARY})
+        if bad:
+            raise UnsupportedError(f"{where}: layer_types {bad} are not attention types llama.cpp's step35 knows")
+        for il, f in enumerate(hp.get("partial_rotary_factors") or []):
+            if float(f) != ROTARY[self.layer_type(il)]:
+                raise UnsupportedError(f"{where}: partial_rotary_factors[{il}]={f} for a {self.layer_type(il)} "
+                                       f"layer; llama.cpp's step35 rotates {ROTARY[self.layer_type(il)]} of head_dim")
+        rope = hp.get("rope_parameters") or hp.get("rope_scaling") or {}
+        self.rope = rope.get(FULL, rope)
+        scaling = self.rope.get("rope_type") or self.rope.get("type") or "default"
+        if scaling != "default":
+            # llama3 scaling needs a generated rope_freqs tensor, which this converter does not make yet
+            raise UnsupportedError(f"{where}: rope scaling {scaling!r} is not supported for step35 yet")
+        self.vocab = int(ck.tensor("model.embed_tokens.weight").shape[0])
+
+    def head_prefix(self, k: int) -> str:
+        return f"model.layers.{self.L + k}."
+
+    def layer_type(self, il: int) -> str:
+        return self.types[il] if il < len(self.types) else FULL  # upstream pads with full attention
+
+    def rope_bases(self) -> tuple[float, float | None]:
+        """(full, sliding) RoPE bases: ``rope_theta`` is a scalar, a [full, sliding] pair or one per layer."""
+        theta: Any = self.hp.get("rope_theta", self.rope.get("rope_theta", 10000.0))
+        if not isinstance(theta, list):
+            return float(theta), self.hp.get("local_rope_theta")
+        if len(theta) >= self.L and len(theta) > 2:
+            pick = lambda t: next((float(x) for il, x in enumerate(theta) if self.layer_type(il) == t), None)  # noqa: E731
+            return pick(FULL) or float(theta[0]), pick(SLIDING)
+        return float(theta[0]), float(theta[1]) if len(theta) > 1 else None
+
+    def arch_kvs(self, n_mtp: int) -> list[KV]:
+        a, hp, bc = self.arch, self.hp, self.L + n_mtp
+        k = lambda t: K.arch_key(t, a)  # noqa: E731
+        types = [self.layer_type(il) for il in range(bc)]
+        base, base_swa = self.rope_bases()
+        moe = [int(x) for x in str(hp.get("moe_layers_enum") or "").split(",") if x.strip()]
+        kvs = [
+            KV.u32(k(K.K_BLOCK_COUNT), bc),
+            KV.u32(k(K.K_CONTEXT_LENGTH), int(hp.get("max_position_embeddings", hp.get("max_seq_len", 4096)))),
+            KV.u32(k(K.K_EMBEDDING_LENGTH), self.H),
+            KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(hp.get("intermediate_size", 0))),
+            self.per_layer(K.K_HEAD_COUNT, GGUFValueType.UINT32, [self.heads[t][0] for t in types]),
+            self.per_layer(K.K_HEAD_COUNT_KV, GGUFValueType.UINT32, [self.heads[t][1] for t in types]),
+            KV.u32(k(K.K_KEY_LENGTH), self.hd),
+            KV.u32(k(K.K_VALUE_LENGTH), self.hd),
+            KV.f32(k(K.K_RMS_EPS), float(hp.get("rms_norm_eps", 1e-5))),
+            KV.f32(k(K.K_ROPE_FREQ_BASE), base),
+            KV.u32(k(K.K_SLIDING_WINDOW), int(self.need("sliding_window"))),
+            self.per_layer(K.K_SLIDING_WINDOW_PATTERN, GGUFValueType.BOOL, [t == SLIDING for t in types]),
+            KV.u32(k(K.K_EXPERT_COUNT), int(self.need("moe_num_experts"))),
+            KV.u32(k(K.K_EXPERT_USED_COUNT), int(self.need("moe_top_k"))),
+            KV.u32(k(K.K_EXPERT_FF_LENGTH), int(self.need("moe_intermediate_size"))),
+            KV.u32(k(K.K_EXPERT_SHARED_FF_LENGTH), int(hp.get("share_expert_dim", 0))),
+            KV.u32(k(K.K_EXPERT_GATING_FUNC), self.gating("moe_router_activation", "scoring_func")),
+            KV.u32(k(K.K_LEADING_DENSE_BLOCK_COUNT), min(moe) if moe else 0),  # not read by step35; as upstream
+        ]
+        optional = ((K.K_ROPE_FREQ_BASE_SWA, base_swa, KV.f32),
+                    (K.K_EXPERT_WEIGHTS_SCALE, hp.get("moe_router_scaling_factor"), KV.f32),
+                    (K.K_EXPERT_WEIGHTS_NORM, hp.get("norm_expert_weight"), KV.boolean))
+        kvs += [make(k(key), value) for key, value, make in optional if value is not None]  # type: ignore[operator]
+        # SwiGLU clamps per layer; None (no clamp) and the MTP layers are 0.0
+        for key, cfg in ((K.K_SWIGLU_CLAMP_EXP, "swiglu_limits"), (K.K_SWIGLU_CLAMP_SHEXP, "swiglu_limits_shared")):
+            if hp.get(cfg) is not None:
+                vals = [0.0 if v is None else float(v) for v in hp[cfg]][: self.L] + [0.0] * bc
+                kvs.append(self.per_layer(key, GGUFValueType.FLOAT32, vals[:bc]))
+        if n_mtp:
+            kvs.append(KV.u32(k(K.K_NEXTN), n_mtp))
+        return kvs
+
+    def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
+        p, b, H, D = f"model.layers.{il}.", f"blk.{il}.", self.H, self.hd
+        nh, nkv = self.heads[self.layer_type(il)]
+        put, opt = self._put, self._opt
+        put(out, p + "input_layernorm.weight", b + "attn_norm.weight", (H,), mtp)
+        for proj, gg, rows in (("q_proj", "attn_q", nh * D), ("k_proj", "attn_k", nkv * D), ("v_proj", "attn_v", nkv * D)):
+            put(out, f"{p}self_attn.{proj}.weight", f"{b}{gg}.weight", (rows, H), mtp)
+        put(out, p + "self_attn.o_proj.weight", b + "attn_output.weight", (H, nh * D), mtp)
+        opt(out, p + "self_attn.q_norm.weight", b + "attn_q_norm.weight", (D,), mtp)
+        opt(out, p + "self_attn.k_norm.weight", b + "attn_k_norm.weight", (D,), mtp)
+        opt(out, p + "self_attn.g_proj.weight", b + "attn_gate.weight", (nh, H), mtp)
+        put(out, p + "post_attention_layernorm.weight", b + "ffn_norm.weight", (H,), mtp)
+        if not self.ck.has(p + "moe.gate.weight"):  # llama.cpp builds a layer as MoE iff it has a router
+            ff = int(self.need("intermediate_size"))
+            for proj, gg, shape in (("gate_proj", "ffn_gate", (ff, H)), ("up_proj", "ffn_up", (ff, H)),
+                                    ("down_proj", "ffn_down", (H, ff))):
+                put(out, f"{p}mlp.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+            return
+        X, Fe, Fs = int(self.need("moe_num_experts")), int(self.need("moe_intermediate_size")), \
+            int(self.hp.get("share_expert_dim", 0))
+        put(out, p + "moe.gate.weight", b + "ffn_gate_inp.weight", (X, H), mtp)
+        opt(out, p + "moe.router_bias", b + "exp_probs_b.bias", (X,), mtp)
+        # experts come stacked already: [X, Fe, H] / [X, H, Fe]
+        for proj, gg, shape in (("gate_proj", "ffn_gate_exps", (X, Fe, H)), ("up_proj", "ffn_up_exps", (X, Fe, H)),
+                                ("down_proj", "ffn_down_exps", (X, H, Fe))):
+            put(out, f"{p}moe.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+        if Fs:  # the graph always adds the shared expert on MoE layers
+            for proj, gg, shape in (("gate_proj", "ffn_gate_shexp", (Fs, H)), ("up_proj", "ffn_up_shexp", (Fs, H)),
+                                    ("down_proj", "ffn_down_shexp", (H, Fs))):
+                put(out, f"{p}share_expert.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
