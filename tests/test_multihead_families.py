@@ -227,3 +227,20 @@ def test_checkpoint_without_heads(checkpoint, tmp_path: Path, family: str) -> No
         assert ctx.greedy(m.tokenize(PROMPT), 4)
     with pytest.raises(MissingTensorError, match="no MTP weights"):
         convert(src, outfile=tmp_path / "h.gguf", layout="mtp-only", progress=False)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_quantize_pins_every_head(converted, tmp_path: Path, family: str) -> None:
+    from gguf_mtp.quantize import quantize_model
+
+    out = tmp_path / "q.gguf"
+    quantize_model(converted(family, "bundled", "f16"), out, "Q4_0")
+    rep = inspect_file(out)
+    assert rep.layout == Layout.BUNDLED and rep.file_type == "Q4_0"
+    heads = {t.name.split(".")[1] for t in rep.mtp_tensors}
+    assert heads == {str(L + k) for k in range(NX)}
+    assert {t.type for t in rep.mtp_tensors if len(t.shape) >= 2 and "gate_inp" not in t.name} == {"Q8_0"}
+    with MTPSession(out, mtp=False, n_ctx=512) as s:
+        ref = s.generate(PROMPT, max_tokens=16).tokens
+    with MTPSession(out, n_ctx=512, n_draft=3) as s:
+        assert s.generate(PROMPT, max_tokens=16).tokens == ref
