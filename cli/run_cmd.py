@@ -35,6 +35,7 @@ def run(
     system: Optional[str] = typer.Option(None, "--system", "-sys", help="System message for chat."),
     draft_n_max: str = typer.Option("3", "--spec-draft-n-max", "--draft-max", help="Draft length, or 'auto' to adapt it to measured acceptance and cost."),
     p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min", help="Stop drafting when the head's top token is less likely than this."),
+    prompt_window: int = typer.Option(0, "--spec-draft-prompt-window", min=0, help="Give the MTP head only the last N tokens of each prompt (0: all). Bounds the head's share of prompt processing on long prompts; output is unchanged, early drafts may be accepted less often."),
     n_gpu_layers: int = typer.Option(0, "--n-gpu-layers", "-ngl", help="Layers to offload to the GPU (CUDA / Vulkan builds)."),
     draft_gpu_layers: Optional[int] = typer.Option(None, "--n-gpu-layers-draft", "-ngld", help="GPU layers for a self-contained sidecar (default: as -ngl)."),
     ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens."),
@@ -61,7 +62,7 @@ def run(
     k, adaptive = _draft_n(draft_n_max)
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                        require_mtp=require_mtp)
+                        require_mtp=require_mtp, prompt_window=prompt_window)
     sampling = SamplerConfig(temp=temp, top_k=top_k, top_p=top_p, seed=seed)
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
     session = MTPSession(model, mtp=False if no_mtp else (mtp or "auto"), config=cfg,

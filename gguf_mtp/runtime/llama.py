@@ -207,10 +207,19 @@ class Context:
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.mem = _ll.llama_get_memory(self.ptr)
+        self._nextn_rows = embeddings_nextn and not mtp
         if mtp:
             _ext.llama_set_embeddings_nextn(self.ptr, True, True)
         elif embeddings_nextn:
             _ext.llama_set_embeddings_nextn(self.ptr, True, False)
+
+    def set_nextn_rows(self, on: bool) -> None:
+        """Target contexts: whether the next decodes return a hidden row per token. Off (prompt chunks the MTP
+        context will not see) saves the device-to-host copy of every row, and lets graphs that can (mimo2) skip
+        the last layer's rows that are not output; llama.cpp builds a new graph when this changes."""
+        if on != self._nextn_rows:
+            _ext.llama_set_embeddings_nextn(self.ptr, on, False)
+            self._nextn_rows = on
 
     def decode(self, tokens: Sequence[int], pos0: int) -> None:
         """Decode ``tokens`` at positions ``pos0..``; logits are kept for the last one."""

@@ -47,6 +47,8 @@ class SessionConfig:
     n_gpu_layers: int = 0
     draft_gpu_layers: int | None = None
     require_mtp: bool = False
+    # >0: the MTP head sees only the last N tokens of each prompt (bounds its prompt cost; lossless either way)
+    prompt_window: int = 0
 
 
 class MTPSession:
@@ -123,13 +125,14 @@ class MTPSession:
                 self._models.append(draft_model)
             mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=max(c.n_batch, k + 1), n_threads=c.n_threads, mtp=True)
             self._contexts.append(mctx)
-        self.engine = Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=c.adaptive)
+        self.engine = Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=c.adaptive, prompt_window=c.prompt_window)
 
     def set_draft(self, n_draft: int, *, adaptive: bool = False) -> None:
         """Change the draft length (up to the one the session was opened with) for the next turn."""
         e = self.engine
         k = max(1, min(n_draft, self.cfg.n_draft))
-        self.engine = Engine(e.tgt, e.mtp, n_draft=k, p_min=self.cfg.p_min, adaptive=adaptive)
+        self.engine = Engine(e.tgt, e.mtp, n_draft=k, p_min=self.cfg.p_min, adaptive=adaptive,
+                             prompt_window=self.cfg.prompt_window)
         self.engine.stats = e.stats
         self.engine.stats.n_draft_max = k
 

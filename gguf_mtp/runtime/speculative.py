@@ -11,7 +11,9 @@ decoded yet; ``pending_h`` is the target's hidden row at ``n_past-1``. One step:
 4. roll back both contexts to the accepted prefix (hybrid models keep ``n_rs_seq`` recurrent snapshots).
 
 Every emitted token comes from the target's logits and the target's sampler, so output is identical to plain
-decoding for greedy and for seeded sampling.
+decoding for greedy and for seeded sampling. That is also why ``prompt_window`` is safe: the MTP context may
+see only the end of a prompt (its cost on long prompts is one full-attention layer per token), and worse
+drafts only lower acceptance.
 """
 
 from __future__ import annotations
@@ -31,8 +33,12 @@ class Engine:
     """Decoding state of one conversation on a target context (and optionally an MTP context)."""
 
     def __init__(self, target: Context, mtp: Context | None, *, n_draft: int = 3, p_min: float = 0.0,
-                 adaptive: bool = False) -> None:
+                 adaptive: bool = False, prompt_window: int = 0) -> None:
         self.tgt, self.mtp = target, mtp
+        # >0: the MTP context gets only the last ``prompt_window`` tokens of each prompt. The head's prompt
+        # cost is then bounded by the window instead of growing with the prompt; drafts may be worse early
+        # on, output is unchanged (the target verifies every draft).
+        self.prompt_window = max(0, prompt_window)
         # several trained heads (mimo2, step35): one head per draft step, chained through their own outputs
         self.n_heads = max(1, mtp.model.n_nextn) if mtp is not None else 0
         self.chain = self.n_heads > 1
@@ -68,14 +74,15 @@ class Engine:
             for p in sorted(self.h_hist)[:-128]:
                 del self.h_hist[p]
 
-    def _feed_mtp(self, toks: Sequence[int], pos0: int, rows: np.ndarray) -> float:
-        """Give the MTP context tokens at pos0.. paired with the target's hidden row of the previous position."""
+    def _feed_mtp(self, toks: Sequence[int], pos0: int, rows: np.ndarray, h_before: np.ndarray) -> float:
+        """Give the MTP context tokens at pos0.. paired with the target's hidden row of the previous position
+        (``h_before`` for the first token, ``rows[i - 1]`` for the others)."""
         assert self.mtp is not None and self.mbatch is not None
         b = self.mbatch
         n = len(toks)
         b.fill(toks, pos0)
         assert b.embd is not None
-        b.embd[0] = self.pending_h
+        b.embd[0] = h_before
         b.embd[1:n] = rows[: n - 1]
         if not self.chain:
             return self._decode(self.mtp, b)
@@ -103,21 +110,37 @@ class Engine:
         toks = ([self.id_last] if self.id_last is not None else []) + list(new_tokens)
         body, last = toks[:-1], toks[-1]
         n = self.tgt.n_batch
-        for c in range(0, len(body), n):
-            chunk = body[c:c + n]
-            pos0 = len(self.tokens)
-            if pos0 + len(chunk) + self.n_draft_max + 1 > self.tgt.n_ctx:
-                raise ContextFull(self.tgt.n_ctx)
-            b = self.tbatch
-            b.fill(chunk, pos0)
-            self._decode(self.tgt, b)
+        end = len(self.tokens) + len(body)
+        # first position the MTP context is given; the hidden row of the position before it is still needed
+        mtp_from = max(len(self.tokens), end - self.prompt_window) if self.prompt_window else len(self.tokens)
+        if self.mtp is not None and mtp_from > len(self.tokens) and self.mtp.pos_max() >= 0:
+            self.mtp.clear()  # positions must not jump over a gap in a non-empty cache (llama.cpp refuses)
+        try:
+            for c in range(0, len(body), n):
+                chunk = body[c:c + n]
+                pos0 = len(self.tokens)
+                if pos0 + len(chunk) + self.n_draft_max + 1 > self.tgt.n_ctx:
+                    raise ContextFull(self.tgt.n_ctx)
+                # chunks wholly before the window need no hidden rows: skip their device-to-host copy
+                rows_needed = self.mtp is not None and pos0 + len(chunk) >= mtp_from
+                if self.mtp is not None:
+                    self.tgt.set_nextn_rows(rows_needed)
+                b = self.tbatch
+                b.fill(chunk, pos0)
+                self._decode(self.tgt, b)
+                if rows_needed:
+                    rows = self.tgt.h_rows(len(chunk))
+                    skip = max(0, mtp_from - pos0)
+                    if skip < len(chunk):
+                        h_before = self.pending_h if skip == 0 else rows[skip - 1]
+                        self._feed_mtp(chunk[skip:], pos0 + skip, rows[skip:], h_before)
+                    keep = min(len(rows), 64)
+                    self._remember_h(pos0 + len(rows) - keep, rows[len(rows) - keep:])
+                    self.pending_h = rows[-1].copy()
+                self.tokens.extend(chunk)
+        finally:
             if self.mtp is not None:
-                rows = self.tgt.h_rows(len(chunk))
-                self._feed_mtp(chunk, pos0, rows)
-                keep = min(len(rows), 64)
-                self._remember_h(pos0 + len(rows) - keep, rows[len(rows) - keep:])
-                self.pending_h = rows[-1].copy()
-            self.tokens.extend(chunk)
+                self.tgt.set_nextn_rows(True)  # every verify step needs them, even after ContextFull
         self.id_last = last
         self.stats.prompt_tokens += len(new_tokens)
         self.stats.prompt_seconds += time.perf_counter() - t0
@@ -221,7 +244,7 @@ class Engine:
         verified = [self.id_last] + drafts
         if self.mtp is not None:
             rows = self.tgt.h_rows(len(verified))
-            llama_t += self._feed_mtp(verified, n_past, rows)
+            llama_t += self._feed_mtp(verified, n_past, rows, self.pending_h)
             self._remember_h(n_past, rows[: j + 1])
             self.pending_h = rows[j].copy()
             if drafts:
