@@ -25,7 +25,9 @@ build)
     ;;
 test)
     # llama.cpp's libraries must load before any pytest plugin imports numpy (see gguf_mtp/__init__.py)
-    cd "$(mktemp -d)" && cp -r "$OLDPWD/tests" . && GGUF_MTP_TEST_NGL=99 py -c "import llama_cpp.llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/test_runtime.py']))" 2>&1 | tee "$OUT/gpu-tests.log" | tail -15
+    cd "$(mktemp -d)" && mkdir examples && cp -r "$OLDPWD/tests" . && cp -r "$OLDPWD/examples/tiny-qwen35-mtp" examples/ &&
+    GGUF_MTP_TEST_NGL=99 py -c "import llama_cpp.llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider', 'tests/test_runtime.py', 'tests/test_tiny_model.py']))" > "$OUT/gpu-tests.log" 2>&1 || true
+    grep -E "passed|failed|acceptance|top-1|FAILED" "$OUT/gpu-tests.log" | tail -25
     ;;
 bench)
     py bench/run.py --make "${2:-8}" --head-noise "${3:-0.15}" --ngl 99 --threads "$(nproc)" -n 128 --repeats 2 --workdir /tmp/gguf-mtp-bench \

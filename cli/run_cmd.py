@@ -31,6 +31,7 @@ def run(
     no_mtp: bool = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation."),
     require_mtp: bool = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding."),
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="One-shot completion of this text (no chat template)."),
+    prompt_file: Optional[Path] = typer.Option(None, "--file", "-f", help="One-shot completion of the text in this file."),
     n_predict: int = typer.Option(256, "--n-predict", "-n", help="Tokens to generate (per answer in chat)."),
     system: Optional[str] = typer.Option(None, "--system", "-sys", help="System message for chat."),
     draft_n_max: str = typer.Option("3", "--spec-draft-n-max", "--draft-max", help="Draft length, or 'auto' to adapt it to measured acceptance and cost."),
@@ -59,6 +60,13 @@ def run(
     """
     if no_mtp and mtp is not None:
         raise typer.BadParameter("--mtp and --no-mtp exclude each other")
+    if prompt_file is not None:
+        if prompt is not None:
+            raise typer.BadParameter("--prompt and --file exclude each other")
+        try:
+            prompt = prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise typer.BadParameter(f"{prompt_file}: cannot read the prompt ({e})") from None
     k, adaptive = _draft_n(draft_n_max)
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
