@@ -7,7 +7,7 @@ Facts: docs/facts/deepseek2.md."""
 
 from __future__ import annotations
 
-
+from typing import Any
 
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
@@ -26,6 +26,24 @@ def k_b(H: int, dn: int, dv: int, kl: int) -> Transform:
 def v_b(H: int, dn: int, dv: int, kl: int) -> Transform:
     """``kv_b_proj`` [H*(dn+dv), kl] -> per-head ``W_vb`` [H, dv, kl]."""
     return lambda x: x.reshape(H, dn + dv, kl)[:, dn:, :]
+
+
+def rope_param(hp: dict[str, Any], key: str, default: float) -> Any:
+    """A RoPE setting from ``rope_parameters`` (transformers 5 configs) or the top level (older configs)."""
+    return (hp.get("rope_parameters") or {}).get(key, hp.get(key, default))
+
+
+def leading_dense(hp: dict[str, Any]) -> int:
+    """Leading dense-FFN layers: ``first_k_dense_replace``, else the run of ``"dense"`` at the start of
+    ``mlp_layer_types`` (transformers' Glm4MoeLite config spells it that way), else 0 (all MoE)."""
+    if hp.get("first_k_dense_replace") is not None:
+        return int(hp["first_k_dense_replace"])
+    n = 0
+    for t in hp.get("mlp_layer_types") or []:
+        if t != "dense":
+            break
+        n += 1
+    return n
 
 
 @register
@@ -47,7 +65,7 @@ class Deepseek2(NextnLayerFamily):
         self.ql, self.kl = int(hp["q_lora_rank"]), int(hp.get("kv_lora_rank", 512))
         self.dn, self.dr, self.dv = (int(self.need("qk_nope_head_dim")), int(self.need("qk_rope_head_dim")),
                                      int(self.need("v_head_dim")))
-        self.dense = int(hp.get("first_k_dense_replace", 0))
+        self.dense = leading_dense(hp)
         self.vocab = int(ck.tensor("model.embed_tokens.weight").shape[0])
 
     def arch_kvs(self, n_mtp: int) -> list[KV]:
@@ -67,7 +85,7 @@ class Deepseek2(NextnLayerFamily):
             KV.u32(k(K.K_KEY_LENGTH_MLA), self.dn + self.dr),
             KV.u32(k(K.K_VALUE_LENGTH_MLA), self.dv),
             KV.u32(k(K.K_ROPE_DIM_COUNT), self.dr),
-            KV.f32(k(K.K_ROPE_FREQ_BASE), float(hp.get("rope_theta", 10000.0))),
+            KV.f32(k(K.K_ROPE_FREQ_BASE), float(rope_param(hp, "rope_theta", 10000.0))),
             KV.f32(k(K.K_RMS_EPS), float(hp.get("rms_norm_eps", 1e-6))),
             KV.u32(k(K.K_EXPERT_COUNT), int(self.need("n_routed_experts"))),
             KV.u32(k(K.K_EXPERT_USED_COUNT), int(self.need("num_experts_per_tok"))),
@@ -81,7 +99,7 @@ class Deepseek2(NextnLayerFamily):
             KV.boolean(k(K.K_EXPERT_WEIGHTS_NORM), bool(hp.get("norm_topk_prob", False))),
             KV.u32(k(K.K_VOCAB_SIZE), self.vocab),
         ]
-        rs = hp.get("rope_scaling") or {}
+        rs = hp.get("rope_scaling") or hp.get("rope_parameters") or {}
         if (rs.get("type") or rs.get("rope_type")) == "yarn":
             kvs += [KV.string(k(K.K_ROPE_SCALING_TYPE), "yarn"),
                     KV.f32(k(K.K_ROPE_SCALING_FACTOR), float(rs["factor"])),
@@ -109,3 +127,14 @@ class Deepseek2(NextnLayerFamily):
         self._put(out, a + "o_proj.weight", b + "attn_output.weight", (H, nh * dv), mtp)
         self._put(out, p + "post_attention_layernorm.weight", b + "ffn_norm.weight", (H,), mtp)
         self._ffn(out, p, b, il, mtp, default_shared=0)
+
+
+@register
+class Glm4MoeLite(Deepseek2):
+    """GLM-4.7-Flash (``Glm4MoeLiteForCausalLM``): DeepSeek-V3's tensors and math (MLA with q_lora, sigmoid MoE
+    with correction bias, one shared expert, one MTP layer at ``model.layers.{num_hidden_layers}``) under GLM's
+    tokenizer; llama.cpp converts it to ``deepseek2`` and keeps the MTP layer. No YaRN, no ``scoring_func`` key
+    (the router is always sigmoid). Facts: docs/facts/glm47flash.md."""
+
+    hf_architectures = ("Glm4MoeLiteForCausalLM",)
+    tokenizer_pre = "glm4"

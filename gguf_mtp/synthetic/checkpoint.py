@@ -26,7 +26,7 @@ Entry = tuple[str, tuple[int, ...], str, object]
 class SyntheticSpec:
     """Sizes of a synthetic checkpoint. Defaults give a ~1 MB model that converts in well under a second."""
 
-    family: str = "qwen35"  # qwen35 | qwen35moe | qwen3next | glm4moe | deepseek2 | mimo2 | step35
+    family: str = "qwen35"  # qwen35 | qwen35moe | qwen3next | glm4moe | deepseek2 | mimo2 | step35 | glm47flash
     layers: int = 4
     hidden: int = 64
     heads: int = 4
@@ -152,6 +152,24 @@ def _ds_config(s: SyntheticSpec, vocab_tokens: int) -> dict:
                              "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
             "vocab_size": s.vocab_size, "tie_word_embeddings": s.tie_embeddings, "attention_bias": False,
             "torch_dtype": "bfloat16", **s.extra}
+
+
+def _glm_lite_config(s: SyntheticSpec, vocab_tokens: int) -> dict:
+    """GLM-4.7-Flash's config.json keys (``glm4_moe_lite``): DeepSeek-V3's MLA/MoE names, no YaRN, no scoring_func,
+    GLM's special-token ids (eos = <|endoftext|>, <|user|>, <|observation|>)."""
+    return {"architectures": ["Glm4MoeLiteForCausalLM"], "model_type": "glm4_moe_lite", "hidden_size": s.hidden,
+            "num_hidden_layers": s.layers, "num_attention_heads": s.heads, "num_key_value_heads": s.heads,
+            "q_lora_rank": s.q_lora, "kv_lora_rank": s.kv_lora, "qk_nope_head_dim": s.qk_nope,
+            "qk_rope_head_dim": s.qk_rope, "v_head_dim": s.v_dim, "intermediate_size": s.intermediate,
+            "moe_intermediate_size": s.moe_intermediate, "n_routed_experts": s.experts,
+            "num_experts_per_tok": s.experts_used, "n_shared_experts": 1, "first_k_dense_replace": 1,
+            "n_group": 1, "topk_group": 1, "topk_method": "noaux_tc", "routed_scaling_factor": 1.8,
+            "norm_topk_prob": True, "rope_theta": 1000000, "rope_scaling": None, "partial_rotary_factor": 1.0,
+            "rope_interleave": True, "rms_norm_eps": 1e-5, "max_position_embeddings": 202752,
+            "num_nextn_predict_layers": 1, "attention_bias": False, "attention_dropout": 0.0, "hidden_act": "silu",
+            "vocab_size": s.vocab_size, "tie_word_embeddings": s.tie_embeddings, "pad_token_id": vocab_tokens - 10,
+            "eos_token_id": [vocab_tokens - 10, vocab_tokens - 3, vocab_tokens - 1], "dtype": "bfloat16",
+            "use_cache": True, **s.extra}
 
 
 def _ds_shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
@@ -356,13 +374,13 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    glm = spec.family in ("glm4moe", "deepseek2")  # MTP layer at model.layers.{L}, plain norms
-    style = {"glm4moe": "glm", "deepseek2": "deepseek", "step35": "deepseek"}.get(spec.family, "qwen")
+    glm = spec.family in ("glm4moe", "deepseek2", "glm47flash")  # MTP layer at model.layers.{L}, plain norms
+    style = {"glm4moe": "glm", "deepseek2": "deepseek", "step35": "deepseek", "glm47flash": "glm"}.get(spec.family, "qwen")
     n_tok = write_tokenizer(root, style=style)
     if n_tok > spec.vocab_size:
         raise ValueError(f"vocab_size {spec.vocab_size} is smaller than the tokenizer ({n_tok} tokens)")
     config = {"glm4moe": _glm_config, "deepseek2": _ds_config, "mimo2": mimo_config,
-              "step35": step_config}.get(spec.family, _config)(spec, n_tok)
+              "step35": step_config, "glm47flash": _glm_lite_config}.get(spec.family, _config)(spec, n_tok)
     (root / "config.json").write_text(json.dumps(config, indent=2))
     rand = _Rand(spec.seed, spec.std)
     made: dict[str, np.ndarray] = {}  # embedding/LM-head values, for the MTP layer's copies (GLM)
@@ -414,7 +432,7 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
 
     entries = [(name, shape, "BF16", make(kind, shape, name))
                for name, shape, kind in {"glm4moe": _glm_shapes, "deepseek2": _ds_shapes, "mimo2": mimo_shapes,
-                                         "step35": step_shapes}.get(spec.family, _shapes)(spec)]
+                                         "step35": step_shapes, "glm47flash": _ds_shapes}.get(spec.family, _shapes)(spec)]
     if spec.fp8:
         config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                          "weight_block_size": [128, 128]}
