@@ -38,6 +38,10 @@ def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str)
     type UNUSED, as llama.cpp's converter writes them.
     """
     tj_path = root / "tokenizer.json"
+    if not tj_path.exists() and (root / "tiktoken.model").exists():  # Kimi-K2: a tiktoken rank file instead
+        from .tiktoken_bpe import tiktoken_kvs
+
+        return tiktoken_kvs(root, config, vocab_size, pre)
     tj = load_json(tj_path, "the checkpoint needs its tokenizer.json (byte-level BPE)")
     model = tj.get("model") or {}
     if model.get("type") != "BPE":

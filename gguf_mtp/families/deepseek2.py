@@ -7,7 +7,7 @@ Facts: docs/facts/deepseek2.md."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
@@ -51,11 +51,14 @@ class Deepseek2(NextnLayerFamily):
     arch = "deepseek2"
     hf_architectures = ("DeepseekV3ForCausalLM",)
     tokenizer_pre = "deepseek-v3"
+    #: ``model_type`` -> llama.cpp pre-tokenizer, for releases that share this architecture name
+    PRE_BY_MODEL_TYPE: ClassVar[dict[str, str]] = {"kimi_k2": "kimi-k2"}
 
     def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ck)
         self.read_attention_dims()
         hp = self.hp
+        self.tokenizer_pre = self.PRE_BY_MODEL_TYPE.get(str(hp.get("model_type")), self.tokenizer_pre)  # type: ignore[misc]
         if hp.get("q_lora_rank") in (None, 0):
             raise UnsupportedError(f"{ck.root / 'config.json'}: q_lora_rank is null (a DeepSeek-V2-Lite-style model); "
                                    "only DeepSeek-V3-style MLA with q_lora is supported")

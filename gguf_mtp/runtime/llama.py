@@ -79,6 +79,19 @@ class Model:
         self.n_embd_out = _ll.llama_model_n_embd_out(self.ptr) or self.n_embd
         self.load_mtp = load_mtp
 
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as llama.cpp prints it, or None when the file lacks the key."""
+        buf = ctypes.create_string_buffer(256)
+        n = _ll.llama_model_meta_val_str(self.ptr, key.encode(), buf, 256)
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def yarn_betas(self) -> tuple[float, float] | None:
+        """The file's YaRN ``beta_fast`` / ``beta_slow``. Most arch loaders (deepseek2 among them) never read these
+        keys and use 32 / 1; Kimi-K2's 1 / 1 therefore only take effect as context parameters."""
+        arch = self.meta("general.architecture")
+        vals = [self.meta(f"{arch}.rope.scaling.yarn_beta_{k}") for k in ("fast", "slow")]
+        return (float(vals[0]), float(vals[1])) if None not in vals else None  # type: ignore[arg-type]
+
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")
         n_max = len(data) + 16
@@ -199,6 +212,9 @@ class Context:
             p.flash_attn_type = _ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else _ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
         if mtp:
             p.ctx_type = _ll.LLAMA_CONTEXT_TYPE_MTP
+        betas = model.yarn_betas()
+        if betas:  # both contexts: the MTP block's RoPE must match the trunk's
+            p.yarn_beta_fast, p.yarn_beta_slow = betas
         _log.clear()
         self.ptr = _ll.llama_init_from_model(model.ptr, p)
         if not self.ptr:

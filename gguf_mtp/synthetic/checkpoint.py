@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..quant import f32_to_bf16
+from .kimi import kimi_config, write_tiktoken
 from .multihead import mimo_config, mimo_shapes, step_config, step_shapes
 from .safetensors_writer import write_safetensors
 from .tokenizer import write_tokenizer
@@ -26,7 +27,7 @@ Entry = tuple[str, tuple[int, ...], str, object]
 class SyntheticSpec:
     """Sizes of a synthetic checkpoint. Defaults give a ~1 MB model that converts in well under a second."""
 
-    family: str = "qwen35"  # qwen35 | qwen35moe | qwen3next | glm4moe | deepseek2 | mimo2 | step35 | glm47flash
+    family: str = "qwen35"  # qwen35 | qwen35moe | qwen3next | glm4moe | deepseek2 | mimo2 | step35 | glm47flash | kimik2
     layers: int = 4
     hidden: int = 64
     heads: int = 4
@@ -374,13 +375,13 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    glm = spec.family in ("glm4moe", "deepseek2", "glm47flash")  # MTP layer at model.layers.{L}, plain norms
+    glm = spec.family in ("glm4moe", "deepseek2", "glm47flash", "kimik2")  # MTP layer at model.layers.{L}, plain norms
     style = {"glm4moe": "glm", "deepseek2": "deepseek", "step35": "deepseek", "glm47flash": "glm"}.get(spec.family, "qwen")
-    n_tok = write_tokenizer(root, style=style)
+    n_tok = write_tiktoken(root, spec.vocab_size) if spec.family == "kimik2" else write_tokenizer(root, style=style)
     if n_tok > spec.vocab_size:
         raise ValueError(f"vocab_size {spec.vocab_size} is smaller than the tokenizer ({n_tok} tokens)")
     config = {"glm4moe": _glm_config, "deepseek2": _ds_config, "mimo2": mimo_config,
-              "step35": step_config, "glm47flash": _glm_lite_config}.get(spec.family, _config)(spec, n_tok)
+              "step35": step_config, "glm47flash": _glm_lite_config, "kimik2": kimi_config}.get(spec.family, _config)(spec, n_tok)
     (root / "config.json").write_text(json.dumps(config, indent=2))
     rand = _Rand(spec.seed, spec.std)
     made: dict[str, np.ndarray] = {}  # embedding/LM-head values, for the MTP layer's copies (GLM)
@@ -432,7 +433,7 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
 
     entries = [(name, shape, "BF16", make(kind, shape, name))
                for name, shape, kind in {"glm4moe": _glm_shapes, "deepseek2": _ds_shapes, "mimo2": mimo_shapes,
-                                         "step35": step_shapes, "glm47flash": _ds_shapes}.get(spec.family, _shapes)(spec)]
+                                         "step35": step_shapes, "glm47flash": _ds_shapes, "kimik2": _ds_shapes}.get(spec.family, _shapes)(spec)]
     if spec.fp8:
         config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                          "weight_block_size": [128, 128]}
