@@ -115,7 +115,7 @@ def tiktoken_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str) 
     Ids below ``vocab_size`` that are neither a rank nor a special become ``[PAD<i>]`` (UNUSED), as llama.cpp's
     converter writes them.
     """
-    from .tokenizer import _token_id, chat_template  # shared with the tokenizer.json path
+    from .tokenizer import special_kvs  # shared with the tokenizer.json path
 
     ranks = read_ranks(root / "tiktoken.model")
     tc_path = root / "tokenizer_config.json"
@@ -143,17 +143,4 @@ def tiktoken_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str) 
         KV.array(K.TOK_TYPES, GGUFValueType.INT32, [int(t) for t in types]),
         KV.array(K.TOK_MERGES, GGUFValueType.STRING, merges),
     ]
-    ids = {s: i for i, s in specials.items()}
-    for key, name, cfg in ((K.TOK_EOS, "eos_token", "eos_token_id"), (K.TOK_PAD, "pad_token", "pad_token_id"),
-                           (K.TOK_BOS, "bos_token", "bos_token_id")):
-        val = _token_id(tok_config.get(name), ids)
-        if val is None and isinstance(config.get(cfg), int):
-            val = config[cfg]
-        if val is not None:
-            out.append(KV.u32(key, val))
-    if isinstance(tok_config.get("add_bos_token"), bool):
-        out.append(KV.boolean(K.TOK_ADD_BOS, tok_config["add_bos_token"]))
-    tmpl = chat_template(root, tok_config)
-    if tmpl:
-        out.append(KV.string(K.TOK_CHAT_TEMPLATE, tmpl))
-    return out
+    return out + special_kvs(root, config, tok_config, {s: i for i, s in specials.items()})

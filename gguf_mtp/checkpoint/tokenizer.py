@@ -77,14 +77,17 @@ def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str)
         KV.array(K.TOK_TYPES, GGUFValueType.INT32, [int(t) for t in types]),
         KV.array(K.TOK_MERGES, GGUFValueType.STRING, merges),
     ]
-    eos = _token_id(tok_config.get("eos_token"), vocab)
-    if eos is None and isinstance(config.get("eos_token_id"), int):
-        eos = config["eos_token_id"]
-    bos = _token_id(tok_config.get("bos_token"), vocab)
-    if bos is None and isinstance(config.get("bos_token_id"), int):
-        bos = config["bos_token_id"]
-    pad = _token_id(tok_config.get("pad_token"), vocab)
-    for key, val in ((K.TOK_EOS, eos), (K.TOK_PAD, pad), (K.TOK_BOS, bos)):
+    return out + special_kvs(root, config, tok_config, vocab)
+
+
+def special_kvs(root: Path, config: dict[str, Any], tok_config: dict[str, Any], ids: dict[str, int]) -> list[KV]:
+    """eos/pad/bos ids (tokenizer_config first, then config.json, as gguf-py does), add_bos, chat template."""
+    out = []
+    for key, name, cfg in ((K.TOK_EOS, "eos_token", "eos_token_id"), (K.TOK_PAD, "pad_token", None),
+                           (K.TOK_BOS, "bos_token", "bos_token_id")):
+        val = _token_id(tok_config.get(name), ids)
+        if val is None and cfg and isinstance(config.get(cfg), int):
+            val = config[cfg]
         if val is not None:
             out.append(KV.u32(key, val))
     if isinstance(tok_config.get("add_bos_token"), bool):
