@@ -68,7 +68,7 @@ SHARED_COPIES = {".nextn.embed_tokens.weight": "token_embd.weight", ".nextn.shar
 
 
 def _same_bytes(a, b, chunk: int = 64 << 20) -> bool:  # type: ignore[no-untyped-def]
-    if a.dtype != b.dtype or a.shape != b.shape:
+    if a.dtype != b.dtype or a.shape != b.shape or a.path is None or b.path is None:
         return False
     with open(a.path, "rb", buffering=0) as fa, open(b.path, "rb", buffering=0) as fb:
         for off in range(0, a.nbytes, chunk):
@@ -185,7 +185,7 @@ def convert(
     out = Path(outfile) if outfile else default_outfile(model, outtype, layout)
     if out.is_dir():
         out = out / default_outfile(model, outtype, layout).name
-    inputs = [s.ref.path for t in plan.tensors for s in t.sources]
+    inputs = [s.ref.path for t in plan.tensors for s in t.sources if s.ref.path is not None]  # not generated ones
     check_output(out, force=force, inputs=set(inputs))
 
     bytes_in = sum(t.src_bytes for t in plan.tensors)

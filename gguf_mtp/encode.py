@@ -12,7 +12,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from .families.base import PlannedTensor, Source
-from .ggufio.writer import OutTensor, Progress, copy_range, write_all
+from .ggufio.writer import OutTensor, Progress, write_all
 from .quant import encode
 
 T = GGMLQuantizationType
@@ -51,8 +51,7 @@ def out_tensor(pt: PlannedTensor, ggml_type: int, pool: Executor | None) -> OutT
     if raw_ok:
         def write(fh: BinaryIO, progress: Progress) -> None:
             for s in pt.sources:
-                size = s.ref.itemsize
-                copy_range(s.ref.path, s.ref.offset + s.start * size, s.n * size, fh, progress)
+                s.ref.write_raw(fh, s.start, s.n, progress)
         return OutTensor(pt.name, pt.ggml_shape, ggml_type, write)
 
     if pt.whole is None:

@@ -24,6 +24,9 @@ from .ggufio.keys import K_BLOCK_COUNT, K_NEXTN, K_SHARED_TARGET_TENSORS, arch_k
 #: tensors a head-only sidecar borrows from its target
 SHARED_TARGET_TENSORS = ("token_embd.weight", "output_norm.weight", "output.weight")
 EMBEDDING_TENSORS = SHARED_TARGET_TENSORS
+#: model-level tensors llama.cpp reads beside the blocks when present (llama3 RoPE factors, used by the MTP blocks
+#: too): a self-contained sidecar carries them, a head-only one gets the target's when it is merged
+MODEL_TENSORS = ("rope_freqs.weight",)
 MTP_SUFFIX = "-MTP"
 
 _BLK = re.compile(r"^blk\.(\d+)\.")

@@ -22,7 +22,7 @@ from .ggufio.atomic import atomic_paths, check_output
 from .ggufio.format import KV, type_name
 from .ggufio.model import GGUFModel, Tensor, model_stem, split_path, split_prefix
 from .ggufio.writer import OutTensor, Progress, copy_range, write_all, write_gguf
-from .layout import EMBEDDING_TENSORS, SHARED_TARGET_TENSORS, block_index
+from .layout import EMBEDDING_TENSORS, MODEL_TENSORS, SHARED_TARGET_TENSORS, block_index
 from .progress import Progress as Bar
 from .quant import can_decode, choose_type, dequantize, encode, parse_outtype
 
@@ -203,6 +203,16 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
         if name in src.tensors and name in target.tensors and src.tensors[name].info.shape != target.tensors[name].info.shape:
             diffs.append(f"{name} shape {list(target.tensors[name].info.shape)} (target) vs "
                          f"{list(src.tensors[name].info.shape)} (head)")
+    if "token_embd.weight" in src.tensors:  # a head-only file borrows these from its target: nothing to compare
+        for name in MODEL_TENSORS:
+            a, b = src.tensors.get(name), target.tensors.get(name)
+            if a is None and b is None:
+                continue
+            if a is None or b is None:
+                diffs.append(f"{name} {'absent' if b is None else 'present'} (target) vs "
+                             f"{'absent' if a is None else 'present'} (head)")
+            elif a.file.read_tensor_bytes(name) != b.file.read_tensor_bytes(name):  # a few hundred bytes
+                diffs.append(f"{name} values differ (RoPE scaling)")
     if diffs:
         raise CompatibilityError(f"{src.path} does not fit {target.path}: " + "; ".join(diffs)
                                  + ". A head only fits the model it was trained with")
@@ -243,7 +253,7 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
         if missing:
             raise MissingTensorError(f"{m.path}: has no {missing[0]} (a head-only sidecar?); extract with "
                                      "--head-only, or from a bundled model")
-        tensors = [_copy(m.tensors[n]) for n in EMBEDDING_TENSORS if n in m.tensors] + tensors
+        tensors = [_copy(m.tensors[n]) for n in EMBEDDING_TENSORS + MODEL_TENSORS if n in m.tensors] + tensors
     kvs = [kv for kv in m.model_kvs() if kv.key != marker]
     if head_only:
         kvs.append(KV.array(marker, GGUFValueType.STRING, list(SHARED_TARGET_TENSORS)))

@@ -208,7 +208,8 @@ def fetch_head_checkpoint(repo_id: str, *, revision: str | None = None, layout: 
         raise MissingTensorError(family.mtp_missing())
     plan = family.plan(trunk=False, mtp=True, embeddings=layout != "head-only")
     ranges = [(s.ref.path.name, s.ref.offset + s.start * s.ref.itemsize,
-               s.ref.offset + (s.start + s.n) * s.ref.itemsize) for t in plan.tensors for s in t.sources]
+               s.ref.offset + (s.start + s.n) * s.ref.itemsize) for t in plan.tensors for s in t.sources
+              if s.ref.path is not None]  # generated tensors (rope_freqs) read nothing
     ranges += [(s.ref.scale.path.name, s.ref.scale.offset, s.ref.scale.offset + s.ref.scale.nbytes)
                for t in plan.tensors for s in t.sources if s.ref.scale is not None]  # FP8 block scales
     part.fetch_ranges(ranges)

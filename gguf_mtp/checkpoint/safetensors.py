@@ -7,11 +7,13 @@ import json
 import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from ..errors import FormatError, UnsupportedError
 from ..ggufio.format import n_elements
+from ..ggufio.writer import Progress, copy_range, write_all
 from ..quant import bf16_to_f32
 
 # safetensors dtype -> (bytes per element, numpy storage dtype)
@@ -107,6 +109,59 @@ class TensorRef:
     def read_array(self) -> np.ndarray:
         """The whole tensor as float32 in its numpy shape."""
         return self.read_f32().reshape(self.shape)
+
+    def write_raw(self, fh: BinaryIO, start: int, count: int, progress: Progress) -> None:
+        """Copy the stored bytes of a flat element range into ``fh`` (no decode)."""
+        copy_range(self.path, self.offset + start * self.itemsize, count * self.itemsize, fh, progress)
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayRef:
+    """A tensor computed by the converter (not in the checkpoint), held in memory as float32 and read like a
+    :class:`TensorRef`, so a plan can write it through the same path as checkpoint tensors."""
+
+    name: str
+    data: np.ndarray  # numpy shape
+    dtype: str = "F32"
+    path: None = None  # no file behind it: whole-file checks and range fetches skip it
+    scale: None = None
+
+    def __post_init__(self) -> None:
+        # a private contiguous float32 copy: later edits of the caller's array cannot change the plan
+        object.__setattr__(self, "data", np.array(self.data, dtype=np.float32, order="C"))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    @property
+    def n_elements(self) -> int:
+        return int(self.data.size)
+
+    @property
+    def itemsize(self) -> int:
+        return 4
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    def read_raw(self, start: int = 0, count: int | None = None) -> np.ndarray:
+        count = self.n_elements - start if count is None else count
+        return self.data.reshape(-1)[start:start + count]
+
+    read_f32 = read_raw  # stored as float32 already
+
+    def read_array(self) -> np.ndarray:
+        return self.data.copy()
+
+    def write_raw(self, fh: BinaryIO, start: int, count: int, progress: Progress) -> None:
+        write_all(fh, self.read_raw(start, count))
+        progress(count * 4)
+
+
+#: what a plan's Source may point at
+Ref = TensorRef | ArrayRef
 
 
 def attach_fp8_scales(tensors: dict[str, TensorRef], block: int = 128) -> dict[str, TensorRef]:

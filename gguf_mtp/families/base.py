@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..checkpoint.folder import Checkpoint
-from ..checkpoint.safetensors import TensorRef
+from ..checkpoint.safetensors import Ref, TensorRef
 from ..errors import FormatError, MissingTensorError
 from ..ggufio.format import KV
 
@@ -24,9 +24,9 @@ Transform = Callable[[np.ndarray], np.ndarray]
 
 @dataclass(frozen=True)
 class Source:
-    """A flat element range of one checkpoint tensor (the whole tensor by default)."""
+    """A flat element range of one checkpoint tensor, or of a generated one (the whole tensor by default)."""
 
-    ref: TensorRef
+    ref: Ref
     start: int = 0
     count: int = -1
 
@@ -153,6 +153,11 @@ class Family:
 
     def plan(self, *, trunk: bool, mtp: bool, embeddings: bool) -> ModelPlan:
         raise NotImplementedError
+
+    def generated(self) -> list[PlannedTensor]:
+        """Model-level tensors computed from the config, not copied (e.g. ``rope_freqs.weight``). Plans write them
+        with the embeddings: every file llama.cpp loads on its own has them, a head-only sidecar borrows them."""
+        return []
 
 
 def missing(ck: Checkpoint, name: str, why: str) -> MissingTensorError:

@@ -101,6 +101,7 @@ class MultiHeadFamily(NextnLayerFamily):
             # output.weight is required by both loaders even for tied embeddings: write the embedding then
             lm = "lm_head.weight" if self.ck.has("lm_head.weight") else "model.embed_tokens.weight"
             self._put(out, lm, "output.weight", (V, H), False)
+            out += self.generated()
         return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)
 
     def gating(self, *keys: str) -> int:

@@ -3,25 +3,31 @@ counts (per-layer arrays), q/k norms, a head-wise sigmoid attention gate (``g_pr
 router bias and a shared expert, optional per-layer SwiGLU clamps, and ``num_nextn_predict_layers`` MTP heads
 appended as ``model.layers.{L+k}`` (each with its own ``transformer.shared_head``). Norms are zero-centred:
 every ``*norm.weight`` is written as ``w + 1``. Full layers rotate ``head_dim / 2`` dims, which llama.cpp derives
-itself, so no ``rope.dimension_count`` is written. Facts: docs/facts/step35.md."""
+itself, so no ``rope.dimension_count`` is written. Llama 3 RoPE scaling becomes a generated ``rope_freqs.weight``
+(full layers only). Facts: docs/facts/step35.md."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+import numpy as np
 from gguf import GGUFValueType
 
-from ..errors import UnsupportedError
+from ..checkpoint.safetensors import ArrayRef
+from ..errors import FormatError, UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
 from . import register
-from .base import PlannedTensor
+from .base import PlannedTensor, Source
 from .multihead import MultiHeadFamily
+from .rope import llama3_freq_factors
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 #: the rotated share of head_dim that llama.cpp hard-codes per attention type (checked against the config)
 ROTARY = {FULL: 0.5, SLIDING: 1.0}
+#: the rope_parameters keys of Llama 3 scaling (transformers requires all four too)
+LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
 @register
@@ -59,10 +65,21 @@ class Step35(MultiHeadFamily):
                                        f"layer; llama.cpp's step35 rotates {ROTARY[self.layer_type(il)]} of head_dim")
         rope = hp.get("rope_parameters") or hp.get("rope_scaling") or {}
         self.rope = rope.get(FULL, rope)
-        scaling = self.rope.get("rope_type") or self.rope.get("type") or "default"
-        if scaling != "default":
-            # llama3 scaling needs a generated rope_freqs tensor, which this converter does not make yet
-            raise UnsupportedError(f"{where}: rope scaling {scaling!r} is not supported for step35 yet")
+        self.scaling = str(self.rope.get("rope_type") or self.rope.get("type") or "default").lower()
+        if self.scaling not in ("default", "llama3"):
+            raise UnsupportedError(f"{where}: rope scaling {self.scaling!r} is not supported for step35 "
+                                   "(llama.cpp's step35 takes llama3 scaling only, as rope_freqs.weight)")
+        swa_rope = rope.get(SLIDING) or {}
+        if str(swa_rope.get("rope_type") or swa_rope.get("type") or "default") != "default":
+            # the graph passes no frequency factors to sliding-window layers (s35.cpp:245, 453)
+            raise UnsupportedError(f"{where}: rope scaling on sliding_attention layers is not supported by "
+                                   "llama.cpp's step35")
+        if self.scaling == "llama3":
+            absent = [k for k in LLAMA3_KEYS if k not in self.rope]
+            if absent:
+                raise FormatError(f"{where}: llama3 rope scaling without {', '.join(absent)}")
+            if float(self.rope["high_freq_factor"]) <= float(self.rope["low_freq_factor"]):
+                raise FormatError(f"{where}: llama3 rope scaling needs high_freq_factor > low_freq_factor")
         self.vocab = int(ck.tensor("model.embed_tokens.weight").shape[0])
 
     def head_prefix(self, k: int) -> str:
@@ -80,6 +97,26 @@ class Step35(MultiHeadFamily):
             pick = lambda t: next((float(x) for il, x in enumerate(theta) if self.layer_type(il) == t), None)  # noqa: E731
             return pick(FULL) or float(theta[0]), pick(SLIDING)
         return float(theta[0]), float(theta[1]) if len(theta) > 1 else None
+
+    def rope_freqs(self) -> ArrayRef | None:
+        """llama3 scaling's ``rope_freqs.weight``: ``n_rot_max / 2`` divisors, where ``n_rot_max`` is the largest
+        rotary dim over the trunk layers (s35.cpp:61-67: head_dim with any SWA layer, else head_dim / 2). Only
+        full layers read it, and only their first ``head_dim / 4`` entries; the rest are 1 (neutral)."""
+        if self.scaling != "llama3":
+            return None
+        rot_full = int(self.hd * ROTARY[FULL])
+        n_rot_max = max(int(self.hd * ROTARY[self.layer_type(il)]) for il in range(self.L))
+        r = self.rope
+        # the full layers' base: they are the only ones that apply the factors
+        ff = llama3_freq_factors(self.rope_bases()[0], rot_full, float(r["factor"]), float(r["low_freq_factor"]),
+                                 float(r["high_freq_factor"]), int(r["original_max_position_embeddings"]))
+        out = np.ones(n_rot_max // 2, dtype=np.float32)
+        out[: ff.size] = ff
+        return ArrayRef("rope_freqs.weight", out)
+
+    def generated(self) -> list[PlannedTensor]:
+        ref = self.rope_freqs()
+        return [] if ref is None else [PlannedTensor(ref.name, ref.shape, [Source(ref)])]
 
     def arch_kvs(self, n_mtp: int) -> list[KV]:
         a, hp, bc = self.arch, self.hp, self.L + n_mtp

@@ -65,6 +65,7 @@ class SyntheticSpec:
     mtp_heads: int = 3       # mimo2 / step35: MTP heads shipped (step35's config declares this many)
     fused_qkv: bool = False  # mimo2: self_attn.qkv_proj (as V2.5) instead of q/k/v_proj (as V2-Flash)
     sliding_window: int = 8  # mimo2 / step35
+    llama3_rope: bool = False  # step35: Llama 3 RoPE scaling in rope_scaling (a short original context, so it bites)
     extra: dict = field(default_factory=dict)
 
     def scaled(self, **kw: object) -> "SyntheticSpec":

@@ -105,7 +105,13 @@ def step_config(s: "SyntheticSpec", vocab_tokens: int) -> dict:
             "swiglu_limits_shared": [None] + [16.0] * (L - 1), "rms_norm_eps": 1e-5,
             "num_nextn_predict_layers": s.mtp_heads, "max_position_embeddings": 4096,
             "vocab_size": s.vocab_size, "tie_word_embeddings": s.tie_embeddings,
-            "torch_dtype": "bfloat16", **s.extra}
+            "torch_dtype": "bfloat16", **(_LLAMA3 if s.llama3_rope else {}), **s.extra}
+
+
+#: Llama 3.1's factors with an original context of 64 tokens: with the full layers' 16 frequencies (base 5e6)
+#: the first is unscaled, two are blended and the rest divided by 8, so a short prompt already sees the change
+_LLAMA3 = {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 64}}
 
 
 def step_shapes(s: "SyntheticSpec") -> Shapes:
