@@ -49,6 +49,7 @@ class SyntheticSpec:
     tie_embeddings: bool = False
     n_shards: int = 2
     seed: int = 0
+    attention_interval: int = 4      # every n-th trunk layer is full attention (Qwen hybrids); 1: all of them
     std: float = 0.02
     # A head whose answer is known: with trunk_scale=0 the trunk passes the token embedding straight to the
     # LM head (a bigram model), and the MTP head computes exactly the same function of the next token, so
@@ -92,8 +93,8 @@ def _config(s: SyntheticSpec, vocab_tokens: int) -> dict:
     sections = [rope_dims // 2 - 2 * (rope_dims // 6), rope_dims // 6, rope_dims // 6]
     text = {
         "hidden_size": H, "num_hidden_layers": L, "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads,
-        "head_dim": s.head_dim, "full_attention_interval": 4,
-        "layer_types": ["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(L)],
+        "head_dim": s.head_dim, "full_attention_interval": s.attention_interval,
+        "layer_types": ["linear_attention" if (i + 1) % s.attention_interval else "full_attention" for i in range(L)],
         "linear_conv_kernel_dim": s.conv_kernel, "linear_key_head_dim": s.lin_head_dim,
         "linear_value_head_dim": s.lin_head_dim, "linear_num_key_heads": s.lin_k_heads,
         "linear_num_value_heads": s.lin_v_heads, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
@@ -316,7 +317,7 @@ def _shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
     trunk_fused = s.fused_experts and s.family == "qwen35moe"
     for il in range(L):
         p = f"{pre}layers.{il}."
-        if (il + 1) % 4:
+        if (il + 1) % s.attention_interval:
             linear(p)
         else:
             attn(p)
