@@ -16,10 +16,9 @@ import binascii
 from pathlib import Path
 from typing import Any
 
-from gguf import GGUFValueType, TokenType
+from gguf import TokenType
 
 from ..errors import FormatError
-from ..ggufio import keys as K
 from ..ggufio.format import KV
 from .folder import load_json
 
@@ -115,7 +114,7 @@ def tiktoken_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str) 
     Ids below ``vocab_size`` that are neither a rank nor a special become ``[PAD<i>]`` (UNUSED), as llama.cpp's
     converter writes them.
     """
-    from .tokenizer import special_kvs  # shared with the tokenizer.json path
+    from .tokenizer import gpt2_vocab_kvs, special_kvs  # shared with the tokenizer.json path
 
     ranks = read_ranks(root / "tiktoken.model")
     tc_path = root / "tokenizer_config.json"
@@ -136,11 +135,5 @@ def tiktoken_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str) 
             tokens.append(f"[PAD{i}]")
             types.append(TokenType.UNUSED)
     merges = [f"{byte_level(a)} {byte_level(b)}" for a, b in merges_from_ranks(ranks)]
-    out = [
-        KV.string(K.TOK_MODEL, "gpt2"),
-        KV.string(K.TOK_PRE, pre),
-        KV.array(K.TOK_TOKENS, GGUFValueType.STRING, tokens),
-        KV.array(K.TOK_TYPES, GGUFValueType.INT32, [int(t) for t in types]),
-        KV.array(K.TOK_MERGES, GGUFValueType.STRING, merges),
-    ]
-    return out + special_kvs(root, config, tok_config, {s: i for i, s in specials.items()})
+    return (gpt2_vocab_kvs(pre, tokens, types, merges)
+            + special_kvs(root, config, tok_config, {s: i for i, s in specials.items()}))

@@ -70,14 +70,18 @@ def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str)
 
     tc_path = root / "tokenizer_config.json"
     tok_config = load_json(tc_path, "") if tc_path.exists() else {}
-    out = [
+    return gpt2_vocab_kvs(pre, tokens, types, merges) + special_kvs(root, config, tok_config, vocab)
+
+
+def gpt2_vocab_kvs(pre: str, tokens: list[str], types: list[TokenType], merges: list[str]) -> list[KV]:
+    """The byte-level BPE vocabulary as llama.cpp's ``gpt2`` tokenizer reads it."""
+    return [
         KV.string(K.TOK_MODEL, "gpt2"),
         KV.string(K.TOK_PRE, pre),
         KV.array(K.TOK_TOKENS, GGUFValueType.STRING, tokens),
         KV.array(K.TOK_TYPES, GGUFValueType.INT32, [int(t) for t in types]),
         KV.array(K.TOK_MERGES, GGUFValueType.STRING, merges),
     ]
-    return out + special_kvs(root, config, tok_config, vocab)
 
 
 def special_kvs(root: Path, config: dict[str, Any], tok_config: dict[str, Any], ids: dict[str, int]) -> list[KV]:
