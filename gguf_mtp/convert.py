@@ -21,7 +21,7 @@ from .ggufio import keys as K
 from .ggufio.atomic import atomic_paths, check_output
 from .ggufio.format import KV, type_name
 from .ggufio.writer import OutTensor, write_gguf
-from .layout import MTP_SUFFIX, SHARED_TARGET_TENSORS, Layout
+from .layout import MTP_SUFFIX, Layout, borrowed_tensors
 from .progress import Progress
 from .quant import FILE_TYPES, choose_type, parse_outtype
 
@@ -175,7 +175,7 @@ def convert(
     kvs = general_kvs(plan.arch, name.rstrip("/").split("/")[-1], file_type) + plan.kvs
     if layout == Layout.HEAD_ONLY:
         kvs.append(KV.array(K.arch_key(K.K_SHARED_TARGET_TENSORS, plan.arch), GGUFValueType.STRING,
-                            list(SHARED_TARGET_TENSORS)))
+                            borrowed_tensors(t.name for t in family.generated())))
     kvs += tokenizer_kvs(root, family.hp, family.vocab, family.tokenizer_pre)
     n_tokens = len(next(kv for kv in kvs if kv.key == K.TOK_TOKENS).value)
     if n_tokens != family.vocab:

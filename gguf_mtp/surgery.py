@@ -22,7 +22,7 @@ from .ggufio.atomic import atomic_paths, check_output
 from .ggufio.format import KV, type_name
 from .ggufio.model import GGUFModel, Tensor, model_stem, split_path, split_prefix
 from .ggufio.writer import OutTensor, Progress, copy_range, write_all, write_gguf
-from .layout import EMBEDDING_TENSORS, MODEL_TENSORS, SHARED_TARGET_TENSORS, block_index
+from .layout import EMBEDDING_TENSORS, MODEL_TENSORS, block_index, borrowed_tensors
 from .progress import Progress as Bar
 from .quant import can_decode, choose_type, dequantize, encode, parse_outtype
 
@@ -203,6 +203,12 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
         if name in src.tensors and name in target.tensors and src.tensors[name].info.shape != target.tensors[name].info.shape:
             diffs.append(f"{name} shape {list(target.tensors[name].info.shape)} (target) vs "
                          f"{list(src.tensors[name].info.shape)} (head)")
+    borrowed = src.arch_get(K.K_SHARED_TARGET_TENSORS)
+    if "token_embd.weight" not in src.tensors and isinstance(borrowed, list):  # head-only: the target must have them
+        for name in MODEL_TENSORS:
+            if (name in borrowed) != (name in target.tensors):
+                diffs.append(f"{name} {'present' if name in target.tensors else 'absent'} (target) vs "
+                             f"{'borrowed' if name in borrowed else 'not used'} (head)")
     if "token_embd.weight" in src.tensors:  # a head-only file borrows these from its target: nothing to compare
         for name in MODEL_TENSORS:
             a, b = src.tensors.get(name), target.tensors.get(name)
@@ -256,7 +262,7 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
         tensors = [_copy(m.tensors[n]) for n in EMBEDDING_TENSORS + MODEL_TENSORS if n in m.tensors] + tensors
     kvs = [kv for kv in m.model_kvs() if kv.key != marker]
     if head_only:
-        kvs.append(KV.array(marker, GGUFValueType.STRING, list(SHARED_TARGET_TENSORS)))
+        kvs.append(KV.array(marker, GGUFValueType.STRING, borrowed_tensors(m.tensors)))
     out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(m.path)}-MTP.gguf"
     paths, written = _write(out, kvs, [tensors], alignment=m.alignment, force=force,
                             inputs=[s.path for s in m.shards], label=f"extract {out.name}", progress=progress)

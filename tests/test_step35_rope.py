@@ -170,6 +170,16 @@ def test_surgery_keeps_and_checks_the_factors(converted, tmp_path: Path) -> None
         surgery.graft(converted("step35", "mtp-only"), trunk, tmp_path / "x.gguf", progress=False)
     with pytest.raises(CompatibilityError, match="rope_freqs"):
         surgery.graft(side, converted("step35", "trunk-only"), tmp_path / "y.gguf", progress=False)
+    # a head-only sidecar records that it borrows rope_freqs, so the same checks apply to it
+    head = converted("step35", "head-only", **kw)
+    assert "rope_freqs.weight" in GGUFFile(head).kv["step35.nextn_shared_target_tensors"].value
+    extracted = surgery.extract(bundled, tmp_path / "head.gguf", head_only=True, progress=False).paths[0]
+    assert "rope_freqs.weight" in GGUFFile(extracted).kv["step35.nextn_shared_target_tensors"].value
+    surgery.graft(head, trunk, tmp_path / "ok.gguf", progress=False)
+    with pytest.raises(CompatibilityError, match="rope_freqs.weight absent \\(target\\) vs borrowed"):
+        surgery.graft(head, converted("step35", "trunk-only"), tmp_path / "z.gguf", progress=False)
+    with pytest.raises(CompatibilityError, match="rope_freqs.weight present \\(target\\) vs not used"):
+        surgery.graft(converted("step35", "head-only"), trunk, tmp_path / "w.gguf", progress=False)
 
 
 def _variant(src: Path, dst: Path, edit) -> Path:  # type: ignore[no-untyped-def]
