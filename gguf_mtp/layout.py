@@ -29,11 +29,13 @@ EMBEDDING_TENSORS = SHARED_TARGET_TENSORS
 MODEL_TENSORS = ("rope_freqs.weight",)
 
 
-def borrowed_tensors(model_tensors: "Iterable[str]") -> list[str]:
+def borrowed_tensors(model_tensors: Iterable[str]) -> list[str]:
     """What a head-only sidecar borrows from its target: the embeddings and LM head, plus the model-level
     tensors (``rope_freqs.weight``) the source model has, so pairing can check the target has them too."""
     present = set(model_tensors)
     return list(SHARED_TARGET_TENSORS) + [n for n in MODEL_TENSORS if n in present]
+
+
 MTP_SUFFIX = "-MTP"
 
 _BLK = re.compile(r"^blk\.(\d+)\.")

@@ -203,22 +203,19 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
         if name in src.tensors and name in target.tensors and src.tensors[name].info.shape != target.tensors[name].info.shape:
             diffs.append(f"{name} shape {list(target.tensors[name].info.shape)} (target) vs "
                          f"{list(src.tensors[name].info.shape)} (head)")
+    # model-level tensors (rope_freqs): a self-contained head carries its own, a head-only one lists what it borrows
+    head_only = "token_embd.weight" not in src.tensors
     borrowed = src.arch_get(K.K_SHARED_TARGET_TENSORS)
-    if "token_embd.weight" not in src.tensors and isinstance(borrowed, list):  # head-only: the target must have them
-        for name in MODEL_TENSORS:
-            if (name in borrowed) != (name in target.tensors):
-                diffs.append(f"{name} {'present' if name in target.tensors else 'absent'} (target) vs "
-                             f"{'borrowed' if name in borrowed else 'not used'} (head)")
-    if "token_embd.weight" in src.tensors:  # a head-only file borrows these from its target: nothing to compare
-        for name in MODEL_TENSORS:
-            a, b = src.tensors.get(name), target.tensors.get(name)
-            if a is None and b is None:
-                continue
-            if a is None or b is None:
-                diffs.append(f"{name} {'absent' if b is None else 'present'} (target) vs "
-                             f"{'absent' if a is None else 'present'} (head)")
-            elif a.file.read_tensor_bytes(name) != b.file.read_tensor_bytes(name):  # a few hundred bytes
-                diffs.append(f"{name} values differ (RoPE scaling)")
+    for name in MODEL_TENSORS:
+        if head_only and not isinstance(borrowed, list):
+            break  # an unmarked head-only file says nothing about them
+        has = name in borrowed if head_only else name in src.tensors  # type: ignore[operator]
+        b = target.tensors.get(name)
+        if has != (b is not None):
+            said = ("borrowed" if has else "not used") if head_only else ("present" if has else "absent")
+            diffs.append(f"{name} {'absent' if b is None else 'present'} (target) vs {said} (head)")
+        elif has and not head_only and src.tensors[name].file.read_tensor_bytes(name) != b.file.read_tensor_bytes(name):
+            diffs.append(f"{name} values differ (RoPE scaling)")  # a few hundred bytes
     if diffs:
         raise CompatibilityError(f"{src.path} does not fit {target.path}: " + "; ".join(diffs)
                                  + ". A head only fits the model it was trained with")

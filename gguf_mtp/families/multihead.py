@@ -16,7 +16,7 @@ from gguf import GGUFValueType
 from ..errors import MissingTensorError, UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
-from .base import ModelPlan, PlannedTensor, Source, Transform
+from .base import PlannedTensor, Source, Transform
 from .nextn_layer import NextnLayerFamily
 from .qwen3_hybrid import plus_one
 
@@ -25,6 +25,7 @@ GATING = {"softmax": 1, "sigmoid": 2, "sqrtsoftplus": 4}
 
 
 class MultiHeadFamily(NextnLayerFamily):
+    max_heads: ClassVar[int | None] = None  # heads are chained, one per draft step
     #: heads when config.json does not say (MiMo ships 3 and its config carries no count)
     default_heads: ClassVar[int] = 0
     #: (HF name under a head's prefix, GGUF name under blk.{L+k}., shape key, required) of the head's own tensors
@@ -85,24 +86,11 @@ class MultiHeadFamily(NextnLayerFamily):
             (self._put if required else self._opt)(out, p + hf, b + gg, shapes[shape], True)
         self._block(out, self.L + k, True)
 
-    def plan(self, *, trunk: bool, mtp: bool, embeddings: bool) -> ModelPlan:
-        n_mtp = self.mtp_layers() if mtp else 0
-        out: list[PlannedTensor] = []
-        H, V = self.H, self.vocab
-        if embeddings:
-            self._put(out, "model.embed_tokens.weight", "token_embd.weight", (V, H), False)
-        if trunk:
-            for il in range(self.L):
-                self._block(out, il, False)
-        for k in range(n_mtp):
-            self._head(out, k)
-        if embeddings:
-            self._put(out, "model.norm.weight", "output_norm.weight", (H,), False)
-            # output.weight is required by both loaders even for tied embeddings: write the embedding then
-            lm = "lm_head.weight" if self.ck.has("lm_head.weight") else "model.embed_tokens.weight"
-            self._put(out, lm, "output.weight", (V, H), False)
-            out += self.generated()
-        return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)
+    def _output(self, out: list[PlannedTensor]) -> None:
+        self._put(out, "model.norm.weight", "output_norm.weight", (self.H,), False)
+        # output.weight is required by both loaders even for tied embeddings: write the embedding then
+        lm = "lm_head.weight" if self.ck.has("lm_head.weight") else "model.embed_tokens.weight"
+        self._put(out, lm, "output.weight", (self.vocab, self.H), False)
 
     def gating(self, *keys: str) -> int:
         """expert_gating_func from the first scoring-function key the config has (sigmoid when none)."""

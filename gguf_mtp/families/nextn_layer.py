@@ -4,11 +4,16 @@ and ``embed_tokens`` beside its block; norms are plain weights. Subclasses defin
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..errors import UnsupportedError
 from .base import Family, ModelPlan, PlannedTensor, Source, Transform
 
+
 class NextnLayerFamily(Family):
     dense: int  # leading dense layers, set by subclasses
+    #: MTP layers llama.cpp's graph for the arch runs (None: any number, one per draft step)
+    max_heads: ClassVar[int | None] = 1
 
     def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
         raise NotImplementedError
@@ -56,29 +61,38 @@ class NextnLayerFamily(Family):
         return (f"{self.ck.root}: the checkpoint has no MTP weights (model.layers.{self.L}.eh_proj.weight and the "
                 f"rest of layer {self.L} are missing){say}; convert without --mtp")
 
+    def _head(self, out: list[PlannedTensor], i: int) -> None:
+        """MTP layer ``i``: the DeepSeek-style nextn tensors beside a decoder block at ``model.layers.{L+i}``."""
+        H, V = self.H, self.vocab
+        il = self.L + i
+        p, b = f"model.layers.{il}.", f"blk.{il}."
+        self._put(out, p + "eh_proj.weight", b + "nextn.eh_proj.weight", (H, 2 * H), True)
+        self._put(out, p + "enorm.weight", b + "nextn.enorm.weight", (H,), True)
+        self._put(out, p + "hnorm.weight", b + "nextn.hnorm.weight", (H,), True)
+        self._opt(out, p + "shared_head.norm.weight", b + "nextn.shared_head_norm.weight", (H,), True)
+        self._opt(out, p + "shared_head.head.weight", b + "nextn.shared_head_head.weight", (V, H), True)
+        self._opt(out, p + "embed_tokens.weight", b + "nextn.embed_tokens.weight", (V, H), True)
+        self._block(out, il, True)
+
+    def _output(self, out: list[PlannedTensor]) -> None:
+        """Final norm and LM head (absent when tied: llama.cpp falls back to token_embd)."""
+        self._put(out, "model.norm.weight", "output_norm.weight", (self.H,), False)
+        if self.ck.has("lm_head.weight"):
+            self._put(out, "lm_head.weight", "output.weight", (self.vocab, self.H), False)
+
     def plan(self, *, trunk: bool, mtp: bool, embeddings: bool) -> ModelPlan:
         n_mtp = self.mtp_layers() if mtp else 0
-        if n_mtp > 1:
+        if self.max_heads and n_mtp > self.max_heads:
             raise UnsupportedError(f"{self.ck.root}: {n_mtp} MTP layers; llama.cpp's {self.arch} MTP graph runs one")
         out: list[PlannedTensor] = []
-        H, V = self.H, self.vocab
         if embeddings:
-            self._put(out, "model.embed_tokens.weight", "token_embd.weight", (V, H), False)
+            self._put(out, "model.embed_tokens.weight", "token_embd.weight", (self.vocab, self.H), False)
         if trunk:
             for il in range(self.L):
                 self._block(out, il, False)
         for i in range(n_mtp):
-            il = self.L + i
-            p, b = f"model.layers.{il}.", f"blk.{il}."
-            self._put(out, p + "eh_proj.weight", b + "nextn.eh_proj.weight", (H, 2 * H), True)
-            self._put(out, p + "enorm.weight", b + "nextn.enorm.weight", (H,), True)
-            self._put(out, p + "hnorm.weight", b + "nextn.hnorm.weight", (H,), True)
-            self._opt(out, p + "shared_head.norm.weight", b + "nextn.shared_head_norm.weight", (H,), True)
-            self._opt(out, p + "shared_head.head.weight", b + "nextn.shared_head_head.weight", (V, H), True)
-            self._opt(out, p + "embed_tokens.weight", b + "nextn.embed_tokens.weight", (V, H), True)
-            self._block(out, il, True)
+            self._head(out, i)
         if embeddings:
-            self._put(out, "model.norm.weight", "output_norm.weight", (H,), False)
-            if self.ck.has("lm_head.weight"):
-                self._put(out, "lm_head.weight", "output.weight", (V, H), False)
+            self._output(out)
+            out += self.generated()
         return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)
