@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-import gguf_mtp  # noqa: F401  (loads llama.cpp before numpy)
+import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp before numpy)
 import numpy as np  # noqa: E402
 
 from gguf_mtp import convert  # noqa: E402

@@ -3,9 +3,9 @@ differ only by float noise (batch of 2 vs batch of 1) and that the top-2 margin 
 
 import sys
 
-from gguf_mtp import convert  # first: loads llama.cpp before numpy (see gguf_mtp/__init__.py)
+from gguf_mtp.runtime import MTPSession  # first: loads llama.cpp before numpy (see gguf_mtp/runtime)
 import numpy as np  # noqa: E402
-from gguf_mtp.runtime import MTPSession
+from gguf_mtp import convert  # noqa: E402
 from gguf_mtp.runtime.llama import Batch
 from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
 

@@ -7,7 +7,7 @@ Usage: python bench/gpu_mtp_graph.py MODEL.gguf [NGL] [--one]"""
 import sys
 import time
 
-import gguf_mtp  # noqa: F401  (loads llama.cpp before numpy)
+import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp before numpy)
 import numpy as np  # noqa: E402
 
 from gguf_mtp.runtime.llama import Batch, Context, Model  # noqa: E402

@@ -5,7 +5,7 @@ context alone. Best of 3, synchronised. Usage: python bench/gpu_prompt.py MODEL.
 import sys
 import time
 
-import gguf_mtp  # noqa: F401  (loads llama.cpp before numpy)
+import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp before numpy)
 import numpy as np  # noqa: E402
 
 from gguf_mtp.runtime.llama import Batch, Context, Model  # noqa: E402

@@ -7,9 +7,6 @@ from typing import Optional
 
 import typer
 
-from gguf_mtp.convert import convert as _convert
-from gguf_mtp.layout import Layout
-from gguf_mtp.progress import human_bytes
 
 
 def convert(
@@ -37,6 +34,10 @@ def convert(
 
       gguf-mtp convert ./Qwen3.5-9B --outtype q8_0 --mtp      # Qwen3.5-9B-Q8_0-MTP.gguf sidecar
     """
+    from gguf_mtp.convert import convert as _convert
+    from gguf_mtp.layout import Layout
+    from gguf_mtp.progress import human_bytes
+
     if head_only and mtp is not True:
         raise typer.BadParameter("--head-only applies to the sidecar: add --mtp")
     layout = Layout.BUNDLED if mtp is None else (Layout.TRUNK_ONLY if mtp is False else

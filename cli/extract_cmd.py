@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import typer
-
 import os
 import tempfile
 
-from gguf_mtp import surgery
+import typer
+
 from gguf_mtp.checkpoint.hub import looks_like_repo_id
-from gguf_mtp.convert import convert as _convert
 from gguf_mtp.progress import human_bytes
 
 
@@ -40,7 +38,9 @@ def extract(
       gguf-mtp extract Qwen3.5-27B-Q8_0.gguf --strip                  # -> Qwen3.5-27B-Q8_0-trunk.gguf
 
       gguf-mtp extract Qwen3.5-27B-Q8_0-MTP.gguf --onto Qwen3.5-27B-Q4_K_M.gguf -o Qwen3.5-27B-Q4_K_M-MTP-bundled.gguf
-    """
+"""
+    from gguf_mtp import surgery
+
     if onto is not None and strip:
         raise typer.BadParameter("choose one of --onto (graft) and --strip")
     if (onto is not None or strip) and head_only:
@@ -69,6 +69,9 @@ def _from_hub(repo: str, onto: Optional[Path], strip: bool, outfile: Optional[Pa
               mtp_type: Optional[str], replace: bool, force: bool, quiet: bool, revision: Optional[str],
               outtype: str) -> None:
     """SOURCE is a Hub checkpoint: fetch only the head's byte ranges, make the sidecar, graft it if asked."""
+    from gguf_mtp import surgery
+    from gguf_mtp.convert import convert as _convert
+
     if strip:
         raise typer.BadParameter("--strip needs a GGUF file, not a repo id")
     mt = mtp_type or "q8_0"

@@ -7,9 +7,6 @@ from typing import Optional
 
 import typer
 
-from gguf_mtp.progress import human_bytes
-from gguf_mtp.quantize import quantize_model
-
 
 def quantize(
     src: Path = typer.Argument(..., help="Input GGUF (bundled model, trunk-only model or MTP sidecar; f32/f16/bf16/q8_0)."),
@@ -28,6 +25,10 @@ def quantize(
 
       gguf-mtp quantize Qwen3.5-9B-BF16.gguf Qwen3.5-9B-IQ4_XS.gguf IQ4_XS --imatrix imatrix.gguf
     """
+    import gguf_mtp.runtime  # noqa: F401  (llama.cpp's libraries before numpy's, see gguf_mtp.runtime)
+    from gguf_mtp.progress import human_bytes
+    from gguf_mtp.quantize import quantize_model
+
     r = quantize_model(src, dst, qtype, mtp_type=None if mtp_type.lower() == "same" else mtp_type,
                        imatrix=imatrix, threads=threads, force=force)
     for n in r.notes:

@@ -10,7 +10,6 @@ from typing import Optional
 import typer
 
 from gguf_mtp.errors import GgufMtpError
-from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig
 
 
 def _draft_n(value: str) -> tuple[int, bool]:
@@ -58,6 +57,9 @@ def run(
 
       gguf-mtp run Qwen3.5-9B-Q4_K_M.gguf --spec-draft-n-max auto --stats-json stats.json
     """
+    # imported here, before anything loads numpy: llama.cpp's libraries must come first (see gguf_mtp.runtime)
+    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig
+
     if no_mtp and mtp is not None:
         raise typer.BadParameter("--mtp and --no-mtp exclude each other")
     if prompt_file is not None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gguf_mtp import convert
-from gguf_mtp.runtime import MTPSession, SamplerConfig
+from gguf_mtp.runtime import MTPSession, SamplerConfig  # first: llama.cpp before numpy
+from gguf_mtp import convert  # noqa: E402
 from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
 
 

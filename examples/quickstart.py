@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from gguf_mtp import convert, inspect_file
-from gguf_mtp.runtime import MTPSession
+from gguf_mtp.runtime import MTPSession  # first: llama.cpp before numpy (see gguf_mtp.runtime)
+from gguf_mtp import convert, inspect_file  # noqa: E402
 
 TINY = Path(__file__).resolve().parent / "tiny-qwen35-mtp"
 

@@ -1,27 +1,50 @@
 """gguf-mtp: multi-token-prediction (MTP / NextN) heads for GGUF models.
 
 Convert Hugging Face checkpoints with their MTP head into GGUF (bundled, trunk-only or MTP-only
-sidecar), inspect GGUF files, and (in later releases) move heads between files and run speculative
-decoding with llama.cpp.
+sidecar), inspect GGUF files, move heads between files (:mod:`gguf_mtp.surgery`) and run speculative
+decoding with llama.cpp (:mod:`gguf_mtp.runtime`).
 
 Example:
     >>> import gguf_mtp
     >>> gguf_mtp.convert("Qwen3.5-9B", outtype="q8_0")     # doctest: +SKIP
     >>> gguf_mtp.inspect_file("Qwen3.5-9B-Q8_0.gguf").layout   # doctest: +SKIP
     <Layout.BUNDLED: 'bundled'>
+
+Importing the package loads neither numpy nor llama.cpp: conversion, inspection and surgery never need
+llama.cpp's shared library, and :mod:`gguf_mtp.runtime` must load llama.cpp's libraries *before* numpy's
+(a CUDA build whose libggml-cuda exports its own copy of libstdc++ symbols crashes at model load when
+numpy's libraries came first). The public names below are imported on first use.
 """
 
-# Load llama.cpp's libraries before numpy: a CUDA build whose libggml-cuda exports its own copy of libstdc++
-# symbols crashes at model load when numpy's libraries came first (seen with CUDA 13 on an H200).
-try:
-    import llama_cpp.llama_cpp  # noqa: F401
-except Exception:  # noqa: BLE001 - llama-cpp-python missing or broken: only the runtime needs it
-    pass
+from __future__ import annotations
 
-from .convert import ConvertResult, convert  # noqa: E402
-from .errors import GgufMtpError  # noqa: E402
-from .inspect import FileReport, inspect_file  # noqa: E402
-from .layout import Layout  # noqa: E402
+import importlib
+import sys
+import types
+
+from .errors import GgufMtpError
 
 __version__ = "0.1.0"
 __all__ = ["convert", "ConvertResult", "inspect_file", "FileReport", "Layout", "GgufMtpError", "__version__"]
+
+_LAZY = {"convert": ".convert", "ConvertResult": ".convert", "inspect_file": ".inspect", "FileReport": ".inspect",
+         "Layout": ".layout"}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'gguf_mtp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name: str, value: object) -> None:
+        # importing the submodule gguf_mtp.convert binds it here; keep the function of that name instead
+        if name == "convert" and isinstance(value, types.ModuleType):
+            value = getattr(value, "convert")
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import gguf_mtp.runtime  # noqa: F401  (llama.cpp before numpy, as on a CUDA build)
 from gguf_mtp import convert
 from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
 

@@ -16,8 +16,9 @@ from ..errors import GgufMtpError
 try:
     import llama_cpp as _ll
     import llama_cpp.llama_cpp_ext as _ext
-except ImportError as e:  # pragma: no cover - a core dependency
-    raise GgufMtpError(f"llama-cpp-python is not installed ({e}); run `bash scripts/setup.sh`") from None
+except Exception as e:  # noqa: BLE001 - not installed, or its shared library does not load
+    raise GgufMtpError(f"llama-cpp-python cannot be loaded ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+                       "`gguf-mtp run` and `quantize` need it: run `bash scripts/setup.sh`") from None
 
 _lock = threading.Lock()
 _log: list[str] = []
