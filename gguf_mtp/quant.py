@@ -12,6 +12,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 from .errors import UnsupportedError
+from .ggufio.shape import ggml_shape
 
 T = GGMLQuantizationType
 
@@ -37,7 +38,7 @@ def parse_outtype(name: str, option: str = "--outtype") -> GGMLQuantizationType:
 
 def choose_type(gguf_name: str, shape: tuple[int, ...], wanted: GGMLQuantizationType) -> GGMLQuantizationType:
     """Storage type of a tensor (``shape`` in ggml order) given the type the user asked for."""
-    if len(shape) <= 1 or gguf_name.endswith(_ALWAYS_F32) or not gguf_name.endswith(".weight"):
+    if len(ggml_shape(shape)) <= 1 or gguf_name.endswith(_ALWAYS_F32) or not gguf_name.endswith(".weight"):
         return T.F32
     block = GGML_QUANT_SIZES[wanted][0]
     if shape[0] % block:
@@ -63,7 +64,7 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
 def quantize_q8_0(x: np.ndarray) -> np.ndarray:
     """Q8_0 blocks (fp16 scale + 32 int8) of float32 ``x`` whose size is a multiple of 32, as uint8.
 
-    Same arithmetic as ggml's reference quantizer (d = amax/127, q = round(x/d)). The block maximum is
+    Same arithmetic as ggml's reference quantizer (d = amax/127, q = roundf(x * (1/d))), bit for bit. The block maximum is
     taken by pairwise halving: elementwise ufuncs release the GIL and run ~1.3x faster than a reduction
     along a 32-wide axis, so chunks quantize in parallel threads.
     """
@@ -77,7 +78,15 @@ def quantize_q8_0(x: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
     np.multiply(blocks, inv[:, None], out=a)
-    np.rint(a, out=a)
+    # round half away from zero, as ggml's roundf (np.rint would round ties to even: off by one at exact .5)
+    sign = np.sign(a)
+    np.abs(a, out=a)
+    whole = np.floor(a)
+    np.subtract(a, whole, out=a)
+    a *= 2  # fraction >= .5 -> 1 after floor (exact in float32, unlike a + 0.5)
+    np.floor(a, out=a)
+    a += whole
+    a *= sign
     out = np.empty((blocks.shape[0], 34), dtype=np.uint8)
     out[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
     out[:, 2:] = a.astype(np.int8).view(np.uint8)
