@@ -21,6 +21,7 @@ from .ggufio import keys as K
 from .ggufio.atomic import atomic_paths, check_output
 from .ggufio.format import KV, type_name
 from .ggufio.model import GGUFModel, Tensor, model_stem, split_path, split_prefix
+from .ggufio.shape import ggml_shape, same_ggml_shape
 from .ggufio.writer import OutTensor, Progress, copy_range, write_all, write_gguf
 from .layout import EMBEDDING_TENSORS, MODEL_TENSORS, block_index, borrowed_tensors
 from .progress import Progress as Bar
@@ -189,20 +190,23 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
             diffs.append(f"token {first} is {tb[first]!r} (target) vs {ta[first]!r} (head)")  # type: ignore[index]
     # each head tensor must have the shape of the target's tensor of the same kind
     # (several shapes per kind where layer types differ, e.g. step35's sliding-window layers have more heads)
+    # compared as ggml compares them: llama.cpp's converter writes [n, 1] where llama-quantize writes [n]
     by_suffix: dict[str, list[tuple[int, ...]]] = {}
     for name, t in target.tensors.items():
         m = _BLK.match(name)
         if m:
-            by_suffix.setdefault(m.group(2), []).append(t.info.shape)
+            by_suffix.setdefault(m.group(2), []).append(ggml_shape(t.info.shape))
     for t in head.tensors:
         m = _BLK.match(t.name)
-        if m and m.group(2) in by_suffix and t.info.shape not in by_suffix[m.group(2)]:
-            diffs.append(f"{m.group(2)} shape {list(by_suffix[m.group(2)][0])} (target) vs {list(t.info.shape)} (head)")
+        if m and m.group(2) in by_suffix and ggml_shape(t.info.shape) not in by_suffix[m.group(2)]:
+            diffs.append(f"{m.group(2)} shape {list(by_suffix[m.group(2)][0])} (target) vs "
+                         f"{list(ggml_shape(t.info.shape))} (head)")
             break
     for name in ("token_embd.weight", "output.weight"):
-        if name in src.tensors and name in target.tensors and src.tensors[name].info.shape != target.tensors[name].info.shape:
-            diffs.append(f"{name} shape {list(target.tensors[name].info.shape)} (target) vs "
-                         f"{list(src.tensors[name].info.shape)} (head)")
+        if name in src.tensors and name in target.tensors and \
+                not same_ggml_shape(src.tensors[name].info.shape, target.tensors[name].info.shape):
+            diffs.append(f"{name} shape {list(ggml_shape(target.tensors[name].info.shape))} (target) vs "
+                         f"{list(ggml_shape(src.tensors[name].info.shape))} (head)")
     # model-level tensors (rope_freqs): a self-contained head carries its own, a head-only one lists what it borrows
     head_only = "token_embd.weight" not in src.tensors
     borrowed = src.arch_get(K.K_SHARED_TARGET_TENSORS)
