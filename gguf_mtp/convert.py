@@ -176,7 +176,7 @@ def convert(
     if layout == Layout.HEAD_ONLY:
         kvs.append(KV.array(K.arch_key(K.K_SHARED_TARGET_TENSORS, plan.arch), GGUFValueType.STRING,
                             borrowed_tensors(t.name for t in family.generated())))
-    kvs += tokenizer_kvs(root, family.hp, family.vocab, family.tokenizer_pre)
+    kvs += tokenizer_kvs(root, family.hp, family.vocab, family.tokenizer_pre, family.extra_specials)
     n_tokens = len(next(kv for kv in kvs if kv.key == K.TOK_TOKENS).value)
     if n_tokens != family.vocab:
         raise UnsupportedError(f"{root}: tokenizer has {n_tokens} tokens but embed_tokens has "

@@ -108,7 +108,8 @@ def _specials(root: Path, tok_config: dict[str, Any], n_base: int, n: int) -> di
     return out
 
 
-def tiktoken_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str) -> list[KV]:
+def tiktoken_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str,
+                 extra_specials: tuple[tuple[str, str], ...] = ()) -> list[KV]:
     """GGUF tokenizer metadata (``gpt2`` model, ``pre``) for a folder with ``tiktoken.model``.
 
     Ids below ``vocab_size`` that are neither a rank nor a special become ``[PAD<i>]`` (UNUSED), as llama.cpp's
@@ -136,4 +137,4 @@ def tiktoken_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str) 
             types.append(TokenType.UNUSED)
     merges = [f"{byte_level(a)} {byte_level(b)}" for a, b in merges_from_ranks(ranks)]
     return (gpt2_vocab_kvs(pre, tokens, types, merges)
-            + special_kvs(root, config, tok_config, {s: i for i, s in specials.items()}))
+            + special_kvs(root, n, {s: i for i, s in specials.items()}, extra_specials))

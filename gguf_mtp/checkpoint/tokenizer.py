@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gguf import GGUFValueType, TokenType
+from gguf import GGUFValueType, Keys, SpecialVocab, TokenType
 
 from ..errors import FormatError, UnsupportedError
 from ..ggufio import keys as K
@@ -13,26 +13,24 @@ from ..ggufio.format import KV
 from .folder import load_json
 
 
-def _token_id(tok: Any, vocab: dict[str, int]) -> int | None:
-    if isinstance(tok, dict):
-        tok = tok.get("content")
-    return vocab.get(tok) if isinstance(tok, str) else None
+def looks_special(token: str) -> bool:
+    """Added tokens that llama.cpp's converter marks CONTROL even when tokenizer.json says ``special: false``
+    (``<|fim_prefix|>``, ``<|file_sep|>``, ...: its loader would warn and override USER_DEFINED otherwise)."""
+    return (token in ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
+            or token.startswith("<|") and token.endswith("|>")
+            or token.startswith("<\uff5c") and token.endswith("\uff5c>")  # <｜...｜> (DeepSeek)
+            or token.startswith("<unused") and token.endswith(">"))
 
 
-def chat_template(root: Path, tok_config: dict[str, Any]) -> str | None:
-    jinja = root / "chat_template.jinja"
-    if jinja.exists():
-        return jinja.read_text(encoding="utf-8")
-    tmpl = tok_config.get("chat_template")
-    if isinstance(tmpl, list):  # named templates: keep the default one
-        tmpl = next((t.get("template") for t in tmpl if t.get("name") == "default"), None)
-    if tmpl is None and (root / "chat_template.json").exists():
-        tmpl = load_json(root / "chat_template.json", "").get("chat_template")
-    return tmpl if isinstance(tmpl, str) else None
+def added_token_type(token: str, special: bool) -> TokenType:
+    return TokenType.CONTROL if special or looks_special(token) else TokenType.USER_DEFINED
 
 
-def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str) -> list[KV]:
+def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str,
+                  extra_specials: tuple[tuple[str, str], ...] = ()) -> list[KV]:
     """GGUF tokenizer metadata for a byte-level BPE (``gpt2``-model) tokenizer in ``root``.
+
+    ``extra_specials``: (type, token) pairs a family adds where the files do not say (GLM: bos ``[gMASK]``).
 
     Tokens missing below ``vocab_size`` (models pad their embedding matrix) become ``[PAD<i>]`` with
     type UNUSED, as llama.cpp's converter writes them.
@@ -41,7 +39,7 @@ def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str)
     if not tj_path.exists() and (root / "tiktoken.model").exists():  # Kimi-K2: a tiktoken rank file instead
         from .tiktoken_bpe import tiktoken_kvs
 
-        return tiktoken_kvs(root, config, vocab_size, pre)
+        return tiktoken_kvs(root, config, vocab_size, pre, extra_specials)
     tj = load_json(tj_path, "the checkpoint needs its tokenizer.json (byte-level BPE)")
     model = tj.get("model") or {}
     if model.get("type") != "BPE":
@@ -61,16 +59,16 @@ def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str)
             tokens.append(f"[PAD{i}]")
             types.append(TokenType.UNUSED)
         elif s in added:
-            tokens.append(s)
-            types.append(TokenType.CONTROL if added[s].get("special") else TokenType.USER_DEFINED)
+            t = added_token_type(s, bool(added[s].get("special")))
+            # user-defined tokens are matched pre-normalized: SentencePiece's space marker becomes a space
+            tokens.append(s if t == TokenType.CONTROL else s.replace("\u2581", " "))
+            types.append(t)
         else:
             tokens.append(s)
             types.append(TokenType.NORMAL)
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
 
-    tc_path = root / "tokenizer_config.json"
-    tok_config = load_json(tc_path, "") if tc_path.exists() else {}
-    return gpt2_vocab_kvs(pre, tokens, types, merges) + special_kvs(root, config, tok_config, vocab)
+    return gpt2_vocab_kvs(pre, tokens, types, merges) + special_kvs(root, n, vocab, extra_specials)
 
 
 def gpt2_vocab_kvs(pre: str, tokens: list[str], types: list[TokenType], merges: list[str]) -> list[KV]:
@@ -84,19 +82,48 @@ def gpt2_vocab_kvs(pre: str, tokens: list[str], types: list[TokenType], merges: 
     ]
 
 
-def special_kvs(root: Path, config: dict[str, Any], tok_config: dict[str, Any], ids: dict[str, int]) -> list[KV]:
-    """eos/pad/bos ids (tokenizer_config first, then config.json, as gguf-py does), add_bos, chat template."""
-    out = []
-    for key, name, cfg in ((K.TOK_EOS, "eos_token", "eos_token_id"), (K.TOK_PAD, "pad_token", None),
-                           (K.TOK_BOS, "bos_token", "bos_token_id")):
-        val = _token_id(tok_config.get(name), ids)
-        if val is None and cfg and isinstance(config.get(cfg), int):
-            val = config[cfg]
-        if val is not None:
-            out.append(KV.u32(key, val))
-    if isinstance(tok_config.get("add_bos_token"), bool):
-        out.append(KV.boolean(K.TOK_ADD_BOS, tok_config["add_bos_token"]))
-    tmpl = chat_template(root, tok_config)
-    if tmpl:
-        out.append(KV.string(K.TOK_CHAT_TEMPLATE, tmpl))
-    return out
+#: special-token types gguf-py's SpecialVocab reads and its writer has keys for (it skips cls), and those keys
+SPECIAL_ID_KEYS = {"bos": Keys.Tokenizer.BOS_ID, "eos": Keys.Tokenizer.EOS_ID, "unk": Keys.Tokenizer.UNK_ID,
+                   "sep": Keys.Tokenizer.SEP_ID, "pad": Keys.Tokenizer.PAD_ID,
+                   "mask": Keys.Tokenizer.MASK_ID, "eot": Keys.Tokenizer.EOT_ID, "eom": Keys.Tokenizer.EOM_ID}
+
+
+def special_kvs(root: Path, n_vocab: int, ids: dict[str, int],
+                extra: tuple[tuple[str, str], ...] = ()) -> list[KV]:
+    """Special-token ids, ``add_{bos,eos,sep}_token`` and chat templates exactly as llama.cpp's converter writes
+    them: gguf-py's ``SpecialVocab`` (tokenizer.json's post-processor, tokenizer_config.json, then config.json's
+    ``*_token_id``; the first value wins), then the family's ``extra`` (type, token) pairs where still unset."""
+    try:
+        sv = SpecialVocab(root, load_merges=False, n_vocab=n_vocab)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, OSError) as e:
+        raise FormatError(f"{root}: tokenizer_config.json / tokenizer.json / config.json: unusable special-token "
+                          f"entries ({e}); fix or replace these files") from None
+    for typ, content in extra:
+        tid = ids.get(content)
+        if tid is not None and typ not in sv.special_token_ids and 0 <= tid < n_vocab:
+            sv.special_token_ids[typ] = tid
+    out = [KV.u32(SPECIAL_ID_KEYS[typ], int(tid)) for typ, tid in sv.special_token_ids.items() if typ in SPECIAL_ID_KEYS]
+    out += [KV.boolean(f"tokenizer.ggml.add_{typ}_token", bool(v)) for typ, v in sv.add_special_token.items()
+            if typ in ("bos", "eos", "sep")]
+    return out + chat_template_kvs(sv.chat_template)
+
+
+def chat_template_kvs(tmpl: object) -> list[KV]:
+    """``tokenizer.chat_template`` (the default), named ones as ``tokenizer.chat_template.<name>``, as gguf-py does."""
+    if isinstance(tmpl, str):
+        return [KV.string(K.TOK_CHAT_TEMPLATE, tmpl)]
+    if not isinstance(tmpl, list):
+        return []
+    out, names, default = [], [], None
+    for choice in tmpl:
+        if not isinstance(choice, dict) or not isinstance(choice.get("template"), str):
+            continue
+        name = "".join(c if c.isascii() and c.isalnum() else "_" for c in str(choice.get("name", "")))
+        if name == "default":
+            default = choice["template"]
+        elif name:
+            names.append(name)
+            out.append(KV.string(f"{K.TOK_CHAT_TEMPLATE}.{name}", choice["template"]))
+    if names:
+        out.append(KV.array("tokenizer.chat_templates", GGUFValueType.STRING, names))
+    return out + ([KV.string(K.TOK_CHAT_TEMPLATE, default)] if default is not None else [])

@@ -80,6 +80,8 @@ class Family:
     arch: ClassVar[str]
     hf_architectures: ClassVar[tuple[str, ...]]
     tokenizer_pre: ClassVar[str]
+    #: (type, token) special tokens llama.cpp's converter sets for the family beyond what the tokenizer files say
+    extra_specials: ClassVar[tuple[tuple[str, str], ...]] = ()
     #: checkpoint tensors consumed implicitly or not needed (never reported as unmapped)
     skip: ClassVar[re.Pattern[str]] = re.compile(r"rotary_emb\.inv_freq$|weight_scale_inv$")
     vocab: int  # rows of the embedding matrix, set by subclasses

@@ -14,6 +14,7 @@ from ..ggufio import keys as K
 from ..ggufio.format import KV
 from . import register
 from .base import PlannedTensor, Transform
+from .glm4moe import GLM_SPECIALS
 from .nextn_layer import NextnLayerFamily
 
 
@@ -141,3 +142,4 @@ class Glm4MoeLite(Deepseek2):
 
     hf_architectures = ("Glm4MoeLiteForCausalLM",)
     tokenizer_pre = "glm4"
+    extra_specials = GLM_SPECIALS

@@ -11,6 +11,9 @@ from ..ggufio import keys as K
 from ..ggufio.format import KV
 from . import register
 from .base import PlannedTensor
+
+#: GLM tokenizers' special tokens beyond tokenizer_config's (<|endoftext|> as eot makes generation endless)
+GLM_SPECIALS = (("bos", "[gMASK]"), ("eot", "<|user|>"), ("unk", "<|endoftext|>"), ("eom", "<|observation|>"))
 from .nextn_layer import NextnLayerFamily
 
 
@@ -20,6 +23,8 @@ class Glm4Moe(NextnLayerFamily):
     arch = "glm4moe"
     hf_architectures = ("Glm4MoeForCausalLM",)
     tokenizer_pre = "glm4"
+    #: as llama.cpp's converter (_set_vocab_glm) adds them where the tokenizer files leave them unset
+    extra_specials = GLM_SPECIALS
 
     def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ck)
