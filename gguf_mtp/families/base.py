@@ -130,6 +130,12 @@ class Family:
             out.append(PlannedTensor(f"{b}{gg}.weight", (E, *shape), srcs, mtp))
         return out
 
+    def spelled(self, prefix: str, names: str | tuple[str, ...]) -> str:
+        """``prefix`` + the first of ``names`` (spellings of one tensor in released checkpoints and the loaders
+        that read them) that the checkpoint has; the first spelling when none is there (the error then names it)."""
+        names = (names,) if isinstance(names, str) else names
+        return next((prefix + n for n in names if self.ck.has(prefix + n)), prefix + names[0])
+
     def tensor(self, name: str, shape: tuple[int, ...]) -> TensorRef:
         """The checkpoint tensor ``name``, checked to have ``shape`` (numpy order)."""
         ref = self.ck.tensor(name)

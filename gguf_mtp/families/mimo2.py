@@ -25,10 +25,14 @@ class Mimo2(MultiHeadFamily):
     hf_architectures = ("MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM")
     tokenizer_pre = "qwen2"
     default_heads = 3  # V2-Flash, V2.5 and V2.5-Pro all ship three; upstream hard-codes the count too
+    # released heads: model.mtp.layers.{k}.{eh_proj,enorm,hnorm,final_layernorm,...} (docs/facts/mimo2.md, "Sources")
     head_tensors = (("eh_proj.weight", "nextn.eh_proj.weight", "EH", True),
                     ("enorm.weight", "nextn.enorm.weight", "E", True),
                     ("hnorm.weight", "nextn.hnorm.weight", "E", True),
                     ("final_layernorm.weight", "layer_output_norm.weight", "E", False))
+    #: the FFN norm: ``pre_mlp_layernorm`` in the released MTP heads, ``post_attention_layernorm`` in the trunk
+    #: (and in SGLang's renamed heads); llama.cpp's tensor map reads both as ffn_norm
+    FFN_NORM = ("post_attention_layernorm.weight", "pre_mlp_layernorm.weight")
     # V2.5 checkpoints also hold the vision/audio towers (an mmproj's business)
     skip = re.compile(r"(^|\.)(visual|vision_model|vision_tower|audio_tower|audio_model)\.|rotary_emb\.inv_freq$"
                       r"|weight_scale_inv$")
@@ -120,7 +124,7 @@ class Mimo2(MultiHeadFamily):
                 self._put(out, f"{p}self_attn.{proj}.weight", f"{b}{gg}.weight", (r, H), mtp)
         self._put(out, p + "self_attn.o_proj.weight", b + "attn_output.weight", (H, nh * dv), mtp)
         self._opt(out, p + "self_attn.attention_sink_bias", b + "attn_sinks.weight", (nh,), mtp)
-        self._put(out, p + "post_attention_layernorm.weight", b + "ffn_norm.weight", (H,), mtp)
+        self._put(out, self.spelled(p, self.FFN_NORM[::-1] if mtp else self.FFN_NORM), b + "ffn_norm.weight", (H,), mtp)
         if self.ck.has(p + "mlp.gate.weight"):  # llama.cpp builds a layer as MoE iff it has a router
             X, Fe = int(self.need("n_routed_experts")), int(self.need("moe_intermediate_size"))
             self._put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (X, H), mtp)

@@ -28,8 +28,9 @@ class MultiHeadFamily(NextnLayerFamily):
     max_heads: ClassVar[int | None] = None  # heads are chained, one per draft step
     #: heads when config.json does not say (MiMo ships 3 and its config carries no count)
     default_heads: ClassVar[int] = 0
-    #: (HF name under a head's prefix, GGUF name under blk.{L+k}., shape key, required) of the head's own tensors
-    head_tensors: ClassVar[tuple[tuple[str, str, str, bool], ...]] = ()
+    #: (HF name under a head's prefix, or a tuple of its real spellings; GGUF name under blk.{L+k}.; shape key;
+    #: required) of the head's own tensors
+    head_tensors: ClassVar[tuple[tuple[str | tuple[str, ...], str, str, bool], ...]] = ()
     #: checkpoint norms are zero-centred (Step): every ``*norm.weight`` is written as ``w + 1``
     norm_offset: ClassVar[bool] = False
 
@@ -83,7 +84,7 @@ class MultiHeadFamily(NextnLayerFamily):
         p, b = self.head_prefix(k), f"blk.{self.L + k}."
         shapes = self.shapes()
         for hf, gg, shape, required in self.head_tensors:
-            (self._put if required else self._opt)(out, p + hf, b + gg, shapes[shape], True)
+            (self._put if required else self._opt)(out, self.spelled(p, hf), b + gg, shapes[shape], True)
         self._block(out, self.L + k, True)
 
     def _output(self, out: list[PlannedTensor]) -> None:

@@ -39,8 +39,12 @@ class Step35(MultiHeadFamily):
     head_tensors = (("eh_proj.weight", "nextn.eh_proj.weight", "EH", True),
                     ("enorm.weight", "nextn.enorm.weight", "E", True),
                     ("hnorm.weight", "nextn.hnorm.weight", "E", True),
-                    ("transformer.shared_head.norm.weight", "nextn.shared_head_norm.weight", "E", False),
-                    ("transformer.shared_head.output.weight", "nextn.shared_head_head.weight", "VE", False),
+                    # released: transformer.shared_head.{norm,output}; vLLM's and llama.cpp's loaders also read the
+                    # names they rename them to (docs/facts/step35.md, "Sources")
+                    (("transformer.shared_head.norm.weight", "shared_head.norm.weight"),
+                     "nextn.shared_head_norm.weight", "E", False),
+                    (("transformer.shared_head.output.weight", "transformer.shared_head.head.weight",
+                      "shared_head.head.weight"), "nextn.shared_head_head.weight", "VE", False),
                     ("embed_tokens.weight", "nextn.embed_tokens.weight", "VE", False))
     skip = re.compile(r"(^|\.)(vision_model|vision_tower|visual)\.|rotary_emb\.inv_freq$|weight_scale_inv$")
 

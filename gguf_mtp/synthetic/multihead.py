@@ -57,9 +57,12 @@ def mimo_shapes(s: "SyntheticSpec") -> Shapes:
                         (f"{p}mlp.experts.{e}.up_proj.weight", (Ie, H), "w"),
                         (f"{p}mlp.experts.{e}.down_proj.weight", (H, Ie), "wout")])
 
-    def block(p: str, swa: bool, moe: bool) -> None:
+    def block(p: str, swa: bool, moe: bool, head: bool = False) -> None:
         kv, a = _kv(s, swa), p + "self_attn."
-        out.extend([(p + "input_layernorm.weight", (H,), "gnorm"), (p + "post_attention_layernorm.weight", (H,), "gnorm")])
+        # the released MTP heads name their FFN norm pre_mlp_layernorm (vLLM's mimo_v2_mtp.py, SGLang's
+        # mimo_v2_flash_nextn.py); the trunk's is post_attention_layernorm
+        ffn_norm = "pre_mlp_layernorm.weight" if head else "post_attention_layernorm.weight"
+        out.extend([(p + "input_layernorm.weight", (H,), "gnorm"), (p + ffn_norm, (H,), "gnorm")])
         if s.fused_qkv:
             out.append((a + "qkv_proj.weight", (nh * hd + kv * hd + kv * dv, H), "w"))
         else:
@@ -79,7 +82,7 @@ def mimo_shapes(s: "SyntheticSpec") -> Shapes:
         p = f"model.mtp.layers.{k}."
         out.extend([(p + "eh_proj.weight", (H, 2 * H), "fc"), (p + "enorm.weight", (H,), "gnorm"),
                     (p + "hnorm.weight", (H,), "gnorm"), (p + "final_layernorm.weight", (H,), "gnorm")])
-        block(p, True, False)  # heads: sliding-window, dense
+        block(p, True, False, head=True)  # heads: sliding-window, dense
     return out
 
 
