@@ -244,3 +244,51 @@ def test_quantize_pins_every_head(converted, tmp_path: Path, family: str) -> Non
         ref = s.generate(PROMPT, max_tokens=16).tokens
     with MTPSession(out, n_ctx=512, n_draft=3) as s:
         assert s.generate(PROMPT, max_tokens=16).tokens == ref
+
+
+def _rename_tensors(folder: Path, rename) -> None:  # type: ignore[no-untyped-def]
+    """Rewrite a checkpoint's safetensors headers with ``rename(name)`` applied (data untouched)."""
+    import json
+    import struct
+
+    for f in folder.glob("*.safetensors"):
+        raw = f.read_bytes()
+        n = struct.unpack("<Q", raw[:8])[0]
+        header = {(k if k == "__metadata__" else rename(k)): v for k, v in json.loads(raw[8:8 + n]).items()}
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        f.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        j = json.loads(index.read_text())
+        j["weight_map"] = {rename(k): v for k, v in j["weight_map"].items()}
+        index.write_text(json.dumps(j))
+
+
+@pytest.mark.parametrize("family,spelling", [
+    ("mimo2", {"pre_mlp_layernorm": "post_attention_layernorm"}),   # SGLang's name for the heads' FFN norm
+    ("step35", {"transformer.shared_head.output": "shared_head.head",  # the names llama.cpp and vLLM rename to
+                "transformer.shared_head.norm": "shared_head.norm"}),
+])
+def test_every_real_spelling_of_head_tensors(checkpoint, converted, tmp_path: Path, family: str, spelling) -> None:
+    """Each spelling that public loaders read converts to the same file as the released one."""
+    import shutil
+
+    src = tmp_path / "ck"
+    shutil.copytree(checkpoint(family), src)
+    seen = []
+
+    def rename(name: str) -> str:
+        for a, b in spelling.items():
+            if a in name and (".mtp." in name or family == "step35"):
+                seen.append(name)
+                return name.replace(a, b)
+        return name
+
+    _rename_tensors(src, rename)
+    assert seen
+    out = convert(src, outfile=tmp_path / "x.gguf", outtype="q8_0", progress=False).path
+    a, b = GGUFFile(out), GGUFFile(converted(family, "bundled"))
+    assert list(a.tensors) == list(b.tensors)
+    assert all(a.read_tensor_bytes(n) == b.read_tensor_bytes(n) for n in a.tensors)
+    assert {k for k in a.kv if not k.startswith("general.")} == {k for k in b.kv if not k.startswith("general.")}
