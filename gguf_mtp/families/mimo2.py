@@ -82,7 +82,8 @@ class Mimo2(MultiHeadFamily):
             KV.u32(k(K.K_EMBEDDING_LENGTH), self.H),
             KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),  # dense layers and MTP heads
             KV.u32(k(K.K_HEAD_COUNT), self.nh),
-            self.per_layer(K.K_HEAD_COUNT_KV, GGUFValueType.UINT32, [self.kv_heads(il) for il in range(bc)]),
+            # per-layer counts as INT32 arrays, as llama.cpp's converter writes them (gguf-py's int lists)
+            self.per_layer(K.K_HEAD_COUNT_KV, GGUFValueType.INT32, [self.kv_heads(il) for il in range(bc)]),
             KV.u32(k(K.K_KEY_LENGTH), self.hd),
             KV.u32(k(K.K_VALUE_LENGTH), self.dv),
             KV.u32(k(K.K_ROPE_DIM_COUNT), self.rope_dims),

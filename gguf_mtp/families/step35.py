@@ -133,8 +133,8 @@ class Step35(MultiHeadFamily):
             KV.u32(k(K.K_CONTEXT_LENGTH), int(hp.get("max_position_embeddings", hp.get("max_seq_len", 4096)))),
             KV.u32(k(K.K_EMBEDDING_LENGTH), self.H),
             KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(hp.get("intermediate_size", 0))),
-            self.per_layer(K.K_HEAD_COUNT, GGUFValueType.UINT32, [self.heads[t][0] for t in types]),
-            self.per_layer(K.K_HEAD_COUNT_KV, GGUFValueType.UINT32, [self.heads[t][1] for t in types]),
+            self.per_layer(K.K_HEAD_COUNT, GGUFValueType.INT32, [self.heads[t][0] for t in types]),
+            self.per_layer(K.K_HEAD_COUNT_KV, GGUFValueType.INT32, [self.heads[t][1] for t in types]),
             KV.u32(k(K.K_KEY_LENGTH), self.hd),
             KV.u32(k(K.K_VALUE_LENGTH), self.hd),
             KV.f32(k(K.K_RMS_EPS), float(hp.get("rms_norm_eps", 1e-5))),
@@ -148,6 +148,8 @@ class Step35(MultiHeadFamily):
             KV.u32(k(K.K_EXPERT_GATING_FUNC), self.gating("moe_router_activation", "scoring_func")),
             KV.u32(k(K.K_LEADING_DENSE_BLOCK_COUNT), min(moe) if moe else 0),  # not read by step35; as upstream
         ]
+        if hp.get("moe_every_n_layer") is not None:  # not read by step35 either; written as llama.cpp's converter
+            kvs.append(KV.u32(f"{a}.moe_every_n_layers", int(hp["moe_every_n_layer"])))
         optional = ((K.K_ROPE_FREQ_BASE_SWA, base_swa, KV.f32),
                     (K.K_EXPERT_WEIGHTS_SCALE, hp.get("moe_router_scaling_factor"), KV.f32),
                     (K.K_EXPERT_WEIGHTS_NORM, hp.get("norm_expert_weight"), KV.boolean))
