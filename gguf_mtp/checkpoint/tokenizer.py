@@ -8,6 +8,7 @@ from typing import Any
 from gguf import GGUFValueType, TokenType
 
 from ..errors import FormatError, UnsupportedError
+from ..files import read_input_text
 from ..ggufio import keys as K
 from ..ggufio.format import KV
 from .folder import load_json
@@ -22,7 +23,7 @@ def _token_id(tok: Any, vocab: dict[str, int]) -> int | None:
 def chat_template(root: Path, tok_config: dict[str, Any]) -> str | None:
     jinja = root / "chat_template.jinja"
     if jinja.exists():
-        return jinja.read_text(encoding="utf-8")
+        return read_input_text(jinja, "chat template")
     tmpl = tok_config.get("chat_template")
     if isinstance(tmpl, list):  # named templates: keep the default one
         tmpl = next((t.get("template") for t in tmpl if t.get("name") == "default"), None)
