@@ -67,22 +67,6 @@ def describe_os_error(e: OSError, path: str | os.PathLike[str] | None = None) ->
     return line + (f"; {advice}" if advice else "")
 
 
-def check_regular(path: str | os.PathLike[str], what: str = "file") -> os.stat_result:
-    """``stat`` of ``path`` (symlinks followed) when it is a regular file; a one-line error otherwise.
-
-    A missing file raises ``FileNotFoundError`` so callers keep their own hint for that case.
-    """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        raise GgufMtpError(describe_os_error(e, path)) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise GgufMtpError(f"{path}: is {file_kind(st.st_mode)}, not a regular file; pass the {what} itself")
-    return st
-
-
 def open_input_fd(path: str | os.PathLike[str], what: str = "file") -> int:
     """A read-only descriptor of ``path``, a regular file; never blocks.
 
@@ -137,5 +121,5 @@ def read_input_text(path: str | os.PathLike[str], what: str = "file", *, missing
                            f"save the {what} as {encoding.upper()}") from None
 
 
-__all__ = ["check_regular", "describe_os_error", "file_kind", "open_input", "open_input_fd", "read_input_bytes",
+__all__ = ["describe_os_error", "file_kind", "open_input", "open_input_fd", "read_input_bytes",
            "read_input_text"]
