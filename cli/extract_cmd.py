@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import os
-import tempfile
-
 import typer
 
 from gguf_mtp.checkpoint.hub import looks_like_repo_id
+from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.progress import human_bytes
 
 
@@ -38,7 +36,7 @@ def extract(
       gguf-mtp extract Qwen3.5-27B-Q8_0.gguf --strip                  # -> Qwen3.5-27B-Q8_0-trunk.gguf
 
       gguf-mtp extract Qwen3.5-27B-Q8_0-MTP.gguf --onto Qwen3.5-27B-Q4_K_M.gguf -o Qwen3.5-27B-Q4_K_M-MTP-bundled.gguf
-"""
+    """
     from gguf_mtp import surgery
 
     if onto is not None and strip:
@@ -71,6 +69,8 @@ def _from_hub(repo: str, onto: Optional[Path], strip: bool, outfile: Optional[Pa
     """SOURCE is a Hub checkpoint: fetch only the head's byte ranges, make the sidecar, graft it if asked."""
     from gguf_mtp import surgery
     from gguf_mtp.convert import convert as _convert
+    from gguf_mtp.ggufio.atomic import check_output, scratch_path
+    from gguf_mtp.ggufio.model import model_stem
 
     if strip:
         raise typer.BadParameter("--strip needs a GGUF file, not a repo id")
@@ -82,17 +82,19 @@ def _from_hub(repo: str, onto: Optional[Path], strip: bool, outfile: Optional[Pa
             typer.echo(f"note: {note}", err=True)
         typer.echo(f"extract: wrote {r.path} ({r.layout.value}, {r.n_tensors} tensors, {human_bytes(r.bytes_out)})")
         return
-    out_dir = (outfile.parent if outfile else Path.cwd())
-    fd, tmp = tempfile.mkstemp(prefix=".head-", suffix=".gguf", dir=out_dir)
-    os.close(fd)
-    try:
-        r = _convert(repo, outfile=tmp, layout="head-only", mtp_type=mt, force=True, revision=revision,
+    out = outfile or Path.cwd() / f"{model_stem(onto)}-with-MTP.gguf"  # graft's default name
+    check_output(out, force=force, inputs=[onto])  # before any download
+    # the fetched head is an intermediate named like the output's temp files: removed on any exit,
+    # SIGTERM included, and by the next run after a SIGKILL
+    with scratch_path(out) as head:
+        r = _convert(repo, outfile=head, layout="head-only", mtp_type=mt, force=True, revision=revision,
                      progress=not quiet)
         for note in r.notes:
             typer.echo(f"note: {note}", err=True)
-        g = surgery.graft(tmp, onto, outfile, replace=replace, force=force, progress=not quiet)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        try:
+            g = surgery.graft(head, onto, out, replace=replace, force=force, progress=not quiet)
+        except GgufMtpError as e:  # name the repo, not the scratch file
+            raise type(e)(str(e).replace(str(head), f"{repo} (its MTP head)")) from None
     for note in g.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"graft: wrote {', '.join(str(p) for p in g.paths)} ({g.n_tensors} tensors, {human_bytes(g.bytes_written)})")

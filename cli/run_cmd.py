@@ -10,6 +10,8 @@ from typing import Optional
 import typer
 
 from gguf_mtp.errors import GgufMtpError
+from gguf_mtp.files import read_input_text
+from gguf_mtp.ggufio.atomic import check_output, write_bytes
 
 
 def _draft_n(value: str) -> tuple[int, bool]:
@@ -46,6 +48,7 @@ def run(
     top_p: float = typer.Option(0.95, "--top-p"),
     seed: int = typer.Option(0, "--seed", "-s"),
     stats_json: Optional[Path] = typer.Option(None, "--stats-json", help="Write statistics as JSON to this file ('-' for stdout)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --stats-json file."),
 ) -> None:
     """Chat or complete with speculative decoding through the model's MTP head.
 
@@ -62,13 +65,17 @@ def run(
 
     if no_mtp and mtp is not None:
         raise typer.BadParameter("--mtp and --no-mtp exclude each other")
+    for name, text in (("--prompt", prompt), ("--system", system)):
+        if text is not None and not _is_utf8(text):
+            raise typer.BadParameter(f"{name} is not valid UTF-8 text")
+    stats_file = None if stats_json is None or str(stats_json) == "-" else stats_json
+    given = [p for p in (model, mtp, prompt_file) if p is not None]
+    if stats_file is not None:  # a bad --stats-json fails now, not after the answer
+        check_output(stats_file, force=force, inputs=given)
     if prompt_file is not None:
         if prompt is not None:
             raise typer.BadParameter("--prompt and --file exclude each other")
-        try:
-            prompt = prompt_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise typer.BadParameter(f"{prompt_file}: cannot read the prompt ({e})") from None
+        prompt = read_input_text(prompt_file, "prompt file")
     k, adaptive = _draft_n(draft_n_max)
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
@@ -78,6 +85,9 @@ def run(
     session = MTPSession(model, mtp=False if no_mtp else (mtp or "auto"), config=cfg,
                          on_notice=lambda s: err(f"note: {s}"))
     with session:
+        inputs = given + session.pairing.model.files + (session.pairing.sidecar.files if session.pairing.sidecar else [])
+        if stats_file is not None:  # the sidecar found beside the model is an input too
+            check_output(stats_file, force=force, inputs=inputs)
         if session.mtp_enabled:
             err(f"MTP: {session.pairing.source.value}"
                 + (f" {session.pairing.sidecar.path.name}" if session.pairing.sidecar else "")
@@ -92,14 +102,25 @@ def run(
         if stats_json is not None:
             payload = session.stats.to_dict() | {"mtp": session.pairing.source.value, "notices": session.notices}
             text = json.dumps(payload, indent=2)
-            if str(stats_json) == "-":
+            if stats_file is None:
                 typer.echo(text)
             else:
-                stats_json.write_text(text + "\n")
+                write_bytes(stats_file, (text + "\n").encode(), force=force, inputs=inputs)
+
+
+def _is_utf8(text: str) -> bool:
+    """False for text holding bytes that were not UTF-8 (Python keeps them as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _chat(session: MTPSession, system: str | None, n_predict: int, sampling: SamplerConfig, err) -> None:  # type: ignore[no-untyped-def]
     messages = [{"role": "system", "content": system}] if system else []
+    if hasattr(sys.stdin, "reconfigure"):  # undecodable bytes: one line is refused, the chat goes on
+        sys.stdin.reconfigure(errors="surrogateescape")
     interactive = sys.stdin.isatty()
     if interactive:
         err("chat: type a message; /reset clears the conversation, /exit or Ctrl-D quits")
@@ -113,6 +134,9 @@ def _chat(session: MTPSession, system: str | None, n_predict: int, sampling: Sam
             break
         text = line.strip()
         if not text:
+            continue
+        if not _is_utf8(text):
+            err("error: stdin: this message is not valid UTF-8 text; it was skipped")
             continue
         if text in ("/exit", "/quit"):
             break

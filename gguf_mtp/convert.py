@@ -137,6 +137,10 @@ def convert(
     trunk_t, mtp_t = parse_outtype(outtype), parse_outtype(mtp_type, "--mtp-type")
     notes: list[str] = []
     sidecar = layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY)
+    out = Path(outfile) if outfile else default_outfile(model, outtype, layout)
+    if out.is_dir():
+        out = out / default_outfile(model, outtype, layout).name
+    check_output(out, force=force)  # before any download or reading; inputs are checked once known
     if sidecar and looks_like_repo_id(str(model)):
         # a sidecar from the Hub: fetch only the head's bytes (and the embeddings for a self-contained one)
         from .checkpoint.remote import fetch_head_checkpoint
@@ -182,11 +186,7 @@ def convert(
         raise UnsupportedError(f"{root}: tokenizer has {n_tokens} tokens but embed_tokens has "
                                f"{family.vocab} rows; llama.cpp needs them equal")
 
-    out = Path(outfile) if outfile else default_outfile(model, outtype, layout)
-    if out.is_dir():
-        out = out / default_outfile(model, outtype, layout).name
-    inputs = [s.ref.path for t in plan.tensors for s in t.sources if s.ref.path is not None]  # not generated ones
-    check_output(out, force=force, inputs=set(inputs))
+    check_output(out, force=force, inputs=ck.files())
 
     bytes_in = sum(t.src_bytes for t in plan.tensors)
     bar = Progress(f"convert {out.name}", bytes_in, len(plan.tensors), enabled=progress)
@@ -195,7 +195,7 @@ def convert(
             out_tensor(pt, choose_type(pt.name, pt.ggml_shape, mtp_t if pt.mtp else trunk_t), pool)
             for pt in plan.tensors
         ]
-        with atomic_paths([out]) as (tmp,):
+        with atomic_paths([out], force=force) as (tmp,):
             write_gguf(tmp, kvs, tensors, progress=bar.advance, on_tensor=bar.tensor_done)
     bar.close()
     return ConvertResult(out, layout, plan.arch, len(tensors), bytes_in, out.stat().st_size,

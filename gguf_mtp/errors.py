@@ -28,5 +28,20 @@ class CompatibilityError(GgufMtpError):
     """Two files that must describe the same model do not."""
 
 
-class OutputExistsError(GgufMtpError):
+class OutputError(GgufMtpError):
+    """An output cannot be written there (an input, a special file, a full or read-only disk...)."""
+
+
+class OutputExistsError(OutputError):
     """The output path exists and ``force`` was not given."""
+
+
+class Terminated(BaseException):
+    """The process got SIGTERM (or SIGHUP): unwind like Ctrl-C, cleaning temp files, then exit.
+
+    Not a ``KeyboardInterrupt``: code that stops one answer on Ctrl-C and carries on must not swallow it.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -10,17 +10,24 @@ from pathlib import Path
 import numpy as np
 
 from .errors import FormatError
+from .files import open_input
 from .ggufio.reader import GGUFFile
 
 
 def load_imatrix(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """``{tensor name: float32 importance}`` from an imatrix file (GGUF or legacy)."""
     p = Path(path)
-    with open(p, "rb") as fh:
+    try:
+        fh = open_input(p, "imatrix file")
+    except FileNotFoundError:
+        raise FormatError(f"{p}: no such file; pass the importance matrix llama-imatrix wrote") from None
+    with fh:
         magic = fh.read(4)
-    if magic == b"GGUF":
-        return _load_gguf(p)
-    return _load_legacy(p)
+        if magic == b"GGUF":
+            data = None
+        else:
+            data = magic + fh.read()
+    return _load_gguf(p) if data is None else _load_legacy(p, data)
 
 
 def _load_gguf(p: Path) -> dict[str, np.ndarray]:
@@ -46,8 +53,7 @@ def _load_gguf(p: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def _load_legacy(p: Path) -> dict[str, np.ndarray]:
-    data = p.read_bytes()
+def _load_legacy(p: Path, data: bytes) -> dict[str, np.ndarray]:
     pos = 0
 
     def take(fmt: str) -> tuple:

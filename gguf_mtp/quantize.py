@@ -16,6 +16,7 @@ from pathlib import Path
 from gguf import GGMLQuantizationType
 
 from .errors import GgufMtpError, UnsupportedError
+from .ggufio.atomic import check_output
 from .ggufio.model import GGUFModel
 from .imatrix import load_imatrix
 from .inspect import FileReport, inspect_file
@@ -54,6 +55,8 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
 
     t0 = time.perf_counter()
     m = GGUFModel(src)
+    inputs = m.files + ([Path(imatrix)] if imatrix else [])
+    check_output(dst, force=force, inputs=inputs)  # before reading the imatrix or quantizing
     if m.is_split:
         raise UnsupportedError(f"{m.path}: split input; merge it first (llama-gguf-split --merge) or quantize a single file")
     head = find_head(m)
@@ -77,7 +80,8 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
                                    "needs; keep the head at --mtp-type q8_0")
     if im is None and ftype.upper() in NEEDS_IMATRIX:
         raise GgufMtpError(f"{ftype} needs an importance matrix: pass --imatrix FILE (from llama-imatrix)")
-    out = quantize(m.path, dst, ftype, threads=threads, force=force, tensor_types=overrides, imatrix=im)
+    out = quantize(m.path, dst, ftype, threads=threads, force=force, tensor_types=overrides, imatrix=im,
+                   inputs=inputs)
     report = inspect_file(out)
     before = inspect_file(m.path)
     if report.layout != before.layout:

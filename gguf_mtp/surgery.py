@@ -145,7 +145,7 @@ def _write(out: Path, kvs: list[KV], groups: list[list[OutTensor]], *, alignment
     total = sum(t.nbytes for g in groups for t in g)
     bar = Bar(label, total, sum(len(g) for g in groups), enabled=progress)
     n_total = sum(len(g) for g in groups)
-    with atomic_paths(paths) as temps:
+    with atomic_paths(paths, force=force) as temps:
         for i, (tmp, group) in enumerate(zip(temps, groups)):
             shard_kvs = list(kvs) if i == 0 else []
             if len(groups) > 1:
@@ -266,7 +266,7 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
         kvs.append(KV.array(marker, GGUFValueType.STRING, borrowed_tensors(m.tensors)))
     out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(m.path)}-MTP.gguf"
     paths, written = _write(out, kvs, [tensors], alignment=m.alignment, force=force,
-                            inputs=[s.path for s in m.shards], label=f"extract {out.name}", progress=progress)
+                            inputs=m.files, label=f"extract {out.name}", progress=progress)
     return SurgeryResult("extract", paths, len(tensors), _header_bytes(m) + written,
                          sum(p.stat().st_size for p in paths), time.perf_counter() - t0)
 
@@ -298,7 +298,7 @@ def strip(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None
     groups = [[_copy(t) for t in (Tensor(i, s) for i in s.tensors.values()) if t.name not in drop] for s in m.shards]
     out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(m.path)}-trunk.gguf"
     paths, written = _write(out, kvs, groups, alignment=m.alignment, force=force,
-                            inputs=[s.path for s in m.shards], label=f"strip {out.name}", progress=progress)
+                            inputs=m.files, label=f"strip {out.name}", progress=progress)
     return SurgeryResult("strip", paths, sum(len(g) for g in groups), _header_bytes(m) + written,
                          sum(p.stat().st_size for p in paths), time.perf_counter() - t0)
 
@@ -385,7 +385,7 @@ def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
     plan = plan_graft(source, target, replace=replace, mtp_type=mtp_type)
     src, tgt = plan.source, plan.target
     out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(tgt.path)}-with-MTP.gguf"
-    inputs = [s.path for s in tgt.shards] + [s.path for s in src.shards]
+    inputs = tgt.files + src.files
     paths, written = _write(out, plan.kvs, plan.groups, alignment=plan.alignment, force=force, inputs=inputs,
                             label=f"graft {out.name}", progress=progress)
     return SurgeryResult("graft", paths, sum(len(g) for g in plan.groups),
@@ -409,7 +409,7 @@ def reshard(source: str | os.PathLike[str], outfile: str | os.PathLike[str], *, 
         groups[-1].append(t)
         acc += t.nbytes
     paths, written = _write(Path(outfile), m.model_kvs(), groups, alignment=m.alignment, force=force,
-                            inputs=[s.path for s in m.shards], label="reshard", progress=progress)
+                            inputs=m.files, label="reshard", progress=progress)
     return SurgeryResult("reshard", paths, len(ts), _header_bytes(m) + written,
                          sum(p.stat().st_size for p in paths), time.perf_counter() - t0)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import FormatError, GgufMtpError, MissingTensorError, UnsupportedError
+from ..files import open_input
 from .safetensors import TensorRef, attach_fp8_scales, read_header
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -15,7 +17,8 @@ INDEX_NAME = "model.safetensors.index.json"
 
 def load_json(path: Path, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with open_input(path, path.name) as fh:  # regular files only: a FIFO would block forever
+            data = json.loads(fh.read().decode("utf-8"))
     except FileNotFoundError:
         raise FormatError(f"{path}: missing; {what}") from None
     except (ValueError, UnicodeDecodeError) as e:
@@ -70,6 +73,16 @@ class Checkpoint:
     @property
     def total_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values())
+
+    def files(self) -> list[Path]:
+        """Every file this checkpoint consists of: all files in its folder (config, tokenizer, chat
+        template, index, shards...) and every shard its tensors live in. An output must be none of them."""
+        out = {Path(e.path) for e in os.scandir(self.root) if e.is_file()}
+        for t in self.tensors.values():
+            out.add(t.path)
+            if t.scale is not None:
+                out.add(t.scale.path)
+        return sorted(out)
 
 
 def _index(root: Path) -> dict[str, TensorRef]:

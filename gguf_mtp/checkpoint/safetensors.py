@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..errors import FormatError, UnsupportedError
+from ..files import open_input
 from ..ggufio.format import n_elements
 from ..ggufio.writer import Progress, copy_range, write_all
 from ..quant import bf16_to_f32
@@ -176,8 +178,8 @@ def attach_fp8_scales(tensors: dict[str, TensorRef], block: int = 128) -> dict[s
 def read_header(path: Path) -> dict[str, TensorRef]:
     """Tensor index of one ``.safetensors`` file, with every entry checked against the file size."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
+        with open_input(path, "safetensors shard") as fh:  # regular files only: a FIFO would block
+            size = os.fstat(fh.fileno()).st_size
             head = fh.read(8)
             if len(head) < 8:
                 raise FormatError(f"{path}: file is {size} bytes, too small for safetensors; re-download it")

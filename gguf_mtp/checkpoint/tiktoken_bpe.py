@@ -19,6 +19,7 @@ from typing import Any
 from gguf import TokenType
 
 from ..errors import FormatError
+from ..files import read_input_text
 from ..ggufio.format import KV
 from .folder import load_json
 
@@ -50,7 +51,7 @@ def byte_level(token: bytes) -> str:
 def read_ranks(path: Path) -> dict[bytes, int]:
     """``base64 rank`` lines -> {token bytes: rank}; ranks must be 0..n-1 without gaps (they are token ids)."""
     ranks: dict[bytes, int] = {}
-    for lineno, line in enumerate(path.read_text(encoding="ascii").splitlines(), 1):
+    for lineno, line in enumerate(read_input_text(path, "tiktoken rank file", encoding="ascii").splitlines(), 1):
         if not line.strip():
             continue
         try:

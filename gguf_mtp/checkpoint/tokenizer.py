@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from gguf import GGUFValueType, Keys, SpecialVocab, TokenType
 
 from ..errors import FormatError, UnsupportedError
+from ..files import open_input_fd
 from ..ggufio import keys as K
 from ..ggufio.format import KV
 from .folder import load_json
@@ -88,11 +90,19 @@ SPECIAL_ID_KEYS = {"bos": Keys.Tokenizer.BOS_ID, "eos": Keys.Tokenizer.EOS_ID, "
                    "mask": Keys.Tokenizer.MASK_ID, "eot": Keys.Tokenizer.EOT_ID, "eom": Keys.Tokenizer.EOM_ID}
 
 
+#: the files gguf-py's SpecialVocab reads from a checkpoint folder
+_SPECIAL_VOCAB_FILES = ("tokenizer.json", "tokenizer_config.json", "config.json",
+                        "chat_template.jinja", "chat_template.json")
+
+
 def special_kvs(root: Path, n_vocab: int, ids: dict[str, int],
                 extra: tuple[tuple[str, str], ...] = ()) -> list[KV]:
     """Special-token ids, ``add_{bos,eos,sep}_token`` and chat templates exactly as llama.cpp's converter writes
     them: gguf-py's ``SpecialVocab`` (tokenizer.json's post-processor, tokenizer_config.json, then config.json's
     ``*_token_id``; the first value wins), then the family's ``extra`` (type, token) pairs where still unset."""
+    for name in _SPECIAL_VOCAB_FILES:  # SpecialVocab opens these itself: refuse FIFOs/devices before it blocks
+        if os.path.lexists(root / name):
+            os.close(open_input_fd(root / name, name))
     try:
         sv = SpecialVocab(root, load_merges=False, n_vocab=n_vocab)
     except (ValueError, TypeError, KeyError, AttributeError, IndexError, OSError) as e:

@@ -92,6 +92,11 @@ class GGUFModel:
                               f"{len(self.tensors)} tensors; a shard is from another download")
 
     @property
+    def files(self) -> list[Path]:
+        """The paths of all shards (one for a single file): the inputs an output must not be."""
+        return [s.path for s in self.shards]
+
+    @property
     def is_split(self) -> bool:
         return len(self.shards) > 1
 

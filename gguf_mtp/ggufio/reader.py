@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFValueType
 
-from ..errors import FormatError
+from ..errors import FormatError, GgufMtpError
+from ..files import open_input_fd
 from .format import (
     DEFAULT_ALIGNMENT,
     GGML_MAX_DIMS,
@@ -130,18 +131,14 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        if self.path.is_dir():
-            raise FormatError(f"{self.path}: is a directory, expected a .gguf file")
         try:
-            self.size = self.path.stat().st_size
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = open_input_fd(self.path, "GGUF file")  # regular files only: a FIFO would block forever
         except FileNotFoundError:
             raise FormatError(f"{self.path}: no such file") from None
-        except IsADirectoryError:
-            raise FormatError(f"{self.path}: is a directory, expected a .gguf file") from None
-        except OSError as e:
-            raise FormatError(f"{self.path}: cannot open ({e.strerror})") from None
+        except GgufMtpError as e:
+            raise FormatError(str(e)) from None
         try:
+            self.size = os.fstat(fd).st_size
             if self.size < 24:
                 raise FormatError(f"{self.path}: file is {self.size} bytes, too small to be a GGUF file")
             with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:

@@ -24,11 +24,13 @@ def ftype_names() -> dict[str, int]:
 
 def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *, threads: int = 0,
              force: bool = False, tensor_types: list[tuple[str, int]] | None = None,
-             imatrix: dict[str, np.ndarray] | None = None) -> Path:
+             imatrix: dict[str, np.ndarray] | None = None,
+             inputs: list[Path] | None = None) -> Path:
     """Quantize ``src`` into ``dst`` as ``ftype`` (e.g. ``"Q4_K_M"``), atomically.
 
     ``tensor_types``: ``(regex, ggml type)`` pairs that override the type of matching tensors (as
-    llama-quantize's ``--tensor-type``); ``imatrix``: per-tensor importance (see :mod:`gguf_mtp.imatrix`).
+    llama-quantize's ``--tensor-type``); ``imatrix``: per-tensor importance (see :mod:`gguf_mtp.imatrix`);
+    ``inputs``: every file the caller read (default ``[src]``), none of which ``dst`` may be.
     """
     _init()
     names = ftype_names()
@@ -36,7 +38,7 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: st
     if key not in names:
         raise UnsupportedError(f"unknown quantization type {ftype!r}; known: {', '.join(sorted(names))}")
     dst = Path(dst)
-    check_output(dst, force=force, inputs=[Path(src)])
+    check_output(dst, force=force, inputs=inputs if inputs is not None else [Path(src)])
     params = _ll.llama_model_quantize_default_params()
     params.ftype = names[key]
     params.nthread = threads
@@ -63,7 +65,7 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: st
         data[len(imatrix)].name = None
         params.imatrix = data
         keep.append(data)
-    with atomic_paths([dst]) as (tmp,):
+    with atomic_paths([dst], force=force) as (tmp,):
         rc = _ll.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(params))
         if rc != 0:
             raise GgufMtpError(f"{src}: llama.cpp could not quantize to {key}: {last_error()}")
