@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import FormatError, GgufMtpError, MissingTensorError, UnsupportedError
 from ..files import open_input
+from ..paths import confined, relative_name, shown
 from .safetensors import TensorRef, attach_fp8_scales, read_header
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -49,7 +50,8 @@ class Checkpoint:
             raise GgufMtpError(f"{root}: no such folder; pass a checkpoint folder or a Hugging Face repo id")
         if not root.is_dir():
             raise GgufMtpError(f"{root}: not a folder; pass the checkpoint folder that holds config.json")
-        config = load_json(root / "config.json", "this folder is not a Hugging Face checkpoint")
+        config = load_json(confined(root, "config.json", f"{root}: config.json", links_to=link_roots(root)),
+                           "this folder is not a Hugging Face checkpoint")
         qc = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config") or {}
         method = str(qc.get("quant_method", "")).lower()
         if method and method != "fp8":
@@ -85,22 +87,41 @@ class Checkpoint:
         return sorted(out)
 
 
+def link_roots(root: Path) -> list[Path]:
+    """Folders outside ``root`` that its files may be symlinks into: the Hugging Face cache (a snapshot's
+    files link to ``../../blobs``; old ``local_dir`` downloads link into the cache)."""
+    out = []
+    real = root.resolve()
+    if real.parent.name == "snapshots":
+        out.append(real.parent.parent / "blobs")
+    try:
+        from huggingface_hub import constants
+
+        out.append(Path(constants.HF_HUB_CACHE))
+    except ImportError:  # pragma: no cover - dependency of the package
+        pass
+    return out
+
+
 def _index(root: Path) -> dict[str, TensorRef]:
+    links = link_roots(root)
     index_path = root / INDEX_NAME
     if index_path.exists():
+        index_path = confined(root, INDEX_NAME, f"{root}: {INDEX_NAME}", links_to=links)
         wm = load_json(index_path, "").get("weight_map")
         if not isinstance(wm, dict):
             raise FormatError(f"{index_path}: has no weight_map")
         shards: dict[str, list[str]] = {}
         for name, shard in wm.items():
-            shards.setdefault(shard, []).append(name)
+            shards.setdefault(shard_name(shard, f"{index_path}: weight_map[{shown(name)}]"), []).append(name)
         out: dict[str, TensorRef] = {}
         for shard, names in shards.items():
-            header = read_header(root / shard)
+            path = confined(root, shard, f"{index_path}: weight_map[{shown(names[0])}]", links_to=links)
+            header = read_header(path)
             for name in names:
                 if name not in header:
                     raise MissingTensorError(
-                        f"{root / shard}: tensor {name!r} listed in {INDEX_NAME} is not in this shard; "
+                        f"{path}: tensor {shown(name)} listed in {INDEX_NAME} is not in this shard; "
                         "the download is incomplete or mixed from two revisions"
                     )
                 out[name] = header[name]
@@ -109,6 +130,20 @@ def _index(root: Path) -> dict[str, TensorRef]:
     if not files:
         raise FormatError(f"{root}: no *.safetensors files and no {INDEX_NAME}; download the weights too")
     out = {}
+    where: dict[str, Path] = {}
     for f in files:
-        out.update(read_header(f))
+        path = confined(root, f.name, f"{root}: shard", links_to=links)
+        for name, ref in read_header(path).items():
+            if name in out:
+                raise FormatError(f"{root}: tensor {shown(name)} is in both {where[name].name} and {f.name}, and "
+                                  f"there is no {INDEX_NAME} to say which one counts; remove the stray shard")
+            out[name], where[name] = ref, f
     return out
+
+
+def shard_name(name: object, what: str) -> str:
+    """A shard name from an index or a repo's file list: a relative path inside the folder, ``*.safetensors``."""
+    text = relative_name(name, what)
+    if not text.endswith(".safetensors"):
+        raise FormatError(f"{what} names {shown(name)}, which is not a .safetensors file; the index is damaged")
+    return text

@@ -8,7 +8,7 @@ import os
 import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from ..errors import FormatError, UnsupportedError
 from ..files import open_input
 from ..ggufio.format import n_elements
 from ..ggufio.writer import Progress, copy_range, write_all
+from ..paths import shown
 from ..quant import bf16_to_f32
 
 # safetensors dtype -> (bytes per element, numpy storage dtype)
@@ -175,48 +176,115 @@ def attach_fp8_scales(tensors: dict[str, TensorRef], block: int = 128) -> dict[s
     return out
 
 
+@dataclass(frozen=True)
+class HeaderEntry:
+    """One tensor of a parsed safetensors header; offsets are relative to the data region."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    end: int
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in seen:
+            raise ValueError(f"the key {shown(k)} appears twice")
+        seen[k] = v
+    return seen
+
+
+def _nonneg_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def header_length(head: bytes, size: int, where: str) -> int:
+    """The header length field of a safetensors file of ``size`` bytes, checked before anything is read.
+
+    Its value is not shown in messages: for a file that is not safetensors it is eight bytes of that file.
+    """
+    if len(head) < 8 or size < 8:
+        raise FormatError(f"{where}: file is {size} bytes, too small for safetensors; re-download it")
+    (n,) = struct.unpack("<Q", head[:8])
+    if n > MAX_HEADER or 8 + n > size:
+        raise FormatError(f"{where}: not a safetensors file (its header length field is invalid for a "
+                          f"{size}-byte file); re-download it")
+    return n
+
+
+def parse_header(raw: bytes, size: int, where: str) -> list[HeaderEntry]:
+    """Tensor entries of a safetensors header ``raw`` (the JSON after the length field) for a file of
+    ``size`` bytes, checked as the safetensors library does: every entry well-typed, dtype x shape equal
+    to its byte span, spans inside the file, contiguous and not overlapping, and the data region exactly
+    the rest of the file (a longer file is refused too)."""
+    if not raw.lstrip(b" ").startswith(b"{"):
+        raise FormatError(f"{where}: safetensors header is not valid JSON (it must be an object, starting with "
+                          "'{'); not a safetensors file, re-download it")
+    try:
+        meta = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except UnicodeDecodeError:
+        raise FormatError(f"{where}: safetensors header is not UTF-8; re-download it") from None
+    except RecursionError:
+        raise FormatError(f"{where}: safetensors header is nested too deeply; not a valid file") from None
+    except ValueError as e:
+        raise FormatError(f"{where}: safetensors header is not valid JSON ({str(e)[:160]}); re-download it") from None
+    if not isinstance(meta, dict):
+        raise FormatError(f"{where}: safetensors header is not a JSON object; re-download it")
+    if not isinstance(meta.get("__metadata__", {}), dict):
+        raise FormatError(f"{where}: safetensors __metadata__ is not an object; not a valid file")
+    base = 8 + len(raw)
+    entries: list[HeaderEntry] = []
+    for name, ent in meta.items():
+        if name == "__metadata__":
+            continue
+        what = f"{where}: tensor {shown(name)}"
+        if not (isinstance(ent, dict) and isinstance(ent.get("dtype"), str)
+                and isinstance(ent.get("shape"), list) and all(_nonneg_int(d) for d in ent["shape"])
+                and isinstance(ent.get("data_offsets"), list) and len(ent["data_offsets"]) == 2
+                and all(_nonneg_int(o) for o in ent["data_offsets"])):
+            raise FormatError(f"{what} has a malformed header entry (needs dtype, shape and data_offsets "
+                              "as non-negative integers)")
+        dtype, shape, (b, e) = ent["dtype"], tuple(ent["shape"]), ent["data_offsets"]
+        if dtype not in DTYPES:
+            raise UnsupportedError(f"{what} has dtype {shown(dtype, 24)}, which gguf-mtp cannot read")
+        count = 1
+        for d in shape:
+            count *= d
+        if e < b or e - b != count * DTYPES[dtype][0]:
+            raise FormatError(f"{what} byte range [{b}, {e}) does not match shape {list(shape)} {dtype}")
+        if base + e > size:
+            raise FormatError(f"{what} ends at byte {base + e} but the file has {size}; the shard is truncated, "
+                              "re-download it")
+        entries.append(HeaderEntry(name, dtype, shape, b, e))
+    end, last = 0, None
+    for ent in sorted(entries, key=lambda t: (t.start, t.end)):
+        if ent.start < end:
+            raise FormatError(f"{where}: tensors {shown(last)} and {shown(ent.name)} overlap (bytes "
+                              f"[{ent.start}, ...) of the data region are claimed twice); not a valid file")
+        if ent.start > end:
+            raise FormatError(f"{where}: {ent.start - end} bytes before tensor {shown(ent.name)} belong to no "
+                              "tensor; not a valid safetensors file")
+        end, last = ent.end, ent.name
+    if base + end != size:
+        raise FormatError(f"{where}: the file has {size - base - end} bytes after its last tensor (the header "
+                          f"describes {base + end} bytes); re-download it")
+    return entries
+
+
 def read_header(path: Path) -> dict[str, TensorRef]:
-    """Tensor index of one ``.safetensors`` file, with every entry checked against the file size."""
+    """Tensor index of one ``.safetensors`` file, with every entry checked against the file (:func:`parse_header`)."""
     try:
         with open_input(path, "safetensors shard") as fh:  # regular files only: a FIFO would block
             size = os.fstat(fh.fileno()).st_size
-            head = fh.read(8)
-            if len(head) < 8:
-                raise FormatError(f"{path}: file is {size} bytes, too small for safetensors; re-download it")
-            (n,) = struct.unpack("<Q", head)
-            if n > MAX_HEADER or 8 + n > size:
-                raise FormatError(f"{path}: header length {n} is invalid for a {size}-byte file; re-download it")
+            n = header_length(fh.read(8), size, str(path))
             raw = fh.read(n)
     except FileNotFoundError:
         raise FormatError(f"{path}: shard is missing; download it (or the whole repo) again") from None
     except OSError as e:
         raise FormatError(f"{path}: cannot read ({e.strerror})") from None
-    try:
-        meta = json.loads(raw)
-        if not isinstance(meta, dict):
-            raise ValueError("not an object")
-    except (ValueError, UnicodeDecodeError) as e:
-        raise FormatError(f"{path}: safetensors header is not valid JSON ({e}); re-download it") from None
-    base = 8 + n
-    out: dict[str, TensorRef] = {}
-    for name, ent in meta.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype, shape, (b, e) = ent["dtype"], tuple(int(d) for d in ent["shape"]), ent["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise FormatError(f"{path}: tensor {name!r} has a malformed header entry") from None
-        if dtype not in DTYPES:
-            raise UnsupportedError(f"{path}: tensor {name!r} has dtype {dtype}, which gguf-mtp cannot read")
-        count = 1
-        for d in shape:
-            count *= d
-        if e - b != count * DTYPES[dtype][0] or b < 0:
-            raise FormatError(f"{path}: tensor {name!r} byte range [{b}, {e}) does not match shape {list(shape)} {dtype}")
-        if base + e > size:
-            raise FormatError(
-                f"{path}: tensor {name!r} ends at byte {base + e} but the file has {size}; the shard is truncated, "
-                "re-download it"
-            )
-        out[name] = TensorRef(name, path, dtype, shape, base + b, e - b)
-    return out
+    if len(raw) < n:
+        raise FormatError(f"{path}: the file changed while it was read; try again")
+    return {t.name: TensorRef(t.name, path, t.dtype, t.shape, 8 + n + t.start, t.end - t.start)
+            for t in parse_header(raw, size, str(path))}
