@@ -20,6 +20,7 @@ def convert(
     head_only: bool = typer.Option(False, "--head-only", help="With --mtp: leave out token_embd/output (small sidecar that borrows the target's; needs `gguf-mtp run`)."),
     mtp_type: str = typer.Option("q8_0", "--mtp-type", help="Type of the MTP block's matrices (default q8_0 whatever --outtype)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) for a repo id."),
+    force_download: bool = typer.Option(False, "--force-download", help="Repo id: download again even if cached (drops the cached partial download of a sidecar)."),
     threads: Optional[int] = typer.Option(None, "--threads", "-t", help="Worker threads for encoding."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing output file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
@@ -43,7 +44,7 @@ def convert(
     layout = Layout.BUNDLED if mtp is None else (Layout.TRUNK_ONLY if mtp is False else
                                                  (Layout.HEAD_ONLY if head_only else Layout.MTP_ONLY))
     r = _convert(model, outfile=outfile, outtype=outtype, layout=layout, mtp_type=mtp_type, force=force,
-                 revision=revision, progress=not quiet, threads=threads)
+                 revision=revision, progress=not quiet, threads=threads, force_download=force_download)
     for note in r.notes:
         typer.echo(f"note: {note}", err=True)
     rate = r.bytes_in / max(r.seconds, 1e-9)

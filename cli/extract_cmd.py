@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gguf_mtp.checkpoint.hub import looks_like_repo_id
+from gguf_mtp.checkpoint.hub import looks_like_repo_id, refuse_invalid_repo_id
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.progress import human_bytes
 
@@ -24,6 +24,7 @@ def extract(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision, for a repo id SOURCE."),
     outtype: str = typer.Option("q8_0", "--outtype", help="Type of the embeddings in a self-contained sidecar made from a repo id."),
+    force_download: bool = typer.Option(False, "--force-download", help="Repo id SOURCE: drop the cached partial download and fetch the head's bytes again."),
 ) -> None:
     """Take the MTP head out of a GGUF (sidecar), strip it, or graft it onto another quant.
 
@@ -45,8 +46,10 @@ def extract(
         raise typer.BadParameter("--head-only applies to sidecars (plain extract)")
     if replace and onto is None:
         raise typer.BadParameter("--replace applies to --onto")
+    refuse_invalid_repo_id(source)
     if not Path(source).exists() and looks_like_repo_id(source):
-        _from_hub(source, onto, strip, outfile, head_only, mtp_type, replace, force, quiet, revision, outtype)
+        _from_hub(source, onto, strip, outfile, head_only, mtp_type, replace, force, quiet, revision, outtype,
+                  force_download)
         return
     if onto is not None:
         r = surgery.graft(source, onto, outfile, replace=replace, mtp_type=mtp_type, force=force, progress=not quiet)
@@ -65,7 +68,7 @@ def extract(
 
 def _from_hub(repo: str, onto: Optional[Path], strip: bool, outfile: Optional[Path], head_only: bool,
               mtp_type: Optional[str], replace: bool, force: bool, quiet: bool, revision: Optional[str],
-              outtype: str) -> None:
+              outtype: str, force_download: bool = False) -> None:
     """SOURCE is a Hub checkpoint: fetch only the head's byte ranges, make the sidecar, graft it if asked."""
     from gguf_mtp import surgery
     from gguf_mtp.convert import convert as _convert
@@ -77,7 +80,7 @@ def _from_hub(repo: str, onto: Optional[Path], strip: bool, outfile: Optional[Pa
     mt = mtp_type or "q8_0"
     if onto is None:
         r = _convert(repo, outfile=outfile, outtype=outtype, layout="head-only" if head_only else "mtp-only",
-                     mtp_type=mt, force=force, revision=revision, progress=not quiet)
+                     mtp_type=mt, force=force, revision=revision, progress=not quiet, force_download=force_download)
         for note in r.notes:
             typer.echo(f"note: {note}", err=True)
         typer.echo(f"extract: wrote {r.path} ({r.layout.value}, {r.n_tensors} tensors, {human_bytes(r.bytes_out)})")
@@ -88,7 +91,7 @@ def _from_hub(repo: str, onto: Optional[Path], strip: bool, outfile: Optional[Pa
     # SIGTERM included, and by the next run after a SIGKILL
     with scratch_path(out) as head:
         r = _convert(repo, outfile=head, layout="head-only", mtp_type=mt, force=True, revision=revision,
-                     progress=not quiet)
+                     progress=not quiet, force_download=force_download)
         for note in r.notes:
             typer.echo(f"note: {note}", err=True)
         try:

@@ -118,12 +118,14 @@ def convert(
     revision: str | None = None,
     progress: bool = True,
     threads: int | None = None,
+    force_download: bool = False,
 ) -> ConvertResult:
     """Convert a Hugging Face checkpoint (folder or repo id) to GGUF.
 
     ``layout`` is ``bundled`` (model + head), ``trunk-only``, ``mtp-only`` (self-contained sidecar) or
     ``head-only`` (sidecar without embeddings). Trunk matrices are written as ``outtype``; the MTP block's
-    as ``mtp_type`` (Q8_0 by default); norms and 1-D tensors as F32.
+    as ``mtp_type`` (Q8_0 by default); norms and 1-D tensors as F32. ``force_download`` (repo ids) drops
+    cached downloads of the repo first (the partial cache of a sidecar, the HF cache's files otherwise).
 
     Example:
         >>> convert("Qwen3.5-9B", outtype="q8_0")                  # doctest: +SKIP
@@ -145,12 +147,14 @@ def convert(
         # a sidecar from the Hub: fetch only the head's bytes (and the embeddings for a self-contained one)
         from .checkpoint.remote import fetch_head_checkpoint
 
-        rep = fetch_head_checkpoint(str(model), revision=revision, layout=layout.value)
+        rep = fetch_head_checkpoint(str(model), revision=revision, layout=layout.value,
+                                    force_download=force_download)
         root = rep.folder
+        notes += rep.notes
         notes.append(f"fetched {rep.bytes_fetched / 1e6:.1f} MB in {rep.requests} range requests "
                      f"({rep.header_bytes / 1e3:.1f} kB of headers) of {rep.shard_bytes / 1e6:.1f} MB of shards")
     else:
-        root = resolve_model(model, revision=revision)
+        root = resolve_model(model, revision=revision, force_download=force_download, progress=progress)
     if not sidecar and (root / PARTIAL_MARKER).exists():
         raise UnsupportedError(f"{root}: a partial checkpoint (only the MTP head was fetched); convert the full "
                                "repo id or a complete download instead")
