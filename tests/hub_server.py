@@ -53,6 +53,7 @@ class HubStandIn:
         self.commit: str | None = None  # commit id given by the model-info endpoint
         self.no_metadata = False  # file list without sizes, blob ids and LFS info
         self.info_json: object | None = None  # the model-info answer, verbatim (malformed ones)
+        self.redirect_lfs = False  # like the real Hub: LFS files answer 302 (Hub headers) to a CDN (its own ETag)
         self.release = threading.Event()
         self._ranges = 0
         self._sha: dict[tuple[str, int], str] = {}
@@ -166,7 +167,8 @@ class HubStandIn:
                                         {"lfs": {"oid": meta["lfs"]["sha256"], "size": meta["lfs"]["size"],
                                                  "pointerSize": 134}} if "lfs" in meta else {})})
                     return self._json(out)
-                m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
+                m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path) or re.match(
+                    r"^/cdn/([^/]+/[^/]+)/()(.+)$", path)
                 if not m:
                     return self._empty(404, "EntryNotFound")
                 if m.group(1) not in hub.repos:
@@ -175,9 +177,23 @@ class HubStandIn:
                 src = hub.files(m.group(1)).get(name)
                 if src is None:
                     return self._empty(404, "EntryNotFound")
-                self._resolve(m.group(1), name, src, body)
+                cdn = path.startswith("/cdn/")
+                if hub.redirect_lfs and lfs(name) and not cdn:
+                    return self._redirect(m.group(1), name, src)
+                self._resolve(m.group(1), name, src, body, cdn)
 
-            def _resolve(self, repo: str, name: str, src: bytes | Path, body: bool) -> None:
+            def _redirect(self, repo: str, name: str, src: bytes | Path) -> None:
+                """The Hub's answer for an LFS file: its commit, sha256 and size, and where the bytes are."""
+                self.send_response(302)
+                self.send_header("Location", f"/cdn/{repo}/{name}")
+                self.send_header("X-Repo-Commit", hub.answer_commit or hub.sha(repo))
+                self.send_header("X-Linked-Etag", f'"{hub.etag(name, src)}"')
+                self.send_header("X-Linked-Size", str(hub.size_claim.get(name, len(hub.data(src)))))
+                self.send_header("ETag", '"' + git_oid(b"lfs pointer of " + name.encode()) + '"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def _resolve(self, repo: str, name: str, src: bytes | Path, body: bool, cdn: bool = False) -> None:
                 rng = self.headers.get("Range")
                 with hub.lock:
                     fail = name in hub.fail or (not body and name in hub.fail_head)
@@ -201,12 +217,15 @@ class HubStandIn:
                 extra = b"\xab" * 16 if rng and (name in hub.long or name in hub.long_chunked) else b""
                 partial = bool(rng) and not ignore
                 self.send_response(206 if partial else 200)
-                self.send_header("X-Repo-Commit", hub.answer_commit or hub.sha(repo))
-                etag = hub.etag(name, src)
-                self.send_header("ETag", f'"{etag}"')
-                if lfs(name):
-                    self.send_header("X-Linked-Etag", f'"{etag}"')
-                    self.send_header("X-Linked-Size", str(size))
+                if cdn:  # a CDN knows nothing of commits; its ETag is its own
+                    self.send_header("ETag", '"' + hashlib.md5(data).hexdigest() + '"')
+                else:
+                    self.send_header("X-Repo-Commit", hub.answer_commit or hub.sha(repo))
+                    etag = hub.etag(name, src)
+                    self.send_header("ETag", f'"{etag}"')
+                    if lfs(name):
+                        self.send_header("X-Linked-Etag", f'"{etag}"')
+                        self.send_header("X-Linked-Size", str(size))
                 self.send_header("Accept-Ranges", "bytes")
                 chunked = name in hub.long_chunked and partial
                 if chunked:

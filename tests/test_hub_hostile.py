@@ -367,3 +367,17 @@ def test_an_interrupt_mid_range_keeps_the_bytes_received(env: Env, monkeypatch: 
     (a2, b2), = range_requests(env, n)
     assert a < a2 < b and b2 == b
     same_tensors(env.out, local_head(env))
+
+
+def test_redirects_to_a_cdn_like_the_real_hub(env: Env) -> None:
+    """LFS files: the Hub answers 302 with the file's commit, sha256 and size, and a CDN with its own ETag
+    serves the bytes. The checks read the Hub's answer (the redirect), so this works, and a wrong sha256
+    on the redirect is still refused."""
+    env.hub.redirect_lfs = True
+    head_only(env)
+    assert any(path.startswith("/cdn/") and rng for _c, path, rng in env.hub.requests)
+    same_tensors(env.out, local_head(env))
+    env.hub.etag_claim[HEAD_SHARD] = "0" * 64
+    shutil.rmtree(env.tmp / "gm-cache")
+    rc, err = env.run("extract", REPO, "--head-only", "-o", str(env.out), "-q", "--force")
+    assert rc == 2 and "ETag" in err and HEAD_SHARD in err
