@@ -10,7 +10,9 @@
 # and the Debian 12 packages in .gl/ (3.7 MB): the loader libvulkan1 (+ libglvnd0 libegl1 libgl1 libglx0
 # libopengl0 libgles2, as the device README brings them), unpacked into /; and for the build libvulkan-dev
 # glslc libshaderc1 spirv-headers, unpacked into /tmp/vk. Debian 12's headers (1.3.239) need our shim
-# scripts/vulkan-compat, added here as setup.sh adds it. Results: $OUT/*.txt, *.json, build logs.
+# scripts/vulkan-compat, added here as setup.sh adds it; its glslc (shaderc 2023.2) has no cooperative-matrix,
+# integer-dot or bf16 shader extensions, so Vulkan runs without its tensor-core / int8 matmul shaders (slower
+# prompts than an SDK build; the same arithmetic otherwise). Results: $OUT/*.txt, *.json, build logs.
 # env: TMPR (scratch root, /tmp), END_S (580: stages are cut to end by then), BENCH_GB (2), N (128),
 #      WHEEL_CUDA / WHEEL_VK (use these wheels instead of building: a dry run of the later stages).
 set -uo pipefail
