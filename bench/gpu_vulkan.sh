@@ -12,7 +12,8 @@
 # glslc libshaderc1 spirv-headers, unpacked into /tmp/vk. Debian 12's headers (1.3.239) need our shim
 # scripts/vulkan-compat, added here as setup.sh adds it; its glslc (shaderc 2023.2) has no cooperative-matrix,
 # integer-dot or bf16 shader extensions, so Vulkan runs without its tensor-core / int8 matmul shaders (slower
-# prompts than an SDK build; the same arithmetic otherwise). Results: $OUT/*.txt, *.json, build logs.
+# prompts than a build with a current Vulkan SDK). Results in $OUT (6 files): summary.txt,
+# vulkan-check.txt, run-{cuda,vk}.{txt,json}; a failed build leaves its log there.
 # env: TMPR (scratch root, /tmp), END_S (580: stages are cut to end by then), BENCH_GB (2), N (128),
 #      WHEEL_CUDA / WHEEL_VK (use these wheels instead of building: a dry run of the later stages).
 set -uo pipefail
@@ -72,7 +73,9 @@ else
     wait
     for b in cuda vk; do
         if [ "$(cat $TMPR/rc-$b)" != 0 ]; then tail -n 40 "$OUT/build-$b.log"; say "$b build FAILED"; exit 1; fi
-        gzip -f "$OUT/build-$b.log"
+        grep -E "not supported by glslc|supported by glslc|CUDA Toolkit found|Including .* backend" "$OUT/build-$b.log" |
+            sed "s/^/$b build: /" >> "$OUT/summary.txt"
+        mv "$OUT/build-$b.log" "$TMPR/"  # the device tool brings back 8 files at most
     done
 fi
 
