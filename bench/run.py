@@ -129,7 +129,9 @@ def main() -> None:
                     help="also time the prompt with --spec-draft-prompt-window W (0: skip)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "run.json")
     a = ap.parse_args()
-    from gguf_mtp.runtime import MTPSession
+    from gguf_mtp.runtime import MTPSession, devices
+
+    dev_line = devices.startup_line(a.ngl)  # which backend: "devices: CUDA0: NVIDIA H100 ...", "Vulkan0: ..."
 
     a.workdir.mkdir(parents=True, exist_ok=True)
     side_full = side_head = trunk = None
@@ -193,6 +195,7 @@ def main() -> None:
             mem_rows.append({"pairing": name, "peak RSS MB": round(d["rss_mb"]), "GPU MB": d["gpu_mb"] or ""})
     dev = "GPU (-ngl %d)" % a.ngl if a.ngl else f"CPU ({a.threads or os.cpu_count()} threads)"
     print(f"model: {model} ({model.stat().st_size / 1e9:.2f} GB), {dev}, {a.n_predict} tokens, best of {a.repeats}")
+    print(dev_line)
     print(table(rows, ["mode", "t/s", "x plain", "tok/step", "accept by position %", "overhead %", "chosen k"]))
     print(f"\noutput identical to plain decoding in every MTP run: {lossless}")
     print(table(prompt_rows, ["mode", "prompt tokens", "prompt t/s", "cost %", "target %"]))
@@ -200,7 +203,7 @@ def main() -> None:
           + (f"; its matrices are {flops:.1f}% of the trunk's" if flops is not None else ""))
     if mem_rows:
         print(table(mem_rows, ["pairing", "peak RSS MB", "GPU MB"]))
-    save(a.out, {"machine": machine(), "device": dev, "model": str(model), "decode": rows, "prompt": prompt_rows,
+    save(a.out, {"machine": machine(), "device": dev, "devices": dev_line, "model": str(model), "decode": rows, "prompt": prompt_rows,
                  "prompt_cost_pct": pp_cost, "mtp_layer_share_pct": share, "mtp_matrix_share_pct": flops,
                  "lossless": lossless, "memory": mem_rows})
 

@@ -26,8 +26,18 @@ def _draft_n(value: str) -> tuple[int, bool]:
     return n, False
 
 
+def _list_devices(value: bool) -> None:
+    if value:
+        from gguf_mtp.runtime import devices
+
+        typer.echo(devices.listing())
+        raise typer.Exit()
+
+
 def run(
     model: Path = typer.Argument(..., help="GGUF model (bundled, or trunk with a sidecar beside it)."),
+    list_devices: bool = typer.Option(False, "--list-devices", is_eager=True, callback=_list_devices,
+                                      help="Print the devices this llama.cpp build can use and exit."),
     mtp: Optional[Path] = typer.Option(None, "--mtp", help="MTP sidecar to pair (default: the model's own head, or <name>-MTP.gguf / mtp-<name>.gguf beside it)."),
     no_mtp: bool = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation."),
     require_mtp: bool = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding."),
@@ -61,7 +71,7 @@ def run(
       gguf-mtp run Qwen3.5-9B-Q4_K_M.gguf --spec-draft-n-max auto --stats-json stats.json
     """
     # imported here, before anything loads numpy: llama.cpp's libraries must come first (see gguf_mtp.runtime)
-    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig
+    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices
 
     if no_mtp and mtp is not None:
         raise typer.BadParameter("--mtp and --no-mtp exclude each other")
@@ -82,6 +92,7 @@ def run(
                         require_mtp=require_mtp, prompt_window=prompt_window)
     sampling = SamplerConfig(temp=temp, top_k=top_k, top_p=top_p, seed=seed)
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
+    err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))
     session = MTPSession(model, mtp=False if no_mtp else (mtp or "auto"), config=cfg,
                          on_notice=lambda s: err(f"note: {s}"))
     with session:

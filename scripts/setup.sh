@@ -3,8 +3,14 @@
 # The wheel build (~5 min on 2 cores) is cached per version and CMAKE_ARGS in
 # $GGUF_MTP_WHEEL_CACHE (default ~/.cache/gguf-mtp/wheels), so later runs install in seconds.
 #   CMAKE_ARGS="-DGGML_CUDA=on" bash scripts/setup.sh      # CUDA build
-#   CMAKE_ARGS="-DGGML_VULKAN=on" bash scripts/setup.sh    # Vulkan build (needs libvulkan-dev, glslc;
-#                                                          # headers < 1.3.272 get scripts/vulkan-compat)
+#   CMAKE_ARGS="-DGGML_VULKAN=on" bash scripts/setup.sh    # Vulkan build (needs libvulkan-dev, glslc,
+#                                                          # spirv-headers; headers < 1.3.272 get scripts/vulkan-compat)
+#   bash scripts/setup.sh --wheel-only                     # only make sure the cache holds a checked wheel; print its path
+# A wheel enters the cache only after gguf_mtp/backends.py has loaded it and found the backends CMAKE_ARGS
+# asks for; a cached wheel that fails that check is rebuilt. pip's own cache is never used for it.
+# env: VENV, PYTHON, CMAKE_ARGS, GGUF_MTP_WHEEL_CACHE, GGUF_MTP_SKIP_PREREQS=1 (build even when the
+#      prerequisite check fails), GGUF_MTP_WHEEL_BUILD_CMD (build with this bash command instead of pip; it
+#      gets the output folder as $1 and must leave one llama_cpp_python-*.whl there: an offline build, tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -12,6 +18,12 @@ LLAMA_CPP_PYTHON_VERSION="0.3.36"
 PY="${PYTHON:-python3}"
 CACHE="${GGUF_MTP_WHEEL_CACHE:-$HOME/.cache/gguf-mtp/wheels}"
 CMAKE_ARGS="${CMAKE_ARGS:-}"
+WHEEL_ONLY=0
+case "${1:-}" in
+    --wheel-only) WHEEL_ONLY=1 ;;
+    "") ;;
+    *) echo "usage: bash scripts/setup.sh [--wheel-only]" >&2; exit 2 ;;
+esac
 
 # Vulkan: llama.cpp's ggml-vulkan uses VK_EXT_layer_settings, which Vulkan-Headers
 # only ship from 1.3.272 (Debian 12 has 1.3.239). With older headers we put our
@@ -25,7 +37,7 @@ if printf '%s' "$CMAKE_ARGS" | grep -Eqi -- '-DGGML_VULKAN(:BOOL)?=(on|1|yes|tru
     VK_HDR="$(vulkan_header_version || true)"
     VK_COMPAT="$PWD/scripts/vulkan-compat/include"
     if [ -z "$VK_HDR" ]; then
-        echo "setup: warning: <vulkan/vulkan_core.h> not found (Debian/Ubuntu: apt-get install libvulkan-dev glslc)" >&2
+        :  # no headers: the prerequisite check before a build says what to install
     elif [ "$VK_HDR" -lt 272 ]; then
         if printf '%s' "$CMAKE_ARGS" | grep -q -- 'CMAKE_CXX_FLAGS'; then
             echo "setup: Vulkan headers (VK_HEADER_VERSION $VK_HDR) predate 1.3.272 and CMAKE_ARGS sets CMAKE_CXX_FLAGS itself: add -I$VK_COMPAT to it" >&2
@@ -43,18 +55,80 @@ export CMAKE_ARGS
 TAG="$(printf '%s|%s' "$LLAMA_CPP_PYTHON_VERSION" "$CMAKE_ARGS" | sha1sum | cut -c1-12)"
 WHEEL_DIR="$CACHE/$TAG"
 
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-
-if ! ls "$WHEEL_DIR"/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION"-*.whl >/dev/null 2>&1; then
-    echo "setup: building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from source (CMAKE_ARGS='$CMAKE_ARGS'); ~5 min, cached in $WHEEL_DIR" >&2
-    mkdir -p "$WHEEL_DIR.partial"
-    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
-        "$VENV/bin/python" -m pip wheel --no-deps --no-binary llama-cpp-python \
-        "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$WHEEL_DIR.partial"
-    rm -rf "$WHEEL_DIR" && mv "$WHEEL_DIR.partial" "$WHEEL_DIR"
+if [ "$WHEEL_ONLY" = 1 ]; then
+    CHECK_PY="$PY"  # the checker needs only the standard library
+else
+    [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+    CHECK_PY="$VENV/bin/python"
 fi
-"$VENV/bin/python" -m pip install -q "$WHEEL_DIR"/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION"-*.whl
+backends() { "$CHECK_PY" gguf_mtp/backends.py "$@"; }
+WANT="$(backends requested --cmake-args="$CMAKE_ARGS")"
+echo "setup: llama-cpp-python $LLAMA_CPP_PYTHON_VERSION with backends: CPU${WANT:+ $WANT} (CMAKE_ARGS='$CMAKE_ARGS')" >&2
+
+cached_wheel() { ls "$WHEEL_DIR"/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION"-*.whl 2>/dev/null | head -n 1 || true; }
+WHEEL="$(cached_wheel)"
+# A cached wheel is checked like a new one: an older setup.sh cached whatever pip handed it (pip's own
+# cache is keyed by the sdist, not by CMAKE_ARGS, and served CPU builds under the Vulkan key).
+if [ -n "$WHEEL" ]; then
+    rc=0; backends check-wheel "$WHEEL" --cmake-args="$CMAKE_ARGS" || rc=$?
+    if [ "$rc" = 1 ]; then
+        echo "setup: the cached wheel in $WHEEL_DIR is not the build CMAKE_ARGS asks for: removing it and building again" >&2
+        rm -rf "$WHEEL_DIR"
+        WHEEL=""
+    elif [ "$rc" != 0 ]; then  # 3: a sound wheel that cannot load on this machine (kept)
+        echo "setup: error: the cached wheel $WHEEL does not load here (see above); fix that, or remove $WHEEL_DIR to rebuild" >&2
+        exit 1
+    fi
+fi
+if [ -z "$WHEEL" ]; then
+    if ! backends prereqs --cmake-args="$CMAKE_ARGS"; then
+        if [ "${GGUF_MTP_SKIP_PREREQS:-0}" = 1 ]; then
+            echo "setup: GGUF_MTP_SKIP_PREREQS=1: building anyway" >&2
+        else
+            echo "setup: install what is missing and run again (GGUF_MTP_SKIP_PREREQS=1 builds anyway)" >&2
+            exit 1
+        fi
+    fi
+    mkdir -p "$CACHE"
+    BUILD="$(mktemp -d "$CACHE/.build-$TAG.XXXXXX")"
+    trap 'rm -rf "$BUILD"' EXIT
+    trap 'exit 130' INT TERM  # the EXIT trap removes the half-built wheel
+    echo "setup: building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from source (CMAKE_ARGS='$CMAKE_ARGS'); ~5 min, cached in $WHEEL_DIR" >&2
+    mkdir "$BUILD/out"
+    if [ -n "${GGUF_MTP_WHEEL_BUILD_CMD:-}" ]; then
+        bash -c "$GGUF_MTP_WHEEL_BUILD_CMD" build "$BUILD/out"
+    else
+        # --no-cache-dir: pip's wheel cache is keyed by the sdist alone and would hand back an earlier
+        # build made with other CMAKE_ARGS
+        CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+            "$CHECK_PY" -m pip wheel --no-cache-dir --no-deps --no-binary llama-cpp-python \
+            "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$BUILD/out"
+    fi
+    NEW="$(ls "$BUILD"/out/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION"-*.whl 2>/dev/null | head -n 1 || true)"
+    if [ -z "$NEW" ]; then
+        echo "setup: error: the build left no llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION-*.whl; nothing was cached" >&2
+        exit 1
+    fi
+    if ! backends check-wheel "$NEW" --cmake-args="$CMAKE_ARGS"; then
+        echo "setup: error: the new wheel is not the build CMAKE_ARGS asks for (see above); it was not cached" >&2
+        exit 1
+    fi
+    mkdir "$BUILD/entry" && mv "$NEW" "$BUILD/entry/"
+    rm -rf "$WHEEL_DIR" && mv -T "$BUILD/entry" "$WHEEL_DIR"
+    WHEEL="$(cached_wheel)"
+    echo "setup: cached $WHEEL" >&2
+fi
+if [ "$WHEEL_ONLY" = 1 ]; then
+    echo "$WHEEL"
+    exit 0
+fi
+# By path and reinstalled, so an installed build of the same version (another CMAKE_ARGS) is replaced;
+# the second call adds the wheel's own dependencies.
+"$VENV/bin/python" -m pip install -q --no-cache-dir --no-deps --force-reinstall "$WHEEL"
+"$VENV/bin/python" -m pip install -q "$WHEEL"
+backends check-installed "$VENV/bin/python" --cmake-args="$CMAKE_ARGS" ||
+    { echo "setup: error: the llama-cpp-python installed in $VENV is not the wheel just checked (see above)" >&2; exit 1; }
 "$VENV/bin/python" -m pip install -q -e ".[test]"
 touch "$VENV/.gguf-mtp-installed"
 echo "setup: ready ($VENV)" >&2

@@ -6,7 +6,9 @@
 #   CMAKE_ARGS="-DGGML_VULKAN=on" VENV=/path/vkenv bash scripts/setup.sh    # the Vulkan build
 #   VK_VENV=/path/vkenv bash scripts/vulkan-check.sh                        # this check
 #
-# env: VK_VENV (required), CPU_VENV (default .venv), N (tokens, 64), DRAFT (--spec-draft-n-max, 3),
+# env: VK_VENV (required), CPU_VENV (default .venv: the reference build), REF_NGL (-ngl for the reference,
+#      default 0; with a CUDA build as CPU_VENV and REF_NGL=99 the comparison is Vulkan vs CUDA on one GPU),
+#      REF_NAME (its label, default cpu), N (tokens, 64), DRAFT (--spec-draft-n-max, 3),
 #      OUTTYPE (convert --outtype, default f32: a bf16 trunk makes the CPU round activations to bf16 in
 #      its dot products while Vulkan keeps them f32, which flips greedy near-ties: measured 2 of 16
 #      reference prompts diverge at top-2 logit gaps of 0.007 and 0.021; f32 gives 16 of 16 identical),
@@ -19,6 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CPU_VENV="${CPU_VENV:-.venv}"
 VK_VENV="${VK_VENV:?set VK_VENV to a venv holding a Vulkan build of llama-cpp-python}"
+REF_NGL="${REF_NGL:-0}"
+REF_NAME="${REF_NAME:-cpu}"
 N="${N:-64}"
 DRAFT="${DRAFT:-3}"
 WORK="${WORK:-$(mktemp -d)}"
@@ -41,23 +45,23 @@ PROMPT="$("$CPU_VENV/bin/python" -c 'import json; print(json.load(open("examples
 # 1. The Vulkan build must see a Vulkan device (llama.cpp's own log).
 GGUF_MTP_LLAMA_LOG=raw "$VK_VENV/bin/gguf-mtp" run "$MODEL" -p "$PROMPT" -n 1 -ngl 99 --no-mtp \
     >/dev/null 2>"$WORK/vk-devices.log" || { cat "$WORK/vk-devices.log" >&2; exit 1; }
-grep -E "ggml_vulkan: [0-9]+ = |offloaded [0-9]+/[0-9]+ layers|Vulkan0 model buffer" "$WORK/vk-devices.log" >&2 ||
+grep -E "^devices: .*Vulkan0|ggml_vulkan: [0-9]+ = |offloaded [0-9]+/[0-9]+ layers|Vulkan0 model buffer" "$WORK/vk-devices.log" >&2 ||
     { echo "vulkan-check: no Vulkan device in the log ($WORK/vk-devices.log)" >&2; exit 1; }
 
 # 2. gguf-mtp run: stdout of CPU and Vulkan, plain and speculative.
 fail=0
 for mode in plain mtp; do
     if [ "$mode" = plain ]; then extra=(--no-mtp); else extra=(--spec-draft-n-max "$DRAFT" --require-mtp); fi
-    "$CPU_VENV/bin/gguf-mtp" run "$MODEL" -p "$PROMPT" -n "$N" -ngl 0 "${extra[@]}" \
+    "$CPU_VENV/bin/gguf-mtp" run "$MODEL" -p "$PROMPT" -n "$N" -ngl "$REF_NGL" "${extra[@]}" \
         --stats-json "$WORK/cpu-$mode.json" >"$WORK/cpu-$mode.txt" 2>/dev/null
     "$VK_VENV/bin/gguf-mtp" run "$MODEL" -p "$PROMPT" -n "$N" -ngl 99 "${extra[@]}" \
         --stats-json "$WORK/vk-$mode.json" >"$WORK/vk-$mode.txt" 2>/dev/null
     if cmp -s "$WORK/cpu-$mode.txt" "$WORK/vk-$mode.txt"; then same=identical; else same=DIFFERENT; fail=1; fi
     for fl in cpu vk; do
-        "$CPU_VENV/bin/python" - "$WORK/$fl-$mode.json" "$fl" "$mode" "$same" <<'EOF'
+        "$CPU_VENV/bin/python" - "$WORK/$fl-$mode.json" "$([ $fl = cpu ] && echo "$REF_NAME" || echo vk)" "$mode" "$same" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
-print(f"run {sys.argv[3]:5s} {sys.argv[2]:3s}: {s['emitted']} tokens, acceptance {100 * s['acceptance']:.1f}% "
+print(f"run {sys.argv[3]:5s} {sys.argv[2]:4s}: {s['emitted']} tokens, acceptance {100 * s['acceptance']:.1f}% "
       f"({s['accepted']}/{s['drafted']}), {s['decode_tps']:.1f} t/s decode, {s['prompt_tps']:.0f} t/s prompt; "
       f"output {sys.argv[4]}")
 EOF
@@ -84,9 +88,9 @@ for mode, mtp in (("plain", False), ("mtp", "auto")):
 json.dump(res, open(out, "w"))
 EOF
 }
-gen "$CPU_VENV" 0 "$WORK/cpu-tokens.json"
+gen "$CPU_VENV" "$REF_NGL" "$WORK/cpu-tokens.json"
 gen "$VK_VENV" 99 "$WORK/vk-tokens.json"
-"$CPU_VENV/bin/python" - "$WORK/cpu-tokens.json" "$WORK/vk-tokens.json" <<'EOF' || fail=1
+"$CPU_VENV/bin/python" - "$WORK/cpu-tokens.json" "$WORK/vk-tokens.json" "$REF_NAME" <<'EOF' || fail=1
 import json, sys
 cpu, vk = (json.load(open(p)) for p in sys.argv[1:3])
 ok = True
@@ -95,13 +99,13 @@ for mode in ("plain", "mtp"):
     diff = [f"{i}@{next((k for k, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))}"
             for i, (x, y) in enumerate(zip(a, b)) if x != y]  # prompt@first differing step
     ok &= not diff and len(a) == len(b)
-    for name, r in (("cpu", cpu[mode]), ("vk", vk[mode])):
-        print(f"api {mode:5s} {name:3s}: {len(r['tokens'])} prompts, {sum(map(len, r['tokens']))} tokens, "
+    for name, r in ((sys.argv[3], cpu[mode]), ("vk", vk[mode])):
+        print(f"api {mode:5s} {name:4s}: {len(r['tokens'])} prompts, {sum(map(len, r['tokens']))} tokens, "
               f"acceptance {100 * r['acceptance']:.1f}% ({r['accepted']}/{r['drafted']}), {r['tokens_per_s']:.1f} t/s; "
               f"tokens {'identical' if not diff else 'DIFFERENT (prompt@step) ' + ' '.join(diff)}")
 same_modes = cpu["plain"]["tokens"] == cpu["mtp"]["tokens"] and vk["plain"]["tokens"] == vk["mtp"]["tokens"]
 print(f"speculative == plain on each backend: {same_modes}")
 sys.exit(0 if ok and same_modes else 1)
 EOF
-if [ "$fail" = 0 ]; then echo "vulkan-check: OK (Vulkan tokens == CPU tokens)"; else echo "vulkan-check: FAILED"; fi
+if [ "$fail" = 0 ]; then echo "vulkan-check: OK (Vulkan tokens == $REF_NAME tokens)"; else echo "vulkan-check: FAILED"; fi
 exit "$fail"

@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import GgufMtpError
 from ..ggufio import keys as K
 from ..surgery import plan_graft
+from . import devices
 from .chat import ChatTemplate
 from .llama import Context, Model
 from .pairing import HeadSource, Pairing, resolve
@@ -70,6 +71,9 @@ class MTPSession:
         self.pairing: Pairing = resolve(model, mtp)
         if self.pairing.source == HeadSource.NONE and self.cfg.require_mtp:
             raise GgufMtpError(f"{model}: --require-mtp: {self.pairing.notice}")
+        note = devices.offload_note(max(self.cfg.n_gpu_layers, self.cfg.draft_gpu_layers or 0))
+        if note:  # -ngl with no GPU to take the layers: say so rather than run on the CPU silently
+            self.notices.append(note)
         try:
             self._load()
         except GgufMtpError as e:
