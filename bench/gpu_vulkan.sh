@@ -38,7 +38,7 @@ MA=x86_64-linux-gnu
 done
 [ -n "${WHEEL_CUDA:-}${WHEEL_VK:-}" ] || ldconfig
 mkdir -p $TMPR/vk
-[ -n "${WHEEL_CUDA:-}${WHEEL_VK:-}" ] || for p in libvulkan-dev glslc libshaderc1 spirv-headers; do
+[ -n "${WHEEL_CUDA:-}${WHEEL_VK:-}" ] || for p in libvulkan1 libvulkan-dev glslc libshaderc1 spirv-headers; do  # libvulkan1: the dev symlink points at it
     f=$(ls .gl/${p}_*.deb 2>/dev/null | head -n 1) || true
     [ -n "$f" ] || { echo "missing .gl/${p}_*.deb" >&2; exit 2; }
     dpkg -x "$f" $TMPR/vk
