@@ -176,6 +176,23 @@ def test_sidecar_as_the_model_is_refused_with_the_fix(files, capsys) -> None:
             assert f"is a {what} MTP sidecar" in err[0] and f"gguf-mtp run MODEL.gguf --mtp {files[key]}" in err[0]
 
 
+GRAPH_NEEDS = [
+    ("blk.0.attn_gate.weight", "block 0 has no attn_qkv.weight + attn_gate.weight"),
+    ("blk.0.attn_norm.weight", "block 0 has no attn_norm.weight, but other trunk tensors"),
+    ("nextn.eh_proj.weight", "has no nextn.eh_proj.weight, but other MTP tensors"),
+]
+
+
+@pytest.mark.parametrize("name,words", GRAPH_NEEDS, ids=[n for n, _ in GRAPH_NEEDS])
+def test_tensors_llama_cpp_leaves_optional_but_needs(files, tmp_path: Path, name: str, words: str) -> None:
+    g = RawGGUF.read(files["bundled"])
+    name = next(t.name for t in g.tensors if t.name.endswith(name))
+    g.tensors = [t for t in g.tensors if t.name != name]
+    bad = g.write(tmp_path / "bad.gguf")
+    for op, err in every_op(bad, files, tmp_path):
+        assert isinstance(err, FormatError) and words in str(err), (op, err)
+
+
 # -- what llama.cpp does without these checks ---------------------------------------------------
 LOAD = textwrap.dedent("""
     import sys
@@ -188,15 +205,17 @@ LOAD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("case", ["nextn above block_count", "block_count 0", "enorm as Q8_0"])
+@pytest.mark.parametrize("case", ["nextn above block_count", "block_count 0", "enorm as Q8_0", "no attn_gate"])
 def test_llama_cpp_crashes_on_what_we_refuse(files, tmp_path: Path, case: str) -> None:
     g = RawGGUF.read(files["bundled"])
     if case == "nextn above block_count":
         g.set(KV.u32(g.key("nextn_predict_layers"), 10))
     elif case == "block_count 0":
         g.set(KV.u32(g.key("block_count"), 0))
-    else:
+    elif case == "enorm as Q8_0":
         g.retype(next(t.name for t in g.tensors if t.name.endswith("nextn.enorm.weight")), T.Q8_0)
+    else:
+        g.tensors = [t for t in g.tensors if t.name != "blk.0.attn_gate.weight"]
     bad = g.write(tmp_path / "bad.gguf")
     r = subprocess.run([sys.executable, "-c", LOAD, str(bad)], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "GGML_NO_BACKTRACE": "1"})  # no gdb attach on abort

@@ -242,6 +242,63 @@ def check_metadata(path: Path, kv: Mapping[str, KV]) -> None:
         raise _bad(path, K.TOK_TYPES, f"has {len(types.value)} entries for {len(tokens.value)} tokens")
 
 
+# -- tensors the graph needs ----------------------------------------------------------------------
+#: per-block tensor sets llama.cpp's loader leaves optional but its graph then uses: a file without them loads and
+#: crashes at the first decode (src/models/<arch>.cpp). Each entry: any one of the alternatives must be complete.
+RECURRENT_NEEDS = {"qwen35": (("attn_qkv.weight", "attn_gate.weight"),),
+                   "qwen35moe": (("attn_qkv.weight", "attn_gate.weight"),),
+                   "qwen3next": (("attn_qkv.weight", "attn_gate.weight"), ("ssm_in.weight",))}
+#: archs whose blocks are MoE exactly when they have a router, and dense otherwise
+FFN_BY_ROUTER = {"mimo2", "step35"}
+_FFN = {True: ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"),
+        False: ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")}
+_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
+
+
+def _recurrent(kv: Mapping[str, KV], arch: str, n: int) -> list[bool]:
+    """Which of the first ``n`` blocks are recurrent, as llama.cpp's qwen3.5 / qwen3-next loaders decide."""
+    arr = kv.get(K.arch_key(K.K_RECURRENT_LAYERS, arch))
+    if arr is not None and arr.vtype == V.ARRAY:
+        return [bool(x) for x in arr.scalar()[:n]]
+    interval = _int(kv, K.arch_key(K.K_FULL_ATTN_INTERVAL, arch), 4) or 4
+    return [(il + 1) % interval != 0 for il in range(n)]
+
+
+def check_tensor_set(path: Path, kv: Mapping[str, KV], names: Iterable[str]) -> None:
+    """Refuse tensor sets llama.cpp would load and then crash on (it only probes one tensor to tell a model from
+    a sidecar, and leaves some tensors optional that its graph needs)."""
+    arch_kv = kv.get(K.GENERAL_ARCH)
+    bc_kv = kv.get(K.arch_key(K.K_BLOCK_COUNT, str(arch_kv.value))) if arch_kv is not None else None
+    if arch_kv is None or bc_kv is None:
+        return
+    arch, names = str(arch_kv.value), set(names)
+    n_mtp = _int(kv, K.arch_key(K.K_NEXTN, arch))
+    n_trunk = int(bc_kv.value) - n_mtp
+    blocks: dict[int, set[str]] = {}
+    for name in names:
+        m = _BLOCK.match(name)
+        if m:
+            blocks.setdefault(int(m.group(1)), set()).add(m.group(2))
+    missing = lambda il, what: FormatError(  # noqa: E731
+        f"{path}: block {il} has no {what}; llama.cpp would load this file and crash when it runs it "
+        "(the file is incomplete: download or convert it again)")
+    if n_mtp > 0 and any(b < n_trunk for b in blocks) and "blk.0.attn_norm.weight" not in names:
+        # llama.cpp takes a file without it for an MTP sidecar and stops checking the trunk's tensors
+        raise missing(0, "attn_norm.weight, but other trunk tensors")
+    for il in sorted(b for b in blocks if n_trunk <= b < n_trunk + n_mtp):
+        if "nextn.eh_proj.weight" not in blocks[il]:  # likewise: without it the head's tensors go unchecked
+            raise missing(il, "nextn.eh_proj.weight, but other MTP tensors")
+    if arch in RECURRENT_NEEDS:
+        for il, recurrent in enumerate(_recurrent(kv, arch, n_trunk)):
+            if recurrent and il in blocks and not any(set(alt) <= blocks[il] for alt in RECURRENT_NEEDS[arch]):
+                raise missing(il, " + ".join(RECURRENT_NEEDS[arch][0]) + " (a linear-attention block)")
+    if arch in FFN_BY_ROUTER:
+        for il, have in blocks.items():
+            need = _FFN["ffn_gate_inp.weight" in have]
+            if not set(need) <= have:
+                raise missing(il, next(n for n in need if n not in have))
+
+
 # -- tensor types -------------------------------------------------------------------------------
 #: weights llama.cpp uses in element-wise ops (MUL, ADD, DIV, SCALE, ROPE, SSM_CONV, SSM_SCAN: LLM_TENSOR_INFOS),
 #: matched on the name without ``blk.N.`` and ``.weight``; every ``.bias`` is an ADD
