@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import FormatError, GgufMtpError, MissingTensorError, UnsupportedError
 from ..files import open_input
 from .safetensors import TensorRef, attach_fp8_scales, read_header
+from .schema import check_config
 
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -49,7 +50,8 @@ class Checkpoint:
             raise GgufMtpError(f"{root}: no such folder; pass a checkpoint folder or a Hugging Face repo id")
         if not root.is_dir():
             raise GgufMtpError(f"{root}: not a folder; pass the checkpoint folder that holds config.json")
-        config = load_json(root / "config.json", "this folder is not a Hugging Face checkpoint")
+        config = check_config(load_json(root / "config.json", "this folder is not a Hugging Face checkpoint"),
+                              root / "config.json")
         qc = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config") or {}
         method = str(qc.get("quant_method", "")).lower()
         if method and method != "fp8":
@@ -91,6 +93,10 @@ def _index(root: Path) -> dict[str, TensorRef]:
         wm = load_json(index_path, "").get("weight_map")
         if not isinstance(wm, dict):
             raise FormatError(f"{index_path}: has no weight_map")
+        bad = next((k for k, v in wm.items() if not isinstance(v, str)), None)
+        if bad is not None:
+            raise FormatError(f"{index_path}: weight_map[{bad!r:.60}] is {type(wm[bad]).__name__}, expected a shard "
+                              "file name; the index is damaged")
         shards: dict[str, list[str]] = {}
         for name, shard in wm.items():
             shards.setdefault(shard, []).append(name)
