@@ -238,3 +238,11 @@ def test_memory_bombs_are_refused_before_allocating(checkpoint, tmp_path: Path) 
         assert what.startswith("refused:"), (name, what)
     assert "num_hidden_layers" in lines["layers"] and "512" in lines["layers"]
     assert "1000000000" in lines["token_id"] and "1000000000" in lines["vocab_id"]
+
+
+def test_vocabulary_larger_than_llama_cpp_takes(checkpoint) -> None:
+    """An embedding of 2^25 rows (a header can claim it over a sparse file) would make a 2^25-entry token list."""
+    from gguf_mtp.checkpoint.tokenizer import tokenizer_kvs
+
+    with pytest.raises(FormatError, match="33554432 rows"):
+        tokenizer_kvs(checkpoint("qwen35"), {}, 1 << 25, "qwen35")

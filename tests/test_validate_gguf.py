@@ -20,6 +20,7 @@ from gguf_mtp import inspect_file, surgery
 from gguf_mtp.errors import FormatError, GgufMtpError, UnsupportedError
 from gguf_mtp.ggufio.format import KV
 from gguf_mtp.layout import detect
+from gguf_mtp.quantize import quantize_model
 from gguf_mtp.runtime.pairing import resolve
 from gguf_mtp_cli.main import main
 from tests.gguf_mutate import RawGGUF
@@ -48,6 +49,7 @@ def every_op(bad: Path, files: dict[str, Path], tmp: Path) -> list[tuple[str, Ba
         "graft-target": lambda: surgery.graft(files["sidecar"], bad, tmp / "t.gguf", progress=False, force=True),
         "pairing": lambda: resolve(bad),
         "pairing-sidecar": lambda: resolve(files["trunk"], bad),
+        "quantize": lambda: quantize_model(bad, tmp / "q.gguf", "Q8_0", force=True),
     }
     out = []
     for name, op in ops.items():

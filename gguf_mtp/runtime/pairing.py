@@ -63,8 +63,8 @@ def _check_runnable(model: GGUFModel) -> None:
         what = "self-contained" if lay == Layout.MTP_ONLY else "head-only"
         head = find_head(model)
         assert head is not None
-        raise GgufMtpError(f"{model.path}: is a {what} MTP sidecar (the MTP head of a {head.n_trunk}-layer "
-                           f"{model.arch} model), not a model; run the model with it: "
+        raise GgufMtpError(f"{model.path}: is a {what} MTP sidecar (the MTP head of a {model.arch} model with "
+                           f"{head.n_trunk} trunk layers), not a model; run the model with it: "
                            f"gguf-mtp run MODEL.gguf --mtp {model.path}")
     _check_types(model)
 
