@@ -22,7 +22,7 @@ from .ggufio.atomic import atomic_paths, check_output
 from .ggufio.format import KV, type_name
 from .ggufio.model import GGUFModel, Tensor, model_stem, split_path, split_prefix
 from .ggufio.shape import ggml_shape, same_ggml_shape
-from .ggufio.validate import check_tensor_types
+from .ggufio.validate import LLAMA_MAX_LAYERS, check_tensor_types
 from .ggufio.writer import OutTensor, Progress, copy_range, write_all, write_gguf
 from .layout import EMBEDDING_TENSORS, MODEL_TENSORS, block_index, borrowed_tensors
 from .progress import Progress as Bar
@@ -341,6 +341,9 @@ def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.Path
                            "swap it, or strip it first")
     check_compatible(head, tgt)
     new_bc = tgt_trunk + head.n_mtp
+    if new_bc > LLAMA_MAX_LAYERS:
+        raise UnsupportedError(f"{tgt.path}: {tgt_trunk} trunk layers + {head.n_mtp} MTP layers from {src.path} make "
+                               f"{new_bc} blocks, more than llama.cpp's {LLAMA_MAX_LAYERS}")
     if tgt_trunk != head.n_trunk:
         notes.append(f"head renumbered from blk.{head.n_trunk} to blk.{tgt_trunk} (target has {tgt_trunk} trunk "
                      f"layers, the head's model {head.n_trunk})")

@@ -224,3 +224,12 @@ def test_llama_cpp_crashes_on_what_we_refuse(files, tmp_path: Path, case: str) -
     assert r.returncode < 0, f"llama.cpp did not crash on {case} (rc {r.returncode}); the check may be obsolete"
     with pytest.raises(GgufMtpError):
         resolve(bad)
+
+
+def test_graft_beyond_llama_cpps_layer_limit(files, tmp_path: Path) -> None:
+    g = RawGGUF.read(files["trunk"])
+    g.set(KV.u32(g.key("block_count"), 512))
+    g.set(KV.array(g.key("attention.recurrent_layers"), V.BOOL, [i % 4 != 3 for i in range(512)]))
+    target = g.write(tmp_path / "deep.gguf")
+    with pytest.raises(UnsupportedError, match="make 513 blocks, more than llama.cpp's 512"):
+        surgery.graft(files["sidecar"], target, tmp_path / "o.gguf", progress=False)
