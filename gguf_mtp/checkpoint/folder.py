@@ -24,6 +24,8 @@ def load_json(path: Path, what: str) -> dict[str, Any]:
         raise FormatError(f"{path}: missing; {what}") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise FormatError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise FormatError(f"{path}: not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise FormatError(f"{path}: expected a JSON object")
     return data

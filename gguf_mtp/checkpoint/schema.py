@@ -121,6 +121,7 @@ CONFIG: dict[str, Field] = {
     "n_group": I(1, LLAMA_MAX_EXPERTS),
     "topk_group": I(1, LLAMA_MAX_EXPERTS),
     "first_k_dense_replace": I(0, LLAMA_MAX_LAYERS),
+    "moe_every_n_layer": I(0, LLAMA_MAX_LAYERS),
     "routed_scaling_factor": F(-1e6, 1e6),
     "moe_router_scaling_factor": F(-1e6, 1e6),
     "norm_topk_prob": B,
