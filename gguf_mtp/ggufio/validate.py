@@ -142,13 +142,17 @@ def _bad(path: Path, key: str, what: str) -> FormatError:
                        "program (llama.cpp would refuse or crash on it)")
 
 
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def _check_number(path: Path, key: str, v: object, rule: Rule) -> None:
     if isinstance(v, float) and not math.isfinite(v):
         raise _bad(path, key, f"is {v}, not a finite number")
     if rule.lo is not None and v < rule.lo:  # type: ignore[operator]
-        raise _bad(path, key, f"is {v}, below {rule.lo:g}")
+        raise _bad(path, key, f"is {v}, below {_num(rule.lo)}")
     if rule.hi is not None and v > rule.hi:  # type: ignore[operator]
-        raise _bad(path, key, f"is {v}, above llama.cpp's limit {rule.hi:g}")
+        raise _bad(path, key, f"is {v}, above llama.cpp's limit {_num(rule.hi)}")
 
 
 def _check_kv(path: Path, kv: KV, rule: Rule, block_count: int | None) -> None:
