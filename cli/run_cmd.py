@@ -72,6 +72,7 @@ def run(
     """
     # imported here, before anything loads numpy: llama.cpp's libraries must come first (see gguf_mtp.runtime)
     from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices
+    from gguf_mtp.runtime.options import check_sampling, check_session
 
     if no_mtp and mtp is not None:
         raise typer.BadParameter("--mtp and --no-mtp exclude each other")
@@ -90,12 +91,16 @@ def run(
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
                         require_mtp=require_mtp, prompt_window=prompt_window)
-    sampling = SamplerConfig(temp=temp, top_k=top_k, top_p=top_p, seed=seed)
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
-    err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))
+    # every option is checked before a file is opened or llama.cpp is reached
+    check_session(cfg, speculative=not no_mtp)
+    sampling, notes = check_sampling(SamplerConfig(temp=temp, top_k=top_k, top_p=top_p, seed=seed))
+    for n in notes:
+        err(f"note: {n}")
     session = MTPSession(model, mtp=False if no_mtp else (mtp or "auto"), config=cfg,
                          on_notice=lambda s: err(f"note: {s}"))
     with session:
+        err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))  # once the files passed their checks
         inputs = given + session.pairing.model.files + (session.pairing.sidecar.files if session.pairing.sidecar else [])
         if stats_file is not None:  # the sidecar found beside the model is an input too
             check_output(stats_file, force=force, inputs=inputs)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from .errors import FormatError
 from .ggufio.keys import K_BLOCK_COUNT, K_NEXTN, K_SHARED_TARGET_TENSORS, arch_key
 
 #: tensors a head-only sidecar borrows from its target
@@ -78,12 +79,22 @@ class LayoutInfo:
     problems: tuple[str, ...] = ()
 
 
+def _count(kv: Mapping[str, object], key: str) -> int:
+    """A layer count (0 when absent). GGUFModel has validated its metadata; this guards other callers."""
+    v = kv.get(key, 0)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise FormatError(f"{key} is {v!r:.40}, expected a layer count")
+    return v
+
+
 def detect(kv: Mapping[str, object], tensor_names: Iterable[str], mtp_archs: Iterable[str] = ()) -> LayoutInfo:
     """Classify a file from its metadata values (key -> plain value) and tensor names."""
     arch = str(kv.get("general.architecture", ""))
     names = list(tensor_names)
-    block_count = int(kv.get(arch_key(K_BLOCK_COUNT, arch), 0) or 0)
-    n_mtp = int(kv.get(arch_key(K_NEXTN, arch), 0) or 0)
+    block_count = _count(kv, arch_key(K_BLOCK_COUNT, arch))
+    n_mtp = _count(kv, arch_key(K_NEXTN, arch))
+    if n_mtp > block_count:
+        raise FormatError(f"{arch_key(K_NEXTN, arch)} is {n_mtp}, more than block_count {block_count}")
     n_trunk = block_count - n_mtp
     blocks = {b for b in (block_index(n) for n in names) if b is not None}
     mtp_names = tuple(n for n in names if (b := block_index(n)) is not None and b >= n_trunk and n_mtp > 0)

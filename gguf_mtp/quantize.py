@@ -51,16 +51,17 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
     Example:
         >>> quantize_model("Qwen3.5-9B-BF16.gguf", "Qwen3.5-9B-Q4_K_M.gguf", "Q4_K_M")   # doctest: +SKIP
     """
+    from .runtime.options import check_threads
     from .runtime.quantize import quantize
 
     t0 = time.perf_counter()
+    n_threads, notes = check_threads(threads, "--threads", zero_means_all=True)  # llama.cpp aborts on -t 100000
     m = GGUFModel(src)
     inputs = m.files + ([Path(imatrix)] if imatrix else [])
     check_output(dst, force=force, inputs=inputs)  # before reading the imatrix or quantizing
     if m.is_split:
         raise UnsupportedError(f"{m.path}: split input; merge it first (llama-gguf-split --merge) or quantize a single file")
     head = find_head(m)
-    notes: list[str] = []
     overrides: list[tuple[str, int]] = []
     mt = None
     if head is not None and mtp_type is not None:
@@ -80,7 +81,7 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
                                    "needs; keep the head at --mtp-type q8_0")
     if im is None and ftype.upper() in NEEDS_IMATRIX:
         raise GgufMtpError(f"{ftype} needs an importance matrix: pass --imatrix FILE (from llama-imatrix)")
-    out = quantize(m.path, dst, ftype, threads=threads, force=force, tensor_types=overrides, imatrix=im,
+    out = quantize(m.path, dst, ftype, threads=n_threads or 0, force=force, tensor_types=overrides, imatrix=im,
                    inputs=inputs)
     report = inspect_file(out)
     before = inspect_file(m.path)

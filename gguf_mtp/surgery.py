@@ -22,6 +22,7 @@ from .ggufio.atomic import atomic_paths, check_output
 from .ggufio.format import KV, type_name
 from .ggufio.model import GGUFModel, Tensor, model_stem, split_path, split_prefix
 from .ggufio.shape import ggml_shape, same_ggml_shape
+from .ggufio.validate import LLAMA_MAX_LAYERS, check_tensor_types
 from .ggufio.writer import OutTensor, Progress, copy_range, write_all, write_gguf
 from .layout import EMBEDDING_TENSORS, MODEL_TENSORS, block_index, borrowed_tensors
 from .progress import Progress as Bar
@@ -238,6 +239,11 @@ def _require_head(m: GGUFModel, role: str) -> Head:
     return head
 
 
+def _check_types(m: GGUFModel, names: list[str], role: str) -> None:
+    """A head is only copied or grafted when llama.cpp can run it (a norm stored as Q4_K aborts its first decode)."""
+    check_tensor_types(m.path, ((n, m.tensors[n].info.ggml_type) for n in names), role)
+
+
 def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None = None, *,
             head_only: bool = False, mtp_type: str | None = None, force: bool = False,
             progress: bool = True) -> SurgeryResult:
@@ -252,6 +258,8 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
     t0 = time.perf_counter()
     m = _open(source)
     head = _require_head(m, "SOURCE")
+    _check_types(m, [t.name for t in head.tensors] + [n for n in EMBEDDING_TENSORS + MODEL_TENSORS if n in m.tensors],
+                 "SOURCE")
     marker = K.arch_key(K.K_SHARED_TARGET_TENSORS, m.arch)
     mt = parse_outtype(mtp_type, "--mtp-type") if mtp_type else None
     tensors = [_head_tensor(t, mt) for t in head.tensors]
@@ -321,6 +329,7 @@ def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.Path
     src = source if isinstance(source, GGUFModel) else _open(source)
     tgt = target if isinstance(target, GGUFModel) else _open(target)
     head = _require_head(src, "SOURCE")
+    _check_types(src, [t.name for t in head.tensors], "SOURCE")
     notes: list[str] = []
     old = find_head(tgt)
     tgt_bc = int(tgt.arch_get(K.K_BLOCK_COUNT, 0) or 0)
@@ -332,6 +341,9 @@ def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.Path
                            "swap it, or strip it first")
     check_compatible(head, tgt)
     new_bc = tgt_trunk + head.n_mtp
+    if new_bc > LLAMA_MAX_LAYERS:
+        raise UnsupportedError(f"{tgt.path}: {tgt_trunk} trunk layers + {head.n_mtp} MTP layers from {src.path} make "
+                               f"{new_bc} blocks, more than llama.cpp's {LLAMA_MAX_LAYERS}")
     if tgt_trunk != head.n_trunk:
         notes.append(f"head renumbered from blk.{head.n_trunk} to blk.{tgt_trunk} (target has {tgt_trunk} trunk "
                      f"layers, the head's model {head.n_trunk})")

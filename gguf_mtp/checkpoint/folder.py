@@ -12,6 +12,7 @@ from ..errors import FormatError, GgufMtpError, MissingTensorError, UnsupportedE
 from ..files import open_input
 from ..paths import confined, relative_name, shown
 from .safetensors import TensorRef, attach_fp8_scales, read_header
+from .schema import check_config
 
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -24,6 +25,8 @@ def load_json(path: Path, what: str) -> dict[str, Any]:
         raise FormatError(f"{path}: missing; {what}") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise FormatError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise FormatError(f"{path}: not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise FormatError(f"{path}: expected a JSON object")
     return data
@@ -50,8 +53,8 @@ class Checkpoint:
             raise GgufMtpError(f"{root}: no such folder; pass a checkpoint folder or a Hugging Face repo id")
         if not root.is_dir():
             raise GgufMtpError(f"{root}: not a folder; pass the checkpoint folder that holds config.json")
-        config = load_json(confined(root, "config.json", f"{root}: config.json", links_to=link_roots(root)),
-                           "this folder is not a Hugging Face checkpoint")
+        config = check_config(load_json(confined(root, "config.json", f"{root}: config.json", links_to=link_roots(root)),
+                                        "this folder is not a Hugging Face checkpoint"), root / "config.json")
         qc = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config") or {}
         method = str(qc.get("quant_method", "")).lower()
         if method and method != "fp8":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +99,18 @@ def encode_piece(ranks: dict[bytes, int], piece: bytes) -> list[int]:
 
 def _specials(root: Path, tok_config: dict[str, Any], n_base: int, n: int) -> dict[int, str]:
     """id -> name of every special token: the reserved slots after the base ranks, named from
-    ``added_tokens_decoder`` where it names them, plus any other id it lists."""
-    named = {int(i): str(t["content"]) for i, t in (tok_config.get("added_tokens_decoder") or {}).items()
-             if isinstance(t, dict) and "content" in t}
+    ``added_tokens_decoder`` where it names them, plus any other id it lists (each below ``n``)."""
+    from .tokenizer import token_id
+
+    where = root / "tokenizer_config.json"
+    decoder = tok_config.get("added_tokens_decoder") or {}
+    if not isinstance(decoder, dict):
+        raise FormatError(f"{where}: added_tokens_decoder is {type(decoder).__name__}, expected an object")
+    named = {}
+    for i, t in decoder.items():
+        if isinstance(t, dict) and isinstance(t.get("content"), str):
+            key = f"added_tokens_decoder[{i!r:.20}]"
+            named[token_id(where, key, int(i) if re.fullmatch(r"\d{1,12}", i) else i, n)] = t["content"]
     out = {i: named.get(i, f"<|reserved_token_{i}|>") for i in range(n_base, min(n, n_base + RESERVED_SPECIALS))}
     out.update(named)
     bad = [i for i in named if i < n_base]
@@ -122,8 +132,11 @@ def tiktoken_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str,
     tc_path = root / "tokenizer_config.json"
     tok_config = load_json(tc_path, "") if tc_path.exists() else {}
     n_base = len(ranks)
-    specials = _specials(root, tok_config, n_base, max(vocab_size, n_base))
-    n = max(vocab_size, n_base, max(specials, default=-1) + 1)
+    if n_base > vocab_size:
+        raise FormatError(f"{root / 'tiktoken.model'}: {n_base} ranks, more than the {vocab_size} rows of the "
+                          "embedding matrix; the tokenizer does not belong to these weights")
+    specials = _specials(root, tok_config, n_base, vocab_size)
+    n = vocab_size  # every id is below it (checked)
     by_id = {r: byte_level(t) for t, r in ranks.items()}
     tokens, types = [], []
     for i in range(n):

@@ -12,6 +12,7 @@ from ..errors import FormatError, UnsupportedError
 from ..files import open_input_fd
 from ..ggufio import keys as K
 from ..ggufio.format import KV
+from ..ggufio.validate import MAX_VOCAB
 from .folder import load_json
 
 
@@ -28,6 +29,17 @@ def added_token_type(token: str, special: bool) -> TokenType:
     return TokenType.CONTROL if special or looks_special(token) else TokenType.USER_DEFINED
 
 
+def token_id(path: Path, key: str, v: Any, n: int) -> int:
+    """A token id read from a tokenizer file: a whole number below ``n`` (the embedding's rows), else one line.
+    Checked before anything is sized from it: an id of 1e9 would otherwise build a billion-entry vocabulary."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise FormatError(f"{path}: {key} = {v!r:.40} is not a token id (a whole number)")
+    if not 0 <= v < n:
+        raise FormatError(f"{path}: {key} = {v} is outside the vocabulary (0 to {n - 1}: the rows of the "
+                          "embedding matrix); the tokenizer does not belong to these weights")
+    return v
+
+
 def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str,
                   extra_specials: tuple[tuple[str, str], ...] = ()) -> list[KV]:
     """GGUF tokenizer metadata for a byte-level BPE (``gpt2``-model) tokenizer in ``root``.
@@ -37,6 +49,9 @@ def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str,
     Tokens missing below ``vocab_size`` (models pad their embedding matrix) become ``[PAD<i>]`` with
     type UNUSED, as llama.cpp's converter writes them.
     """
+    if not 0 < vocab_size <= MAX_VOCAB:  # rows of the embedding matrix: every id below it gets a token entry
+        raise FormatError(f"{root}: the embedding matrix has {vocab_size} rows; gguf-mtp and llama.cpp take at most "
+                          f"{MAX_VOCAB} tokens")
     tj_path = root / "tokenizer.json"
     if not tj_path.exists() and (root / "tiktoken.model").exists():  # Kimi-K2: a tiktoken rank file instead
         from .tiktoken_bpe import tiktoken_kvs
@@ -44,15 +59,29 @@ def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str,
         return tiktoken_kvs(root, config, vocab_size, pre, extra_specials)
     tj = load_json(tj_path, "the checkpoint needs its tokenizer.json (byte-level BPE)")
     model = tj.get("model") or {}
+    if not isinstance(model, dict):
+        raise FormatError(f"{tj_path}: model is {type(model).__name__}, expected an object")
     if model.get("type") != "BPE":
-        raise UnsupportedError(f"{tj_path}: tokenizer model {model.get('type')!r} is not supported (expected BPE)")
-    vocab: dict[str, int] = dict(model.get("vocab") or {})
-    added = {t["content"]: t for t in tj.get("added_tokens", []) if isinstance(t, dict) and "content" in t}
+        raise UnsupportedError(f"{tj_path}: tokenizer model {model.get('type')!r:.40} is not supported (expected BPE)")
+    raw = model.get("vocab") or {}
+    if not isinstance(raw, dict):
+        raise FormatError(f"{tj_path}: model.vocab is {type(raw).__name__}, expected an object of token -> id "
+                          "(a BPE vocabulary)")
+    vocab = {tok: token_id(tj_path, f"model.vocab[{tok!r:.30}]", i, vocab_size) for tok, i in raw.items()}
+    added_list = tj.get("added_tokens") or []
+    if not isinstance(added_list, list):
+        raise FormatError(f"{tj_path}: added_tokens is {type(added_list).__name__}, expected a list")
+    added: dict[str, dict[str, Any]] = {}
+    for j, t in enumerate(added_list):
+        if not isinstance(t, dict) or not isinstance(t.get("content"), str):
+            raise FormatError(f"{tj_path}: added_tokens[{j}] has no string 'content'")
+        token_id(tj_path, f"added_tokens[{j}].id", t.get("id"), vocab_size)
+        added[t["content"]] = t
     for content, t in added.items():
-        vocab[content] = int(t["id"])
+        vocab[content] = t["id"]
     if not vocab:
         raise FormatError(f"{tj_path}: empty vocabulary")
-    n = max(vocab_size, max(vocab.values()) + 1)
+    n = vocab_size  # every id is below it (checked above)
     by_id: dict[int, str] = {i: s for s, i in vocab.items()}
     tokens, types = [], []
     for i in range(n):
@@ -68,7 +97,16 @@ def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str,
         else:
             tokens.append(s)
             types.append(TokenType.NORMAL)
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    raw_merges = model.get("merges") or []
+    if not isinstance(raw_merges, list):
+        raise FormatError(f"{tj_path}: model.merges is {type(raw_merges).__name__}, expected a list")
+    merges = []
+    for j, m in enumerate(raw_merges):
+        if isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m):
+            m = " ".join(m)
+        if not isinstance(m, str):
+            raise FormatError(f"{tj_path}: model.merges[{j}] = {m!r:.40} is not a merge ('a b' or [a, b])")
+        merges.append(m)
 
     return gpt2_vocab_kvs(pre, tokens, types, merges) + special_kvs(root, n, vocab, extra_specials)
 

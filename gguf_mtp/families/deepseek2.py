@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ..errors import UnsupportedError
+from ..errors import FormatError, UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
 from . import register
@@ -105,6 +105,9 @@ class Deepseek2(NextnLayerFamily):
         ]
         rs = hp.get("rope_scaling") or hp.get("rope_parameters") or {}
         if (rs.get("type") or rs.get("rope_type")) == "yarn":
+            absent = [key for key in ("factor", "original_max_position_embeddings") if key not in rs]
+            if absent:
+                raise FormatError(f"{self.ck.root / 'config.json'}: yarn rope scaling without {absent[0]}")
             kvs += [KV.string(k(K.K_ROPE_SCALING_TYPE), "yarn"),
                     KV.f32(k(K.K_ROPE_SCALING_FACTOR), float(rs["factor"])),
                     KV.u32(k(K.K_ROPE_SCALING_ORIG_CTX), int(rs["original_max_position_embeddings"])),

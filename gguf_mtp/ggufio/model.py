@@ -14,6 +14,7 @@ from ..errors import FormatError
 from . import keys as K
 from .format import KV
 from .reader import GGUFFile, TensorInfo
+from .validate import check_metadata, check_tensor_set
 
 _SPLIT = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
@@ -86,6 +87,8 @@ class GGUFModel:
                 if name in self.tensors:
                     raise FormatError(f"{shard.path}: duplicate tensor name {name!r} across the split set")
                 self.tensors[name] = Tensor(info, shard)
+        check_metadata(self.path, self.kv)  # every consumer reads block_count & co. as llama.cpp would
+        check_tensor_set(self.path, self.kv, self.tensors)
         declared = self.kv.get(K.SPLIT_TENSORS_COUNT)
         if len(self.shards) > 1 and declared is not None and declared.value != len(self.tensors):
             raise FormatError(f"{self.path}: split.tensors.count is {declared.value} but the shards hold "

@@ -201,6 +201,7 @@ class GGUFFile:
         self.data_offset = -(-cur.pos // self.alignment) * self.alignment
         self.header_size = cur.pos
         self.tensors: dict[str, TensorInfo] = {}
+        expected = 0
         for name, shape, gt, off in raw:
             try:
                 nbytes = tensor_nbytes(shape, gt)
@@ -214,6 +215,13 @@ class GGUFFile:
                     f"{self.path}: tensor {name!r} data [{start}, {start + nbytes}) lies beyond the end of the file "
                     f"({self.size} bytes); the file is truncated"
                 )
+            # llama.cpp's gguf reader wants the data back to back in header order (each padded to the alignment)
+            # and refuses anything else; tensors that overlap or skip bytes are a damaged or hand-made file
+            if off != expected:
+                what = "overlaps the previous tensor's data" if off < expected else "leaves a gap before it"
+                raise FormatError(f"{self.path}: tensor {name!r} data starts at offset {off}, expected {expected}: it "
+                                  f"{what}, which llama.cpp refuses; the file is damaged")
+            expected += -(-nbytes // self.alignment) * self.alignment
             self.tensors[name] = TensorInfo(name, shape, gt, start, nbytes)
 
     # -- access ----------------------------------------------------------------------------

@@ -221,8 +221,9 @@ class Context:
         if not self.ptr:
             what = "an MTP context" if mtp else "a context"
             raise GgufMtpError(f"{model.path}: llama.cpp could not create {what}: {last_error()}")
-        self.n_ctx = n_ctx
-        self.n_batch = n_batch
+        # what llama.cpp made of the request (n_ctx 0: the model's own length; both may be rounded or clamped)
+        self.n_ctx = int(_ll.llama_n_ctx(self.ptr)) or n_ctx
+        self.n_batch = min(n_batch, int(_ll.llama_n_batch(self.ptr)) or n_batch)
         self.mem = _ll.llama_get_memory(self.ptr)
         self._nextn_rows = embeddings_nextn and not mtp
         if mtp:

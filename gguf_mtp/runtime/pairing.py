@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import GgufMtpError
 from ..ggufio.model import GGUFModel, model_stem
+from ..ggufio.validate import check_tensor_types
 from ..layout import Layout
 from ..surgery import check_compatible, find_head
 
@@ -51,10 +52,28 @@ def _sidecar_layout(m: GGUFModel) -> Layout | None:
     return Layout.MTP_ONLY if "token_embd.weight" in m.tensors else Layout.HEAD_ONLY
 
 
+def _check_types(m: GGUFModel) -> None:
+    check_tensor_types(m.path, ((n, t.info.ggml_type) for n, t in m.tensors.items()))
+
+
+def _check_runnable(model: GGUFModel) -> None:
+    """Refuse what llama.cpp would crash on: a sidecar given as the model, tensors of a type their op cannot use."""
+    lay = _sidecar_layout(model)
+    if lay is not None:
+        what = "self-contained" if lay == Layout.MTP_ONLY else "head-only"
+        head = find_head(model)
+        assert head is not None
+        raise GgufMtpError(f"{model.path}: is a {what} MTP sidecar (the MTP head of a {model.arch} model with "
+                           f"{head.n_trunk} trunk layers), not a model; run the model with it: "
+                           f"gguf-mtp run MODEL.gguf --mtp {model.path}")
+    _check_types(model)
+
+
 def resolve(model_path: str | Path, mtp: str | Path | bool | None = "auto") -> Pairing:
     """Decide the head for ``model_path``. ``mtp``: ``"auto"`` (bundled head, else a sidecar beside the
     model), a sidecar path, or ``False``/``None`` (no speculation)."""
     model = GGUFModel(model_path)
+    _check_runnable(model)
     if mtp is False or mtp is None:
         return Pairing(HeadSource.NONE, model, notice="MTP disabled (--no-mtp)")
     if model.arch in NO_ROLLBACK_ARCHS:
@@ -69,6 +88,7 @@ def resolve(model_path: str | Path, mtp: str | Path | bool | None = "auto") -> P
         head = find_head(side)
         assert head is not None
         check_compatible(head, model)
+        _check_types(side)
         return Pairing(HeadSource.SELF_CONTAINED if lay == Layout.MTP_ONLY else HeadSource.HEAD_ONLY, model, side)
     if find_head(model) is not None:
         return Pairing(HeadSource.BUNDLED, model)
@@ -81,6 +101,7 @@ def resolve(model_path: str | Path, mtp: str | Path | bool | None = "auto") -> P
             if lay is None or head is None:
                 continue
             check_compatible(head, model)
+            _check_types(side)
         except GgufMtpError as e:
             rejected.append(f"{cand.name} ({str(e).split(': ', 1)[-1][:120]})")
             continue

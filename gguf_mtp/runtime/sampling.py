@@ -7,18 +7,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .options import check_sampling
+
 
 @dataclass
 class SamplerConfig:
     temp: float = 0.0  # <= 0: greedy
     top_k: int = 40
     top_p: float = 0.95
-    seed: int = 0
+    seed: int = 0  # -1: a random seed (llama.cpp's default)
 
 
 class Sampler:
     def __init__(self, cfg: SamplerConfig = SamplerConfig()) -> None:
-        self.cfg = cfg
+        self.cfg, _ = check_sampling(cfg)  # NaN temperatures, top_p out of range, seed -1 -> a random seed
+        cfg = self.cfg
         self.rng = np.random.default_rng(cfg.seed)
 
     @property

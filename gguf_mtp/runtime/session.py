@@ -21,6 +21,7 @@ from ..surgery import plan_graft
 from . import devices
 from .chat import ChatTemplate
 from .llama import Context, Model
+from .options import check_session
 from .pairing import HeadSource, Pairing, resolve
 from .sampling import Sampler, SamplerConfig
 from .speculative import Engine
@@ -62,8 +63,8 @@ class MTPSession:
 
     def __init__(self, model: str | os.PathLike[str], *, mtp: str | os.PathLike[str] | bool | None = "auto",
                  config: SessionConfig | None = None, on_notice: Callable[[str], None] | None = None, **kw: Any) -> None:
-        self.cfg = config or SessionConfig(**kw)
-        self.notices: list[str] = []
+        # options first: a bad one is refused before any file is opened or llama.cpp is reached
+        self.cfg, self.notices = check_session(config or SessionConfig(**kw), speculative=mtp not in (False, None))
         self._dirty = False  # an interrupted turn left the engine mid-step: start the next one afresh
         self._notify = on_notice or (lambda s: None)
         self._models: list[Model] = []
@@ -116,7 +117,7 @@ class MTPSession:
             target = Model(p.model.path, load_mtp=p.source == HeadSource.BUNDLED, n_gpu_layers=c.n_gpu_layers)
         self._models.append(target)
         self.model = target
-        tctx = Context(target, n_ctx=c.n_ctx, n_batch=max(c.n_batch, k + 1), n_threads=c.n_threads,
+        tctx = Context(target, n_ctx=c.n_ctx, n_batch=c.n_batch, n_threads=c.n_threads,
                        n_rs_seq=k if mtp_on else 0, embeddings_nextn=mtp_on)
         self._contexts.append(tctx)
         mctx = None
@@ -127,7 +128,7 @@ class MTPSession:
                 ngl = c.n_gpu_layers if c.draft_gpu_layers is None else c.draft_gpu_layers
                 draft_model = Model(p.sidecar.path, load_mtp=True, n_gpu_layers=ngl)
                 self._models.append(draft_model)
-            mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=max(c.n_batch, k + 1), n_threads=c.n_threads, mtp=True)
+            mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=c.n_batch, n_threads=c.n_threads, mtp=True)
             self._contexts.append(mctx)
         self.engine = Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=c.adaptive, prompt_window=c.prompt_window)
 

@@ -1,0 +1,346 @@
+"""What we hand to llama.cpp, checked first: GGUF metadata types and ranges, and tensor types per op.
+
+Every model gguf-mtp opens (inspect, extract, strip, graft, pairing, run, quantize) goes through
+:func:`check_metadata` when :class:`~gguf_mtp.ggufio.model.GGUFModel` is built, so the rest of the code can
+read ``block_count`` & co. as the plain numbers llama.cpp would read. The rules are llama.cpp's own
+(``src/llama-model.cpp``, ``src/llama-model-loader.cpp``): a value of the wrong GGUF type makes its loader
+throw, and the ranges below are ``GGML_ASSERT``s there, which abort the process instead of failing the load.
+
+Tensor types (:func:`check_tensor_types`): weights of element-wise ops (norms, biases, ``ssm_a``, RoPE factors,
+...; llama.cpp's ``LLM_TENSOR_INFOS``) must be F32, because ggml's CPU binary ops take F32 activations with F32
+weights only and abort on anything else at the first decode; matrix weights need a type with a CPU dot product.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf import GGMLQuantizationType, GGUFValueType
+
+from ..errors import FormatError, UnsupportedError
+from . import keys as K
+from .format import KV, type_name
+
+V = GGUFValueType
+T = GGMLQuantizationType
+
+#: llama.cpp's limits (src/llama-hparams.h)
+LLAMA_MAX_LAYERS = 512
+LLAMA_MAX_EXPERTS = 1024
+#: token ids are int32 in llama.cpp; no released vocabulary is near this (the largest are ~260k)
+MAX_VOCAB = 1 << 24
+U32_MAX = (1 << 32) - 1
+#: llama.cpp's rope scaling names (llama_rope_scaling_type_from_string); anything else aborts the load
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A key's GGUF type(s) as llama.cpp reads them, and its range.
+
+    ``per_layer``: llama.cpp's ``get_key_or_arr``: a scalar, or an array of exactly ``block_count`` entries
+    of ``items``. ``items`` alone (no ``types``): the key must be an array of those.
+    """
+
+    types: tuple[GGUFValueType, ...] = ()
+    lo: float | None = None
+    hi: float | None = None
+    per_layer: bool = False
+    items: tuple[GGUFValueType, ...] = ()
+    max_len: int | None = None
+
+
+_INT_ITEMS = (V.UINT32, V.INT32)
+_u32 = lambda lo=0, hi=U32_MAX: Rule((V.UINT32,), lo, hi)  # noqa: E731
+_f32 = lambda lo=None, hi=None: Rule((V.FLOAT32,), lo, hi)  # noqa: E731
+_layers = lambda lo=0, hi=U32_MAX: Rule((V.UINT32,), lo, hi, per_layer=True, items=_INT_ITEMS)  # noqa: E731
+
+#: ``<arch>.*`` keys gguf-mtp reads or writes, as llama.cpp's loader reads them
+ARCH_RULES: dict[str, Rule] = {
+    K.K_BLOCK_COUNT: _u32(1, LLAMA_MAX_LAYERS),
+    K.K_NEXTN: _u32(0, LLAMA_MAX_LAYERS),  # and <= block_count, below
+    K.K_CONTEXT_LENGTH: _u32(),
+    K.K_EMBEDDING_LENGTH: _u32(1),
+    K.K_FEED_FORWARD_LENGTH: _layers(),
+    K.K_HEAD_COUNT: _layers(),
+    K.K_HEAD_COUNT_KV: _layers(),
+    K.K_KEY_LENGTH: _u32(),
+    K.K_VALUE_LENGTH: _u32(),
+    K.K_KEY_LENGTH_MLA: _u32(),
+    K.K_VALUE_LENGTH_MLA: _u32(),
+    K.K_Q_LORA_RANK: _u32(),
+    K.K_KV_LORA_RANK: _u32(),
+    K.K_RMS_EPS: _f32(0),
+    K.K_ROPE_FREQ_BASE: _f32(0),
+    K.K_ROPE_FREQ_BASE_SWA: _f32(0),
+    K.K_ROPE_DIM_COUNT: _u32(),
+    K.K_ROPE_DIM_SECTIONS: Rule(items=_INT_ITEMS, max_len=4),
+    K.K_ROPE_SCALING_TYPE: Rule((V.STRING,)),
+    K.K_ROPE_SCALING_FACTOR: _f32(0),
+    K.K_ROPE_SCALING_ORIG_CTX: _u32(),
+    K.K_ROPE_SCALING_YARN_LOG_MUL: _f32(),
+    K.K_ROPE_SCALING_YARN_BETA_FAST: _f32(),
+    K.K_ROPE_SCALING_YARN_BETA_SLOW: _f32(),
+    K.K_EXPERT_COUNT: _u32(0, LLAMA_MAX_EXPERTS),
+    K.K_EXPERT_USED_COUNT: _layers(0, LLAMA_MAX_EXPERTS),
+    K.K_EXPERT_FF_LENGTH: _layers(),
+    K.K_EXPERT_SHARED_FF_LENGTH: _u32(),
+    K.K_EXPERT_SHARED_COUNT: _u32(),
+    K.K_EXPERT_GROUP_COUNT: _u32(),
+    K.K_EXPERT_GROUP_USED_COUNT: _u32(),
+    K.K_EXPERT_WEIGHTS_SCALE: _f32(),
+    K.K_EXPERT_WEIGHTS_NORM: Rule((V.BOOL,)),
+    K.K_EXPERT_GATING_FUNC: _u32(),
+    K.K_LEADING_DENSE_BLOCK_COUNT: _u32(0, LLAMA_MAX_LAYERS),
+    K.K_VOCAB_SIZE: _u32(0, MAX_VOCAB),
+    K.K_RECURRENT_LAYERS: Rule((V.BOOL, V.UINT32, V.INT32), per_layer=True, items=(V.BOOL, *_INT_ITEMS)),
+    K.K_FULL_ATTN_INTERVAL: _u32(),
+    K.K_SSM_CONV_KERNEL: _u32(),
+    K.K_SSM_STATE_SIZE: _u32(),
+    K.K_SSM_GROUP_COUNT: _u32(),
+    K.K_SSM_TIME_STEP_RANK: _u32(),
+    K.K_SSM_INNER_SIZE: _u32(),
+    K.K_SLIDING_WINDOW: _u32(),
+    K.K_SLIDING_WINDOW_PATTERN: Rule((V.UINT32,), items=(V.BOOL, *_INT_ITEMS), max_len=LLAMA_MAX_LAYERS),
+    K.K_VALUE_SCALE: _f32(),
+    K.K_SWIGLU_CLAMP_EXP: Rule((V.FLOAT32,), per_layer=True, items=(V.FLOAT32,)),
+    K.K_SWIGLU_CLAMP_SHEXP: Rule((V.FLOAT32,), per_layer=True, items=(V.FLOAT32,)),
+    K.K_SHARED_TARGET_TENSORS: Rule(items=(V.STRING,)),
+}
+
+#: keys outside the architecture's namespace
+GLOBAL_RULES: dict[str, Rule] = {
+    K.GENERAL_ARCH: Rule((V.STRING,)),
+    K.GENERAL_FILE_TYPE: _u32(),
+    K.TOK_MODEL: Rule((V.STRING,)),
+    K.TOK_PRE: Rule((V.STRING,)),
+    K.TOK_TOKENS: Rule(items=(V.STRING,), max_len=MAX_VOCAB),
+    K.TOK_TYPES: Rule(items=(V.INT32,), max_len=MAX_VOCAB),
+    K.TOK_MERGES: Rule(items=(V.STRING,)),
+    K.TOK_BOS: _u32(),
+    K.TOK_EOS: _u32(),
+    K.TOK_PAD: _u32(),
+    K.TOK_EOT: _u32(),
+    K.TOK_ADD_BOS: Rule((V.BOOL,)),
+    K.TOK_ADD_EOS: Rule((V.BOOL,)),
+    K.TOK_CHAT_TEMPLATE: Rule((V.STRING,)),
+}
+
+
+def _type_of(kv: KV) -> str:
+    if kv.vtype == V.ARRAY:
+        return f"an array of {kv.item_type.name if kv.item_type is not None else '?'}"
+    return kv.vtype.name
+
+
+def _bad(path: Path, key: str, what: str) -> FormatError:
+    return FormatError(f"{path}: metadata key {key!r} {what}; the file is damaged or was written for another "
+                       "program (llama.cpp would refuse or crash on it)")
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _check_number(path: Path, key: str, v: object, rule: Rule) -> None:
+    if isinstance(v, float) and not math.isfinite(v):
+        raise _bad(path, key, f"is {v}, not a finite number")
+    if rule.lo is not None and v < rule.lo:  # type: ignore[operator]
+        raise _bad(path, key, f"is {v}, below {_num(rule.lo)}")
+    if rule.hi is not None and v > rule.hi:  # type: ignore[operator]
+        raise _bad(path, key, f"is {v}, above llama.cpp's limit {_num(rule.hi)}")
+
+
+def _check_kv(path: Path, kv: KV, rule: Rule, block_count: int | None) -> None:
+    if kv.vtype == V.ARRAY:
+        if not rule.items:
+            raise _bad(path, kv.key, f"is {_type_of(kv)}, expected a single {rule.types[0].name}")
+        if kv.item_type not in rule.items:
+            raise _bad(path, kv.key, f"is {_type_of(kv)}, expected an array of {' or '.join(t.name for t in rule.items)}")
+        n = len(kv.value)
+        if rule.per_layer and block_count is not None and n != block_count:
+            raise _bad(path, kv.key, f"has {n} entries but block_count is {block_count}; per-layer arrays need "
+                                     "one entry per block")
+        if rule.max_len is not None and n > rule.max_len:
+            raise _bad(path, kv.key, f"has {n} entries, more than llama.cpp reads ({rule.max_len})")
+        if kv.item_type != V.STRING and kv.item_type != V.BOOL:
+            for v in kv.scalar():
+                _check_number(path, kv.key, v, rule)
+        return
+    if not rule.types or kv.vtype not in rule.types:
+        want = " or ".join(t.name for t in rule.types) if rule.types else f"an array of {rule.items[0].name}"
+        shown = f" ({kv.value!r:.40})" if kv.vtype == V.STRING else ""
+        raise _bad(path, kv.key, f"is {_type_of(kv)}{shown}, expected {want}")
+    if kv.vtype not in (V.STRING, V.BOOL):
+        _check_number(path, kv.key, kv.value, rule)
+
+
+def _int(kv: Mapping[str, KV], key: str, default: int = 0) -> int:
+    e = kv.get(key)
+    if e is None or e.vtype == V.ARRAY:
+        return default
+    return int(e.value)
+
+
+def _layer_max(kv: Mapping[str, KV], key: str) -> int:
+    e = kv.get(key)
+    if e is None:
+        return 0
+    return int(max(e.value, default=0)) if e.vtype == V.ARRAY else int(e.value)
+
+
+def check_metadata(path: Path, kv: Mapping[str, KV]) -> None:
+    """Refuse metadata llama.cpp would refuse, or abort on, naming the key; a no-op on sane files.
+
+    Only keys that are present are checked (which keys an architecture needs is llama.cpp's business).
+    """
+    for key, rule in GLOBAL_RULES.items():
+        if key in kv:
+            _check_kv(path, kv[key], rule, None)
+    arch_kv = kv.get(K.GENERAL_ARCH)
+    if arch_kv is None:
+        return
+    arch = str(arch_kv.value)
+    if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", arch):
+        raise _bad(path, K.GENERAL_ARCH, f"is {arch!r:.70}, not an architecture name")
+    a = lambda t: K.arch_key(t, arch)  # noqa: E731
+    bc_key, nextn_key = a(K.K_BLOCK_COUNT), a(K.K_NEXTN)
+    if bc_key in kv:
+        _check_kv(path, kv[bc_key], ARCH_RULES[K.K_BLOCK_COUNT], None)
+    block_count = _int(kv, bc_key) if bc_key in kv else None
+    for tmpl, rule in ARCH_RULES.items():
+        if tmpl != K.K_BLOCK_COUNT and a(tmpl) in kv:
+            _check_kv(path, kv[a(tmpl)], rule, block_count)
+    if nextn_key in kv:
+        if block_count is None:
+            raise _bad(path, nextn_key, f"is set but {bc_key} is missing")
+        n = _int(kv, nextn_key)
+        if n > block_count:
+            raise _bad(path, nextn_key, f"is {n}, more than block_count {block_count}")
+    # llama.cpp's expert asserts (llama_model::load_hparams)
+    n_expert, used = _int(kv, a(K.K_EXPERT_COUNT)), _layer_max(kv, a(K.K_EXPERT_USED_COUNT))
+    groups, group_used = _int(kv, a(K.K_EXPERT_GROUP_COUNT)), _int(kv, a(K.K_EXPERT_GROUP_USED_COUNT))
+    ek = a(K.K_EXPERT_COUNT)
+    if used > n_expert:
+        raise _bad(path, a(K.K_EXPERT_USED_COUNT), f"is {used}, more than {ek} = {n_expert}")
+    if n_expert > 0:
+        if used == 0:
+            raise _bad(path, a(K.K_EXPERT_USED_COUNT), f"is 0 or missing although {ek} = {n_expert}")
+        if groups >= n_expert:
+            raise _bad(path, a(K.K_EXPERT_GROUP_COUNT), f"is {groups}, not below {ek} = {n_expert}")
+        if groups > 1 and (n_expert % groups or not 0 < group_used < groups):
+            raise _bad(path, a(K.K_EXPERT_GROUP_USED_COUNT),
+                       f"is {group_used} with {groups} groups of {n_expert} experts; llama.cpp needs the experts "
+                       "to split evenly into groups and 0 < used groups < groups")
+    elif groups:
+        raise _bad(path, a(K.K_EXPERT_GROUP_COUNT), f"is {groups} but the model has no experts")
+    st = kv.get(a(K.K_ROPE_SCALING_TYPE))
+    if st is not None and st.value not in ROPE_SCALING_TYPES:
+        raise _bad(path, st.key, f"is {st.value!r:.40}; llama.cpp knows {', '.join(ROPE_SCALING_TYPES)}")
+    tokens, types = kv.get(K.TOK_TOKENS), kv.get(K.TOK_TYPES)
+    if tokens is not None and types is not None and len(types.value) < len(tokens.value):
+        raise _bad(path, K.TOK_TYPES, f"has {len(types.value)} entries for {len(tokens.value)} tokens")
+
+
+# -- tensors the graph needs ----------------------------------------------------------------------
+#: per-block tensor sets llama.cpp's loader leaves optional but its graph then uses: a file without them loads and
+#: crashes at the first decode (src/models/<arch>.cpp). Each entry: any one of the alternatives must be complete.
+RECURRENT_NEEDS = {"qwen35": (("attn_qkv.weight", "attn_gate.weight"),),
+                   "qwen35moe": (("attn_qkv.weight", "attn_gate.weight"),),
+                   "qwen3next": (("attn_qkv.weight", "attn_gate.weight"), ("ssm_in.weight",))}
+#: archs whose blocks are MoE exactly when they have a router, and dense otherwise
+FFN_BY_ROUTER = {"mimo2", "step35"}
+_FFN = {True: ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"),
+        False: ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")}
+_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
+
+
+def _recurrent(kv: Mapping[str, KV], arch: str, n: int) -> list[bool]:
+    """Which of the first ``n`` blocks are recurrent, as llama.cpp's qwen3.5 / qwen3-next loaders decide."""
+    arr = kv.get(K.arch_key(K.K_RECURRENT_LAYERS, arch))
+    if arr is not None and arr.vtype == V.ARRAY:
+        return [bool(x) for x in arr.scalar()[:n]]
+    interval = _int(kv, K.arch_key(K.K_FULL_ATTN_INTERVAL, arch), 4) or 4
+    return [(il + 1) % interval != 0 for il in range(n)]
+
+
+def check_tensor_set(path: Path, kv: Mapping[str, KV], names: Iterable[str]) -> None:
+    """Refuse tensor sets llama.cpp would load and then crash on (it only probes one tensor to tell a model from
+    a sidecar, and leaves some tensors optional that its graph needs)."""
+    arch_kv = kv.get(K.GENERAL_ARCH)
+    bc_kv = kv.get(K.arch_key(K.K_BLOCK_COUNT, str(arch_kv.value))) if arch_kv is not None else None
+    if arch_kv is None or bc_kv is None:
+        return
+    arch, names = str(arch_kv.value), set(names)
+    n_mtp = _int(kv, K.arch_key(K.K_NEXTN, arch))
+    n_trunk = int(bc_kv.value) - n_mtp
+    blocks: dict[int, set[str]] = {}
+    for name in names:
+        m = _BLOCK.match(name)
+        if m:
+            blocks.setdefault(int(m.group(1)), set()).add(m.group(2))
+    missing = lambda il, what: FormatError(  # noqa: E731
+        f"{path}: block {il} has no {what}; llama.cpp would load this file and crash when it runs it "
+        "(the file is incomplete: download or convert it again)")
+    if n_mtp > 0 and any(b < n_trunk for b in blocks) and "blk.0.attn_norm.weight" not in names:
+        # llama.cpp takes a file without it for an MTP sidecar and stops checking the trunk's tensors
+        raise missing(0, "attn_norm.weight, but other trunk tensors")
+    for il in sorted(b for b in blocks if n_trunk <= b < n_trunk + n_mtp):
+        if "nextn.eh_proj.weight" not in blocks[il]:  # likewise: without it the head's tensors go unchecked
+            raise missing(il, "nextn.eh_proj.weight, but other MTP tensors")
+    if arch in RECURRENT_NEEDS:
+        for il, recurrent in enumerate(_recurrent(kv, arch, n_trunk)):
+            if recurrent and il in blocks and not any(set(alt) <= blocks[il] for alt in RECURRENT_NEEDS[arch]):
+                raise missing(il, " + ".join(RECURRENT_NEEDS[arch][0]) + " (a linear-attention block)")
+    if arch in FFN_BY_ROUTER:
+        for il, have in blocks.items():
+            need = _FFN["ffn_gate_inp.weight" in have]
+            if not set(need) <= have:
+                raise missing(il, next(n for n in need if n not in have))
+
+
+# -- tensor types -------------------------------------------------------------------------------
+#: weights llama.cpp uses in element-wise ops (MUL, ADD, DIV, SCALE, ROPE, SSM_CONV, SSM_SCAN: LLM_TENSOR_INFOS),
+#: matched on the name without ``blk.N.`` and ``.weight``; every ``.bias`` is an ADD
+ELEMENTWISE = re.compile(
+    r"^(.*norm(_\d+|_exps)?|ssm_[ad]|ssm_conv1d(_[qkv])?|shortconv\.conv|ple_conv1d|rope_freqs|"
+    r"rope_factors_(long|short)|attn_sinks|layer_output_scale|altup_correct_scale|exp_probs_b(_vl)?|ffn\.act|"
+    r"(attn|ffn|output)_res_score|(attn|ffn)_conv_base|hc_(attn|ffn)_(base|scale)|output_hc_(base|scale)|"
+    r"time_mix_(lerp_\w+|decay|[wav]0|k_k|k_a|r_k|ln|first)|channel_mix_lerp_[kr]|convnext\.\d+\.gamma)$")
+#: types ggml's CPU backend has no dot product (or row getter) for: unusable as a weight matrix
+NOT_A_MATRIX_TYPE = {T.Q8_1, T.Q8_K, T.I8, T.I16, T.I32, T.I64, T.F64}
+_BLK = re.compile(r"^blk\.\d+\.")
+
+
+def tensor_type_problem(name: str, ggml_type: int) -> str | None:
+    """Why llama.cpp cannot use tensor ``name`` stored as ``ggml_type`` (None when it can)."""
+    if name.endswith(".bias"):
+        base = _BLK.sub("", name)
+        elementwise = True
+    else:
+        base = _BLK.sub("", name).removesuffix(".weight")
+        elementwise = bool(ELEMENTWISE.match(base))
+    if elementwise:
+        if ggml_type != T.F32:
+            return f"is {type_name(ggml_type)}, but llama.cpp multiplies or adds it element-wise, which needs F32"
+        return None
+    try:
+        if T(ggml_type) in NOT_A_MATRIX_TYPE:
+            return f"is {type_name(ggml_type)}, which llama.cpp cannot use as a weight matrix"
+    except ValueError:
+        return f"has unknown type {ggml_type}"
+    return None
+
+
+def check_tensor_types(path: Path, tensors: Iterable[tuple[str, int]], role: str = "") -> None:
+    """Refuse the first ``(name, ggml type)`` llama.cpp would abort on at its first decode."""
+    for name, gt in tensors:
+        why = tensor_type_problem(name, gt)
+        if why:
+            who = f"{role} " if role else ""
+            raise UnsupportedError(f"{path}: {who}tensor {name!r} {why}; the file was made by a tool that "
+                                   "quantized it wrongly: convert or extract it again from a correct source")
