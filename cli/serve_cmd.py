@@ -24,6 +24,7 @@ def serve(
     port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port to listen on (0: any free port, printed at start)."),
     parallel: int = typer.Option(1, "--parallel", "-np", min=1, max=64, help="Slots: requests served at once, each in its own sequence; -c is split between them."),
     alias: Optional[str] = typer.Option(None, "--alias", "-a", help="Model name for clients (default: the file's stem)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="LLAMA_API_KEY", help="Require 'Authorization: Bearer KEY' (all but /health)."),
     chat_template_file: Optional[Path] = typer.Option(None, "--chat-template-file", help="Jinja chat template to use instead of the GGUF's."),
     draft_n_max: str = typer.Option("3", "--spec-draft-n-max", "--draft-max", help="Draft length, or 'auto'."),
     p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min", help="Stop drafting when the head's top token is less likely than this."),
@@ -81,7 +82,7 @@ def serve(
         st = ServerState(session=session, scheduler=sched, metrics=metrics, model_name=name,
                          model_aliases=frozenset({name, model.name, model.stem, str(model)}),
                          defaults=Defaults(temp=temp, top_k=top_k, top_p=top_p, seed=seed, n_predict=n_predict),
-                         created=int(time.time()))
+                         created=int(time.time()), api_key=api_key or None)
         app = build_app(st)
         h, p = sock.getsockname()[:2]
         mtp_desc = (f"MTP {session.pairing.source.value}, draft {'auto' if adaptive else k}" if session.mtp_enabled

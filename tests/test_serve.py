@@ -43,7 +43,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Server:
     """``gguf-mtp serve`` in a subprocess on a free port (``--port 0``, read back from its start line)."""
 
-    def __init__(self, model: Path, *args: str) -> None:
+    def __init__(self, model: Path, *args: str, api_key: str = "none") -> None:
         cmd = [sys.executable, "-m", "gguf_mtp_cli.main", "serve", str(model), "--port", "0", "-t", "1", *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
@@ -64,7 +64,7 @@ class Server:
             raise RuntimeError("server did not start:\n" + "".join(self.log) + self.proc.stderr.read())
         threading.Thread(target=self._drain, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0, timeout=120)
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
 
     def _drain(self) -> None:
         assert self.proc.stderr is not None
@@ -114,7 +114,7 @@ def srv(model: Path):
 
 @pytest.fixture(scope="module")
 def plain(model: Path):
-    s = Server(model, "--no-mtp", "-c", str(CTX))
+    s = Server(model, "--no-mtp", "-c", str(CTX), "--api-key", "sekrit", api_key="sekrit")
     yield s
     s.stop(signal.SIGINT)
 
@@ -324,6 +324,16 @@ def test_bad_chat_requests_and_routes(srv: Server) -> None:
     r2 = srv.client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=4, temperature=0)
     assert r2.usage.completion_tokens == 4
     assert srv.metrics()["requests_rejected_total"] >= len(BAD) + len(cases)
+
+
+def test_api_key(plain: Server) -> None:
+    assert plain.http("GET", "/health")[0] == 200  # open, for load balancers
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        code, r = plain.http("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1}, headers)
+        assert code == 401 and r["error"]["code"] == "invalid_api_key"
+    assert plain.http("GET", "/v1/models", None, {"Authorization": "Bearer sekrit"})[0] == 200
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=plain.url + "/v1", api_key="wrong", max_retries=0).models.list()
 
 
 def test_sigterm_cancels_in_flight_and_exits_cleanly(model: Path) -> None:

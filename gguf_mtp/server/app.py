@@ -5,10 +5,11 @@ checks its request, queues a job, then relays the job's events as JSON or server
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ class ServerState:
     model_aliases: frozenset[str]
     defaults: Defaults
     created: int
+    api_key: str | None = None  # --api-key: required as "Authorization: Bearer KEY" everywhere but /health
 
 
 def error_response(err: APIError, metrics: Metrics | None = None) -> JSONResponse:
@@ -217,6 +219,23 @@ async def _stream(st: ServerState, job: Job, reply: _Reply, include_usage: bool)
         job.cancelled.set()  # the client went away (or we are done): stop generating at the next step
 
 
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _keyed(fn: Handler) -> Handler:
+    async def check(request: Request) -> Response:
+        st: ServerState = request.app.state.server
+        if st.api_key:
+            auth = request.headers.get("authorization", "")
+            given = auth[7:] if auth[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+            if not hmac.compare_digest(given.encode(), st.api_key.encode()):
+                return error_response(APIError(401, "invalid or missing API key; send Authorization: Bearer KEY",
+                                               type="authentication_error", code="invalid_api_key"), st.metrics)
+        return await fn(request)
+
+    return check
+
+
 async def chat_completions(request: Request) -> Response:
     return await _generate(request, chat=True)
 
@@ -274,13 +293,13 @@ def build_app(st: ServerState) -> Starlette:
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/v1/health", health, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/models", models, methods=["GET"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/completions", completions, methods=["POST"]),
+        Route("/metrics", _keyed(metrics), methods=["GET"]),
+        Route("/v1/models", _keyed(models), methods=["GET"]),
+        Route("/models", _keyed(models), methods=["GET"]),
+        Route("/v1/chat/completions", _keyed(chat_completions), methods=["POST"]),
+        Route("/chat/completions", _keyed(chat_completions), methods=["POST"]),
+        Route("/v1/completions", _keyed(completions), methods=["POST"]),
+        Route("/completions", _keyed(completions), methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error, Exception: _internal_error})
