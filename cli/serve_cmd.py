@@ -122,6 +122,7 @@ def _listen(host: str, port: int) -> socket.socket:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
         raise GgufMtpError(f"--host {host}: cannot resolve it ({e.strerror})") from None
+    infos.sort(key=lambda i: i[0] != socket.AF_INET)  # "localhost": the IPv4 address clients usually try first
     family, _, _, _, addr = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

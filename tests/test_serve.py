@@ -383,3 +383,15 @@ def test_cli_errors(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad.write_text("{% for m in messages %}{{ m.content }")
     assert main(["serve", str(model), "--port", "0", "--chat-template-file", str(bad)]) == 2
     assert "bad.jinja" in capsys.readouterr().err
+
+
+def test_text_stream_stops_and_utf8() -> None:
+    from gguf_mtp.server.text import TextStream
+
+    t = TextStream(["END", "\n\n"])
+    parts = [t.push(b) for b in (b"hel", b"lo E", b"N", b"x \xc3", b"\xa9 E", b"ND more")]
+    assert parts == ["hel", "lo ", "", "ENx ", "é ", ""]  # "E", "EN", " E" and a split "é" wait
+    assert t.stopped and t.finish() == "" and "".join(parts) == "hello ENx é "
+    t = TextStream(["</s>"])
+    out = "".join(t.push(b) for b in (b"a<", b"/", b"b")) + t.finish()
+    assert out == "a</b" and not t.stopped
