@@ -10,7 +10,6 @@ from typing import Optional
 import typer
 
 from gguf_mtp.errors import GgufMtpError
-from gguf_mtp.runtime import MTPSession, SessionConfig
 
 from .run_cmd import _draft_n
 
@@ -50,6 +49,10 @@ def serve(
 
       gguf-mtp serve Qwen3.5-9B-Q4_K_M.gguf --mtp Qwen3.5-9B-MTP.gguf -ngl 99 -np 4 -c 16384
     """
+    # imported here: the runtime loads llama.cpp's libraries before numpy (see gguf_mtp.runtime), and the CLI's
+    # other commands must not need them (nor the serve extra)
+    from gguf_mtp.runtime import MTPSession, SessionConfig
+
     try:
         import uvicorn
 
