@@ -193,9 +193,12 @@ def test_parallel_clients_get_what_they_get_alone(srv: Server) -> None:
         return srv.client.completions.create(model="tiny", max_tokens=N, **r).choices[0].text
 
     alone = [ask(r) for r in reqs]
+    before = srv.metrics()
     with ThreadPoolExecutor(len(reqs)) as ex:  # 5 clients on 2 slots: some wait in the queue
         together = list(ex.map(ask, reqs))
     assert together == alone
+    after = srv.metrics()
+    assert after["n_busy_slots_per_decode"] > before["n_busy_slots_per_decode"]  # both slots in one batch
     assert len(set(alone)) == len(alone)
 
 

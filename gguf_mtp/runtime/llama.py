@@ -182,13 +182,16 @@ class Batch:
             self.embd[:n] = embd
         self.n = n
 
-    def add(self, token: int, pos: int, *, logits: bool, embd: np.ndarray | None = None) -> int:
+    def add(self, token: int, pos: int, *, logits: bool, embd: np.ndarray | None = None, seq: int | None = None) -> int:
+        """Append one token; ``seq`` puts it in another sequence than the batch's own (batches over slots)."""
         i = self.n
         if i >= self.capacity:
             raise GgufMtpError(f"batch capacity {self.capacity} exceeded")
         self._tok[i] = token
         self._pos[i] = pos
         self._logits[i] = 1 if logits else 0
+        if seq is not None:
+            self._seq_store[i] = seq
         if self.embd is not None and embd is not None:
             self.embd[i] = embd
         self.n = i + 1

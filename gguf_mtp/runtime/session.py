@@ -120,7 +120,8 @@ class MTPSession:
         self._models.append(target)
         self.model = target
         n_seq = max(1, c.n_parallel)
-        tctx = Context(target, n_ctx=c.n_ctx, n_batch=max(c.n_batch, k + 1), n_threads=c.n_threads,
+        n_batch = max(c.n_batch, n_seq * (k + 1))  # a step of every sequence fits one batch (server slots)
+        tctx = Context(target, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads,
                        n_rs_seq=k if mtp_on else 0, embeddings_nextn=mtp_on, n_seq_max=n_seq)
         self._contexts.append(tctx)
         mctx = None
@@ -131,7 +132,7 @@ class MTPSession:
                 ngl = c.n_gpu_layers if c.draft_gpu_layers is None else c.draft_gpu_layers
                 draft_model = Model(p.sidecar.path, load_mtp=True, n_gpu_layers=ngl)
                 self._models.append(draft_model)
-            mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=max(c.n_batch, k + 1), n_threads=c.n_threads, mtp=True,
+            mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, mtp=True,
                            n_seq_max=n_seq)
             self._contexts.append(mctx)
         #: one engine per sequence; ``engine`` (sequence 0) is the one generate() and chat() use

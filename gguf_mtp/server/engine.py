@@ -3,10 +3,10 @@
 Each slot is a llama.cpp sequence with its own :class:`Engine` (tokens, pending hidden row, recurrent-state
 rollback, statistics), so requests never share state and a slot keeps its last conversation cached: a new
 request goes to the free slot whose cache shares the longest prefix with its prompt (multi-turn chats skip
-the prompt they already sent). All llama.cpp calls happen on this one thread. Active slots take one
-speculative step each in turn (draft, verify, roll back), so concurrent answers progress together; their
-steps are not merged into one batch. A job's cancel flag (client gone, shutdown) is honoured at the next
-step.
+the prompt they already sent). All llama.cpp calls happen on this one thread: each iteration processes
+the prompts of newly admitted requests, then takes one speculative step of every active slot with their
+decodes batched together (:class:`~gguf_mtp.runtime.multistep.MultiStep`). A job's cancel flag (client
+gone, shutdown) is honoured at the next step.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from typing import Any
 from ..errors import GgufMtpError
 from ..runtime.sampling import Sampler, SamplerConfig
 from ..runtime.session import MTPSession
-from ..runtime.speculative import ContextFull, Engine
+from ..runtime.multistep import MultiStep
+from ..runtime.speculative import Engine
 from ..runtime.stats import Stats
 from .metrics import Metrics
 from .schemas import APIError
@@ -92,6 +93,7 @@ class Scheduler:
         self.session = session
         self.metrics = metrics
         self.slots = [_Slot(e) for e in session.engines]
+        self.multi = MultiStep(session.engines)
         self.n_ctx_seq = session.engine.n_ctx
         self.n_draft_max = session.engine.n_draft_max
         self._pending: deque[Job] = deque()
@@ -152,9 +154,18 @@ class Scheduler:
                     return
             for slot in admitted:
                 self._guard(slot, self._begin)
-            for slot in active:
-                if slot.job is not None:
-                    self._guard(slot, self._step)
+            stepping = []
+            for slot in active:  # in sequence order: llama.cpp splits a batch by consecutive sequence ids
+                if slot.job is None:
+                    continue
+                if slot.job.cancelled.is_set():
+                    self._finish(slot, "cancelled")
+                elif slot.engine.n_ctx - len(slot.engine.tokens) - 1 < 1:
+                    self._finish(slot, "length")  # the slot's context is full
+                else:
+                    stepping.append(slot)
+            if stepping:
+                self._step(stepping)
 
     def _guard(self, slot: _Slot, fn: Callable[[_Slot], None]) -> None:
         """Run a phase; a cancelled job ends here, and llama.cpp failures become a 500 for that job only."""
@@ -190,16 +201,26 @@ class Scheduler:
         slot.t_gen0 = time.perf_counter()
         slot.t_prompt = slot.t_gen0 - t0
 
-    def _step(self, slot: _Slot) -> None:
-        job, e, text = slot.job, slot.engine, slot.text
-        assert job is not None and text is not None and slot.sampler is not None
+    def _step(self, slots: list[_Slot]) -> None:
+        """One speculative step of every active slot, their decodes batched together."""
         t0 = time.perf_counter()
         try:
-            emitted = e.step(slot.sampler)
-        except ContextFull:
-            self._finish(slot, "length")
+            outs = self.multi.step([s.engine for s in slots], [s.sampler for s in slots])  # type: ignore[misc]
+        except Exception as e:  # noqa: BLE001 - llama.cpp failed mid-step: these requests fail, the server goes on
+            msg = f"generation failed: {e}" if isinstance(e, GgufMtpError) else f"internal error: {type(e).__name__}: {e}"
+            for slot in slots:
+                slot.dirty = True
+                self._fail(slot, APIError(500, msg, type="server_error", code="engine_error"))
             return
-        e.stats.decode_seconds += time.perf_counter() - t0
+        self.metrics.count_step(len(slots))
+        share = (time.perf_counter() - t0) / len(slots)
+        for slot, emitted in zip(slots, outs):
+            slot.engine.stats.decode_seconds += share
+            self._consume(slot, emitted)
+
+    def _consume(self, slot: _Slot, emitted: list[int]) -> None:
+        job, e, text = slot.job, slot.engine, slot.text
+        assert job is not None and text is not None
         for t in emitted:
             slot.n += 1
             e.stats.emitted += 1

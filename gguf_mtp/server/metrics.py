@@ -33,6 +33,8 @@ class Metrics:
         self.prompt_cached = 0
         self.processing = 0
         self.deferred = 0
+        self.batched_steps = 0  # steps of the scheduler (one batched step of every active slot)
+        self.slot_steps = 0  # slot steps inside them
 
     def record(self, stats: Stats, cached: int, *, cancelled: bool) -> None:
         with self._lock:
@@ -49,6 +51,11 @@ class Metrics:
                 self.failed += 1
             else:
                 self.rejected += 1
+
+    def count_step(self, n_slots: int) -> None:
+        with self._lock:
+            self.batched_steps += 1
+            self.slot_steps += n_slots
 
     def set_load(self, processing: int, deferred: int) -> None:
         with self._lock:
@@ -91,6 +98,8 @@ class Metrics:
                 _Item("requests_processing", "gauge", "Requests in a slot", self.processing),
                 _Item("requests_deferred", "gauge", "Requests waiting for a slot", self.deferred),
                 _Item("slots", "gauge", "Parallel slots (-np)", self.n_slots),
+                _Item("n_busy_slots_per_decode", "gauge", "Average number of slots stepped together in one batch",
+                      self.slot_steps / self.batched_steps if self.batched_steps else 0.0),
             ]
             lines = []
             for it in items:
