@@ -189,8 +189,10 @@ def test_seeded_sampling_is_reproducible(srv: Server, model: Path) -> None:
 def test_parallel_clients_get_what_they_get_alone(srv: Server) -> None:
     reqs = [dict(prompt=p, temperature=0) for p in PROMPTS] + [dict(prompt=PROMPTS[1], temperature=0.8, seed=3)]
 
-    def ask(r: dict) -> str:
-        return srv.client.completions.create(model="tiny", max_tokens=N, **r).choices[0].text
+    def ask(r: dict) -> tuple[str, int, int]:
+        c = srv.client.completions.create(model="tiny", max_tokens=N, **r)
+        t = c.model_extra["timings"]  # the same drafts too: batched MTP feeds got each sequence's hidden rows
+        return c.choices[0].text, t["draft_n"], t["draft_n_accepted"]
 
     alone = [ask(r) for r in reqs]
     before = srv.metrics()
