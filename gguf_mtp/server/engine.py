@@ -168,7 +168,7 @@ class Scheduler:
                 self._step(stepping)
 
     def _guard(self, slot: _Slot, fn: Callable[[_Slot], None]) -> None:
-        """Run a phase; a cancelled job ends here, and llama.cpp failures become a 500 for that job only."""
+        """Start a job (its prompt); a cancelled job ends here, and a failure becomes a 500 for that job only."""
         job = slot.job
         assert job is not None
         if job.cancelled.is_set():
