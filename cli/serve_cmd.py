@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from gguf_mtp.errors import GgufMtpError
+from gguf_mtp.files import read_input_text
 
 from .run_cmd import _draft_n
 
@@ -65,10 +66,7 @@ def serve(
         raise typer.BadParameter("--mtp and --no-mtp exclude each other")
     template = None
     if chat_template_file is not None:
-        try:
-            template = chat_template_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise GgufMtpError(f"{chat_template_file}: cannot read the chat template ({e})") from None
+        template = read_input_text(chat_template_file, "chat template")
         _check_template(template, chat_template_file)
     k, adaptive = _draft_n(draft_n_max)
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
