@@ -283,6 +283,7 @@ BAD = [  # (body, status, param or code)
     ({"prompt": "x", "stop": 3}, 422, "stop"),
     ({"prompt": "x", "stream": "yes"}, 422, "stream"),
     ({"prompt": "x", "n": 2}, 422, "n"),
+    ({"prompt": "x", "ignore_eos": "yes"}, 422, "ignore_eos"),
     ({"prompt": "x", "presence_penalty": "lots"}, 422, "presence_penalty"),
     ({"prompt": 42}, 422, "prompt"),
     ({"prompt": [1, 2, 99999]}, 422, "prompt"),

@@ -109,7 +109,7 @@ async def _prepare(request: Request, chat: bool) -> tuple[ServerState, GenReques
     if max_tokens is None or max_tokens < 0:
         max_tokens = sched.n_ctx_seq
     job = Job(tokens=tokens, sampling=_sampling(req, st.defaults), max_tokens=max_tokens, stops=req.stop,
-              loop=asyncio.get_running_loop(), events=asyncio.Queue())
+              loop=asyncio.get_running_loop(), events=asyncio.Queue(), ignore_eos=req.ignore_eos)
     return st, req, job
 
 

@@ -52,6 +52,7 @@ class Job:
     stops: list[str]
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue  # ("text", str) | ("done", dict) | ("error", APIError)
+    ignore_eos: bool = False
     cancelled: threading.Event = field(default_factory=threading.Event)
     t_arrival: float = field(default_factory=time.perf_counter)
 
@@ -224,7 +225,7 @@ class Scheduler:
         for t in emitted:
             slot.n += 1
             e.stats.emitted += 1
-            if self._is_eog(t):
+            if self._is_eog(t) and not job.ignore_eos:
                 self._finish(slot, "stop")
                 return
             delta = text.push(self._piece(t))

@@ -48,6 +48,7 @@ class GenRequest:
     stop: list[str]
     stream: bool
     include_usage: bool
+    ignore_eos: bool = False  # llama-server's extension: generate through end-of-generation tokens
     prompt: str | list[int] | None = None  # /v1/completions
     messages: list[dict[str, Any]] = field(default_factory=list)  # /v1/chat/completions
 
@@ -128,6 +129,9 @@ def _common(body: dict[str, Any], n_ctx: int) -> dict[str, Any]:
     if so is not None and not isinstance(so, dict):
         raise invalid("stream_options", "expected an object", "invalid_type")
     include_usage = bool((so or {}).get("include_usage", False))
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise invalid("ignore_eos", "expected true or false", "invalid_type")
     n = _integer(body, "n", 1, 1 << 30)
     if n not in (None, 1):
         raise invalid("n", "only n = 1 is supported", "unsupported_value")
@@ -141,7 +145,8 @@ def _common(body: dict[str, Any], n_ctx: int) -> dict[str, Any]:
         if body.get(k) not in (None, False):  # 0 == False: "no logprobs"
             raise invalid(k, "is not supported by this server", "unsupported_value")
     return dict(model=model, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                seed=seed, stop=stops, stream=stream, include_usage=include_usage)
+                seed=seed, stop=stops, stream=stream, include_usage=include_usage,
+                ignore_eos=ignore_eos)
 
 
 def completion_request(body: dict[str, Any], n_ctx: int, n_vocab: int) -> GenRequest:
