@@ -12,11 +12,13 @@ import typer
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.files import read_input_text
 
-from .run_cmd import _draft_n
+from .run_cmd import _draft_n, _list_devices
 
 
 def serve(
     model: Path = typer.Argument(..., help="GGUF model (bundled, or trunk with a sidecar beside it)."),
+    list_devices: bool = typer.Option(False, "--list-devices", is_eager=True, callback=_list_devices,
+                                      help="Print the devices this llama.cpp build can use and exit."),
     mtp: Optional[Path] = typer.Option(None, "--mtp", help="MTP sidecar to pair (default: the model's own head, or one found beside it)."),
     no_mtp: bool = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation."),
     require_mtp: bool = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding."),
@@ -52,7 +54,7 @@ def serve(
     """
     # imported here: the runtime loads llama.cpp's libraries before numpy (see gguf_mtp.runtime), and the CLI's
     # other commands must not need them (nor the serve extra)
-    from gguf_mtp.runtime import MTPSession, SessionConfig
+    from gguf_mtp.runtime import MTPSession, SessionConfig, devices
 
     try:
         import uvicorn
@@ -74,6 +76,7 @@ def serve(
                         require_mtp=require_mtp, prompt_window=prompt_window, n_parallel=parallel)
     sock = _listen(host, port)  # before loading: a busy port fails fast
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
+    err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))
     session = MTPSession(model, mtp=False if no_mtp else (mtp or "auto"), config=cfg, chat_template=template,
                          on_notice=lambda s: err(f"note: {s}"))
     try:

@@ -384,7 +384,8 @@ def test_cli_errors(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
         busy.close()
     assert main(["serve", str(model.parent / "missing.gguf"), "--port", "0"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "missing.gguf" in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "missing.gguf" in last
     bad = model.parent / "bad.jinja"
     bad.write_text("{% for m in messages %}{{ m.content }")
     assert main(["serve", str(model), "--port", "0", "--chat-template-file", str(bad)]) == 2
