@@ -4,6 +4,8 @@
 #   bash bench/gpu.sh build    # ~5-9 min on 16 cores
 #   bash bench/gpu.sh test     # tests/test_runtime.py with every layer on the GPU
 #   bash bench/gpu.sh bench [SIZE_GB] [HEAD_NOISE]
+#   bash bench/gpu.sh lcpp-server                   # llama-server with CUDA from the same sdist
+#   bash bench/gpu.sh serve [SIZE_GB] [HEAD_NOISE]   # bench/serve.py, against llama-server if built
 # Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz and .carry/whl/{gguf,diskcache}-*.whl (see README).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
@@ -33,5 +35,21 @@ bench)
     py bench/run.py --make "${2:-8}" --head-noise "${3:-0.15}" --ngl 99 --threads "$(nproc)" -n 128 --repeats 2 --workdir /tmp/gguf-mtp-bench \
         --out "$OUT/run-gpu.json" 2>&1 | tee "$OUT/run-gpu.txt"
     ;;
-*) echo "usage: bash bench/gpu.sh build|test|bench [SIZE_GB]" >&2; exit 2 ;;
+lcpp-server)
+    # llama-server with CUDA from the same sdist (~5-9 min on 16 cores), for `serve`
+    cmake -S /tmp/b/llama_cpp_python-0.3.36/vendor/llama.cpp -B /tmp/lcpp -DGGML_CUDA=on \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF > "$OUT/lcpp-cfg.log" 2>&1
+    cmake --build /tmp/lcpp --target llama-server -j "$(nproc)" > "$OUT/lcpp-build.log" 2>&1
+    ls -l /tmp/lcpp/bin/llama-server
+    ;;
+serve)
+    # gguf-mtp serve (MTP on/off) vs llama-server (draft-mtp/plain, if lcpp-server ran) at 1/4/8 clients; needs the
+    # serve extra's wheels in .carry/whl too (pip download -d .carry/whl starlette uvicorn typer)
+    LS=(); [ -x /tmp/lcpp/bin/llama-server ] && LS=(--llama-server /tmp/lcpp/bin/llama-server)
+    py bench/serve.py --make "${2:-8}" --head-noise "${3:-0.15}" --ngl 99 --threads 4 -n 128 \
+        --seconds "${SERVE_SECONDS:-20}" --workdir /tmp/gguf-mtp-bench "${LS[@]}" \
+        --out "$OUT/serve-gpu.json" 2>&1 | tee "$OUT/serve-gpu.txt"
+    ;;
+*) echo "usage: bash bench/gpu.sh build|test|bench|lcpp-server|serve [SIZE_GB]" >&2; exit 2 ;;
 esac

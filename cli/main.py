@@ -19,11 +19,11 @@ import typer
 from gguf_mtp.errors import GgufMtpError, Terminated
 from gguf_mtp.files import describe_os_error
 
-from . import convert_cmd, extract_cmd, inspect_cmd, quantize_cmd, run_cmd
+from . import convert_cmd, extract_cmd, inspect_cmd, quantize_cmd, run_cmd, serve_cmd
 
 app = typer.Typer(
     name="gguf-mtp",
-    help="Multi-token-prediction (MTP) heads for GGUF models: convert, inspect, extract, graft, run.",
+    help="Multi-token-prediction (MTP) heads for GGUF models: convert, inspect, extract, graft, run, serve.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -50,7 +50,8 @@ app.command("inspect", no_args_is_help=True)(inspect_cmd.inspect)
 app.command("extract", no_args_is_help=True)(extract_cmd.extract)
 app.command("run", no_args_is_help=True)(run_cmd.run)
 app.command("quantize", no_args_is_help=True)(quantize_cmd.quantize)
-_COMMANDS = ("convert", "inspect", "extract", "run", "quantize")
+app.command("serve", no_args_is_help=True)(serve_cmd.serve)
+_COMMANDS = ("convert", "inspect", "extract", "run", "quantize", "serve")
 
 #: signals that unwind like Ctrl-C (temp files removed), then exit with 128 + the signal
 _TERMINATING = ("SIGTERM", "SIGHUP")

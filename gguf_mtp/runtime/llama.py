@@ -135,17 +135,18 @@ class Batch:
     """A reusable llama_batch over our own ctypes arrays: tokens, and (for MTP contexts) one hidden row
     per token beside the token, which llama.cpp's NextN graphs read together."""
 
-    def __init__(self, capacity: int, n_embd: int = 0) -> None:
+    def __init__(self, capacity: int, n_embd: int = 0, seq: int = 0) -> None:
         self.capacity, self.n_embd = capacity, n_embd
         self._tok = (_ll.llama_token * capacity)()
         self._pos = (_ll.llama_pos * capacity)()
         self._nseq = (ctypes.c_int32 * capacity)()
-        self._seq_store = (ctypes.c_int32 * capacity)()  # every token in sequence 0
+        self._seq_store = (ctypes.c_int32 * capacity)()  # every token in sequence ``seq``
         self._seq = (ctypes.POINTER(ctypes.c_int32) * capacity)()
         base, size = ctypes.addressof(self._seq_store), ctypes.sizeof(ctypes.c_int32)
         for i in range(capacity):
             self._seq[i] = ctypes.cast(base + i * size, ctypes.POINTER(ctypes.c_int32))
             self._nseq[i] = 1
+            self._seq_store[i] = seq
         self._logits = (ctypes.c_int8 * capacity)()
         self.embd = np.zeros((capacity, n_embd), dtype=np.float32) if n_embd else None
         # numpy views over the ctypes arrays, for filling a whole batch without a Python loop
@@ -181,13 +182,16 @@ class Batch:
             self.embd[:n] = embd
         self.n = n
 
-    def add(self, token: int, pos: int, *, logits: bool, embd: np.ndarray | None = None) -> int:
+    def add(self, token: int, pos: int, *, logits: bool, embd: np.ndarray | None = None, seq: int | None = None) -> int:
+        """Append one token; ``seq`` puts it in another sequence than the batch's own (batches over slots)."""
         i = self.n
         if i >= self.capacity:
             raise GgufMtpError(f"batch capacity {self.capacity} exceeded")
         self._tok[i] = token
         self._pos[i] = pos
         self._logits[i] = 1 if logits else 0
+        if seq is not None:
+            self._seq_store[i] = seq
         if self.embd is not None and embd is not None:
             self.embd[i] = embd
         self.n = i + 1
@@ -199,13 +203,15 @@ class Context:
 
     def __init__(self, model: Model, *, n_ctx: int = 512, n_batch: int = 512, n_threads: int | None = None,
                  mtp: bool = False, n_rs_seq: int = 0, embeddings_nextn: bool = False,
-                 flash_attn: bool | None = None) -> None:
+                 flash_attn: bool | None = None, n_seq_max: int = 1) -> None:
         self.model = model
         p = _ll.llama_context_default_params()
         p.n_ctx = n_ctx
         p.n_batch = n_batch
         p.n_ubatch = n_batch
-        p.n_seq_max = 1
+        # several sequences (server slots): each gets its own KV stream and recurrent state (not unified)
+        p.n_seq_max = max(1, n_seq_max)
+        p.kv_unified = False
         if n_threads:
             p.n_threads = p.n_threads_batch = n_threads
         p.n_rs_seq = n_rs_seq
@@ -221,8 +227,11 @@ class Context:
         if not self.ptr:
             what = "an MTP context" if mtp else "a context"
             raise GgufMtpError(f"{model.path}: llama.cpp could not create {what}: {last_error()}")
+        self.n_seq_max = max(1, n_seq_max)
         # what llama.cpp made of the request (n_ctx 0: the model's own length; both may be rounded or clamped)
         self.n_ctx = int(_ll.llama_n_ctx(self.ptr)) or n_ctx
+        # tokens one sequence may hold: llama.cpp splits n_ctx between the sequences (rounded to 256)
+        self.n_ctx_seq = self.n_ctx if self.n_seq_max == 1 else int(_ll.llama_n_ctx_seq(self.ptr))
         self.n_batch = min(n_batch, int(_ll.llama_n_batch(self.ptr)) or n_batch)
         self.mem = _ll.llama_get_memory(self.ptr)
         self._nextn_rows = embeddings_nextn and not mtp
@@ -270,15 +279,19 @@ class Context:
     def synchronize(self) -> None:
         _ll.llama_synchronize(self.ptr)
 
-    def seq_rm(self, p0: int, p1: int = -1) -> bool:
-        """Drop positions [p0, p1) of sequence 0 (recurrent state rolls back within n_rs_seq)."""
-        return bool(_ll.llama_memory_seq_rm(self.mem, 0, p0, p1))
+    def seq_rm(self, p0: int, p1: int = -1, seq: int = 0) -> bool:
+        """Drop positions [p0, p1) of sequence ``seq`` (recurrent state rolls back within n_rs_seq)."""
+        return bool(_ll.llama_memory_seq_rm(self.mem, seq, p0, p1))
 
-    def clear(self) -> None:
-        _ll.llama_memory_clear(self.mem, True)
+    def clear(self, seq: int | None = None) -> None:
+        """Forget everything (``seq`` None or a one-sequence context), or only sequence ``seq``."""
+        if seq is None or self.n_seq_max == 1:
+            _ll.llama_memory_clear(self.mem, True)
+        else:
+            _ll.llama_memory_seq_rm(self.mem, seq, -1, -1)
 
-    def pos_max(self) -> int:
-        return int(_ll.llama_memory_seq_pos_max(self.mem, 0))
+    def pos_max(self, seq: int = 0) -> int:
+        return int(_ll.llama_memory_seq_pos_max(self.mem, seq))
 
     def h_rows(self, n: int) -> np.ndarray:
         """Hidden rows (``n_embd_out`` wide) of the last decode's first ``n`` tokens (view, copy to keep)."""

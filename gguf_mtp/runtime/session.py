@@ -51,6 +51,8 @@ class SessionConfig:
     require_mtp: bool = False
     # >0: the MTP head sees only the last N tokens of each prompt (bounds its prompt cost; lossless either way)
     prompt_window: int = 0
+    # conversations held at once (server slots), each in its own llama.cpp sequence; n_ctx is split between them
+    n_parallel: int = 1
 
 
 class MTPSession:
@@ -62,7 +64,8 @@ class MTPSession:
     """
 
     def __init__(self, model: str | os.PathLike[str], *, mtp: str | os.PathLike[str] | bool | None = "auto",
-                 config: SessionConfig | None = None, on_notice: Callable[[str], None] | None = None, **kw: Any) -> None:
+                 config: SessionConfig | None = None, on_notice: Callable[[str], None] | None = None,
+                 chat_template: str | None = None, **kw: Any) -> None:
         # options first: a bad one is refused before any file is opened or llama.cpp is reached
         self.cfg, self.notices = check_session(config or SessionConfig(**kw), speculative=mtp not in (False, None))
         self._dirty = False  # an interrupted turn left the engine mid-step: start the next one afresh
@@ -93,7 +96,7 @@ class MTPSession:
         toks = m.get(K.TOK_TOKENS) or []
         bos_id, eos_id = m.get(K.TOK_BOS), m.get(K.TOK_EOS)
         self.template = ChatTemplate(
-            m.get(K.TOK_CHAT_TEMPLATE),  # type: ignore[arg-type]
+            chat_template or m.get(K.TOK_CHAT_TEMPLATE),  # type: ignore[arg-type]
             toks[bos_id] if isinstance(bos_id, int) and bos_id < len(toks) else "",  # type: ignore[index,arg-type]
             toks[eos_id] if isinstance(eos_id, int) and eos_id < len(toks) else "")  # type: ignore[index,arg-type]
         self.stats = Stats(n_draft_max=self.engine.n_draft_max)
@@ -117,8 +120,10 @@ class MTPSession:
             target = Model(p.model.path, load_mtp=p.source == HeadSource.BUNDLED, n_gpu_layers=c.n_gpu_layers)
         self._models.append(target)
         self.model = target
-        tctx = Context(target, n_ctx=c.n_ctx, n_batch=c.n_batch, n_threads=c.n_threads,
-                       n_rs_seq=k if mtp_on else 0, embeddings_nextn=mtp_on)
+        n_seq = max(1, c.n_parallel)
+        n_batch = max(c.n_batch, n_seq * (k + 1))  # a step of every sequence fits one batch (server slots)
+        tctx = Context(target, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads,
+                       n_rs_seq=k if mtp_on else 0, embeddings_nextn=mtp_on, n_seq_max=n_seq)
         self._contexts.append(tctx)
         mctx = None
         if mtp_on:
@@ -128,9 +133,13 @@ class MTPSession:
                 ngl = c.n_gpu_layers if c.draft_gpu_layers is None else c.draft_gpu_layers
                 draft_model = Model(p.sidecar.path, load_mtp=True, n_gpu_layers=ngl)
                 self._models.append(draft_model)
-            mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=c.n_batch, n_threads=c.n_threads, mtp=True)
+            mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, mtp=True,
+                           n_seq_max=n_seq)
             self._contexts.append(mctx)
-        self.engine = Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=c.adaptive, prompt_window=c.prompt_window)
+        #: one engine per sequence; ``engine`` (sequence 0) is the one generate() and chat() use
+        self.engines = [Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=c.adaptive,
+                               prompt_window=c.prompt_window, seq=i) for i in range(n_seq)]
+        self.engine = self.engines[0]
 
     def set_draft(self, n_draft: int, *, adaptive: bool = False) -> None:
         """Change the draft length (up to the one the session was opened with) for the next turn."""
@@ -140,6 +149,7 @@ class MTPSession:
                              prompt_window=self.cfg.prompt_window)
         self.engine.stats = e.stats
         self.engine.stats.n_draft_max = k
+        self.engines[0] = self.engine
 
     @property
     def mtp_enabled(self) -> bool:
@@ -149,8 +159,7 @@ class MTPSession:
     def _run(self, new_tokens: list[int], max_tokens: int, sampling: SamplerConfig | None,
              on_text: Callable[[str], None] | None, reuse: bool) -> Generation:
         e = self.engine
-        before = Stats(n_draft_max=e.n_draft_max)
-        before.merge(e.stats)
+        before = e.stats.copy()
         if reuse:
             self._sync(new_tokens)
         else:
@@ -185,25 +194,10 @@ class MTPSession:
 
     def _sync(self, tokens: list[int]) -> None:
         """Make the engine's context equal ``tokens`` minus its last token, reusing the common prefix."""
-        e = self.engine
         if self._dirty:
-            e.reset()
+            self.engine.reset()
             self._dirty = False
-        history = e.tokens + ([e.id_last] if e.id_last is not None else [])
-        common = 0
-        for a, b in zip(history, tokens):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(tokens) - 1)  # always leave a token to decode
-        if common > len(e.tokens):  # id_last matches: keep it pending
-            e.feed(tokens[common:])
-            return
-        if not e.rewind(common):
-            e.reset()
-            common = 0
-        e.id_last = None
-        e.feed(tokens[common:])
+        self.engine.sync(tokens)
 
     def generate(self, prompt: str | list[int], *, max_tokens: int = 256, sampling: SamplerConfig | None = None,
                  on_text: Callable[[str], None] | None = None) -> Generation:
@@ -235,18 +229,7 @@ class MTPSession:
 
 
 def _diff(now: Stats, before: Stats) -> Stats:
-    d = Stats(n_draft_max=now.n_draft_max)
-    d.prompt_tokens = now.prompt_tokens - before.prompt_tokens
-    d.prompt_seconds = now.prompt_seconds - before.prompt_seconds
-    d.emitted = now.emitted - before.emitted
-    d.steps = now.steps - before.steps
-    d.decode_seconds = now.decode_seconds - before.decode_seconds
-    d.llama_seconds = now.llama_seconds - before.llama_seconds
-    d.drafted_at = [a - (before.drafted_at[i] if i < len(before.drafted_at) else 0) for i, a in enumerate(now.drafted_at)]
-    d.accepted_at = [a - (before.accepted_at[i] if i < len(before.accepted_at) else 0) for i, a in enumerate(now.accepted_at)]
-    d.draft_lengths = {k: v - before.draft_lengths.get(k, 0) for k, v in now.draft_lengths.items()
-                       if v - before.draft_lengths.get(k, 0)}
-    return d
+    return now.since(before)
 
 
 __all__ = ["MTPSession", "SessionConfig", "Generation", "SamplerConfig"]

@@ -33,8 +33,11 @@ class Engine:
     """Decoding state of one conversation on a target context (and optionally an MTP context)."""
 
     def __init__(self, target: Context, mtp: Context | None, *, n_draft: int = 3, p_min: float = 0.0,
-                 adaptive: bool = False, prompt_window: int = 0) -> None:
+                 adaptive: bool = False, prompt_window: int = 0, seq: int = 0) -> None:
         self.tgt, self.mtp = target, mtp
+        # the llama.cpp sequence this conversation lives in (one per server slot); both contexts use the same id
+        self.seq = seq
+        self.n_ctx = target.n_ctx_seq
         # >0: the MTP context gets only the last ``prompt_window`` tokens of each prompt. The head's prompt
         # cost is then bounded by the window instead of growing with the prompt; drafts may be worse early
         # on, output is unchanged (the target verifies every draft).
@@ -48,8 +51,8 @@ class Engine:
         self.p_min = p_min
         self.adaptive = adaptive and mtp is not None
         n_embd = target.model.n_embd_out
-        self.tbatch = Batch(max(target.n_batch, self.n_draft_max + 1))
-        self.mbatch = Batch(max(target.n_batch, self.n_draft_max + 1), n_embd) if mtp is not None else None
+        self.tbatch = Batch(max(target.n_batch, self.n_draft_max + 1), seq=seq)
+        self.mbatch = Batch(max(target.n_batch, self.n_draft_max + 1), n_embd, seq=seq) if mtp is not None else None
         self.tokens: list[int] = []  # decoded into the target, position = index
         self.id_last: int | None = None
         self.pending_h = np.zeros(n_embd, dtype=np.float32)
@@ -88,7 +91,7 @@ class Engine:
             return self._decode(self.mtp, b)
         spent = 0.0
         for head in range(self.n_heads):  # every head keeps its own layer's cache for these positions
-            self.mtp.seq_rm(pos0)
+            self.mtp.seq_rm(pos0, seq=self.seq)
             self.mtp.set_head(head)
             spent += self._decode(self.mtp, b)
         self.mtp.set_head(0)
@@ -96,9 +99,9 @@ class Engine:
 
     # -- prompt ------------------------------------------------------------------------------
     def reset(self) -> None:
-        self.tgt.clear()
+        self.tgt.clear(self.seq)
         if self.mtp is not None:
-            self.mtp.clear()
+            self.mtp.clear(self.seq)
         self.tokens, self.id_last, self.h_hist = [], None, {}
         self.pending_h[:] = 0
 
@@ -113,14 +116,14 @@ class Engine:
         end = len(self.tokens) + len(body)
         # first position the MTP context is given; the hidden row of the position before it is still needed
         mtp_from = max(len(self.tokens), end - self.prompt_window) if self.prompt_window else len(self.tokens)
-        if self.mtp is not None and mtp_from > len(self.tokens) and self.mtp.pos_max() >= 0:
-            self.mtp.clear()  # positions must not jump over a gap in a non-empty cache (llama.cpp refuses)
+        if self.mtp is not None and mtp_from > len(self.tokens) and self.mtp.pos_max(self.seq) >= 0:
+            self.mtp.clear(self.seq)  # positions must not jump over a gap in a non-empty cache (llama.cpp refuses)
         try:
             for c in range(0, len(body), n):
                 chunk = body[c:c + n]
                 pos0 = len(self.tokens)
-                if pos0 + len(chunk) + self.n_draft_max + 1 > self.tgt.n_ctx:
-                    raise ContextFull(self.tgt.n_ctx)
+                if pos0 + len(chunk) + self.n_draft_max + 1 > self.n_ctx:
+                    raise ContextFull(self.n_ctx)
                 # chunks wholly before the window need no hidden rows: skip their device-to-host copy
                 rows_needed = self.mtp is not None and pos0 + len(chunk) >= mtp_from
                 if self.mtp is not None:
@@ -154,14 +157,34 @@ class Engine:
             return True
         if self.mtp is not None and (n_keep - 1) not in self.h_hist:
             return False
-        if not self.tgt.seq_rm(n_keep):
+        if not self.tgt.seq_rm(n_keep, seq=self.seq):
             return False
         if self.mtp is not None:
-            self.mtp.seq_rm(n_keep)
+            self.mtp.seq_rm(n_keep, seq=self.seq)
             self.pending_h = self.h_hist[n_keep - 1].copy()
         del self.tokens[n_keep:]
         self.id_last = None
         return True
+
+    def sync(self, tokens: Sequence[int]) -> int:
+        """Make the conversation equal ``tokens`` (the last one left pending), reusing the longest common prefix
+        with what is already decoded; returns how many tokens were reused."""
+        history = self.tokens + ([self.id_last] if self.id_last is not None else [])
+        common = 0
+        for a, b in zip(history, tokens):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(tokens) - 1)  # always leave a token to decode
+        if common > len(self.tokens):  # id_last matches: keep it pending
+            self.feed(tokens[common:])
+            return common
+        if not self.rewind(common):
+            self.reset()
+            common = 0
+        self.id_last = None
+        self.feed(tokens[common:])
+        return common
 
     # -- generation --------------------------------------------------------------------------
     def _draft_chain(self, k: int) -> tuple[list[int], float]:
@@ -172,7 +195,7 @@ class Engine:
         out: list[int] = []
         spent = 0.0
         for i in range(k):
-            self.mtp.seq_rm(pos0)
+            self.mtp.seq_rm(pos0, seq=self.seq)
             self.mtp.set_head(i)
             b.fill(toks, pos0, last_logits=True, embd=np.stack(rows))
             spent += self._decode(self.mtp, b)
@@ -184,7 +207,7 @@ class Engine:
             toks.append(d)
             rows.append(self.mtp.h_row(len(toks) - 2).copy())
         self.mtp.set_head(0)
-        self.mtp.seq_rm(pos0)
+        self.mtp.seq_rm(pos0, seq=self.seq)
         return out, spent
 
     def _draft(self, k: int) -> tuple[list[int], float]:
@@ -208,7 +231,7 @@ class Engine:
             out.append(d)
             h = self.mtp.h_row(0)
             tok = d
-        self.mtp.seq_rm(pos0)  # drafts leave no trace in the MTP cache
+        self.mtp.seq_rm(pos0, seq=self.seq)  # drafts leave no trace in the MTP cache
         return out, spent
 
     def step(self, sampler: Sampler) -> list[int]:
@@ -216,9 +239,9 @@ class Engine:
         if self.id_last is None:
             raise GgufMtpError("nothing to decode: feed a prompt first")
         n_past = len(self.tokens)
-        room = self.tgt.n_ctx - n_past - 1
+        room = self.n_ctx - n_past - 1
         if room < 1:
-            raise ContextFull(self.tgt.n_ctx)
+            raise ContextFull(self.n_ctx)
         llama_t = 0.0
         drafts: list[int] = []
         draft_t = 0.0
@@ -251,11 +274,11 @@ class Engine:
                 self.stats.record(len(drafts), j)
                 self._learn(len(drafts), tv, draft_t)
         if j < len(drafts):
-            if not self.tgt.seq_rm(n_past + j + 1):
+            if not self.tgt.seq_rm(n_past + j + 1, seq=self.seq):
                 raise GgufMtpError("the target context cannot roll back rejected drafts (recurrent state without "
                                    "snapshots); run with --no-mtp")
             if self.mtp is not None:
-                self.mtp.seq_rm(n_past + j + 1)
+                self.mtp.seq_rm(n_past + j + 1, seq=self.seq)
         self.tokens.extend(verified[: j + 1])
         self.id_last = emitted[-1]
         self.stats.steps += 1

@@ -82,6 +82,23 @@ class Stats:
         for k, v in o.draft_lengths.items():
             self.draft_lengths[k] = self.draft_lengths.get(k, 0) + v
 
+    def copy(self) -> "Stats":
+        c = Stats(n_draft_max=self.n_draft_max)
+        c.merge(self)
+        return c
+
+    def since(self, before: "Stats") -> "Stats":
+        """What was added to these statistics after ``before`` (a copy taken earlier)."""
+        d = Stats(n_draft_max=self.n_draft_max)
+        for f in ("prompt_tokens", "prompt_seconds", "emitted", "steps", "decode_seconds", "llama_seconds"):
+            setattr(d, f, getattr(self, f) - getattr(before, f))
+        pad = lambda xs: xs + [0] * (len(self.drafted_at) - len(xs))  # noqa: E731
+        d.drafted_at = [a - b for a, b in zip(self.drafted_at, pad(before.drafted_at))]
+        d.accepted_at = [a - b for a, b in zip(self.accepted_at, pad(before.accepted_at))]
+        d.draft_lengths = {k: v - before.draft_lengths.get(k, 0) for k, v in self.draft_lengths.items()
+                           if v - before.draft_lengths.get(k, 0)}
+        return d
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(drafted=self.drafted, accepted=self.accepted, acceptance=round(self.acceptance, 4),

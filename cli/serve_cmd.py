@@ -1,0 +1,153 @@
+"""``gguf-mtp serve``: an OpenAI-compatible server with MTP speculative decoding (options as llama-server's)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gguf_mtp.errors import GgufMtpError
+from gguf_mtp.files import read_input_text
+
+from .run_cmd import _draft_n, _list_devices
+
+
+def serve(
+    model: Path = typer.Argument(..., help="GGUF model (bundled, or trunk with a sidecar beside it)."),
+    list_devices: bool = typer.Option(False, "--list-devices", is_eager=True, callback=_list_devices,
+                                      help="Print the devices this llama.cpp build can use and exit."),
+    mtp: Optional[Path] = typer.Option(None, "--mtp", help="MTP sidecar to pair (default: the model's own head, or one found beside it)."),
+    no_mtp: bool = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation."),
+    require_mtp: bool = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port to listen on (0: any free port, printed at start)."),
+    parallel: int = typer.Option(1, "--parallel", "-np", min=1, max=64, help="Slots: requests served at once, each in its own sequence; -c is split between them."),
+    alias: Optional[str] = typer.Option(None, "--alias", "-a", help="Model name for clients (default: the file's stem)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="LLAMA_API_KEY", help="Require 'Authorization: Bearer KEY' (all but /health)."),
+    chat_template_file: Optional[Path] = typer.Option(None, "--chat-template-file", help="Jinja chat template to use instead of the GGUF's."),
+    draft_n_max: str = typer.Option("3", "--spec-draft-n-max", "--draft-max", help="Draft length, or 'auto'."),
+    p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min", help="Stop drafting when the head's top token is less likely than this."),
+    prompt_window: int = typer.Option(0, "--spec-draft-prompt-window", min=0, help="Give the MTP head only the last N tokens of each prompt (0: all)."),
+    n_gpu_layers: int = typer.Option(0, "--n-gpu-layers", "-ngl", help="Layers to offload to the GPU."),
+    draft_gpu_layers: Optional[int] = typer.Option(None, "--n-gpu-layers-draft", "-ngld", help="GPU layers for a self-contained sidecar (default: as -ngl)."),
+    ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens, shared by the slots."),
+    batch_size: int = typer.Option(512, "--batch-size", "-b", help="Prompt batch size."),
+    threads: Optional[int] = typer.Option(None, "--threads", "-t", help="CPU threads."),
+    n_predict: int = typer.Option(-1, "--n-predict", "-n", help="Default max_tokens (-1: until the end or the slot's context is full)."),
+    temp: float = typer.Option(0.8, "--temp", help="Default temperature for requests that set none."),
+    top_k: int = typer.Option(40, "--top-k", help="Default top-k."),
+    top_p: float = typer.Option(0.95, "--top-p", help="Default top-p."),
+    seed: int = typer.Option(-1, "--seed", "-s", help="Default seed (-1: a random seed per request)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every request (uvicorn's access log)."),
+) -> None:
+    """Serve the model over HTTP with OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models),
+    /health and Prometheus /metrics.
+
+    Examples:
+
+      gguf-mtp serve Qwen3.5-9B-Q8_0.gguf --port 8080
+
+      gguf-mtp serve Qwen3.5-9B-Q4_K_M.gguf --mtp Qwen3.5-9B-MTP.gguf -ngl 99 -np 4 -c 16384
+    """
+    # imported here: the runtime loads llama.cpp's libraries before numpy (see gguf_mtp.runtime), and the CLI's
+    # other commands must not need them (nor the serve extra)
+    from gguf_mtp.runtime import MTPSession, SessionConfig, devices
+
+    try:
+        import uvicorn
+
+        from gguf_mtp.server.app import ServerState, build_app
+        from gguf_mtp.server.engine import Defaults, Scheduler
+        from gguf_mtp.server.metrics import Metrics
+    except ImportError as e:
+        raise GgufMtpError(f"gguf-mtp serve needs the serve extra ({e}): pip install \"gguf-mtp[serve]\"") from None
+    if no_mtp and mtp is not None:
+        raise typer.BadParameter("--mtp and --no-mtp exclude each other")
+    template = None
+    if chat_template_file is not None:
+        template = read_input_text(chat_template_file, "chat template")
+        _check_template(template, chat_template_file)
+    k, adaptive = _draft_n(draft_n_max)
+    cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
+                        n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
+                        require_mtp=require_mtp, prompt_window=prompt_window, n_parallel=parallel)
+    sock = _listen(host, port)  # before loading: a busy port fails fast
+    err = lambda s: typer.echo(s, err=True)  # noqa: E731
+    err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))
+    session = MTPSession(model, mtp=False if no_mtp else (mtp or "auto"), config=cfg, chat_template=template,
+                         on_notice=lambda s: err(f"note: {s}"))
+    try:
+        name = alias or model.stem
+        metrics = Metrics(parallel)
+        sched = Scheduler(session, metrics)
+        st = ServerState(session=session, scheduler=sched, metrics=metrics, model_name=name,
+                         model_aliases=frozenset({name, model.name, model.stem, str(model)}),
+                         defaults=Defaults(temp=temp, top_k=top_k, top_p=top_p, seed=seed, n_predict=n_predict),
+                         created=int(time.time()), api_key=api_key or None)
+        app = build_app(st)
+        h, p = sock.getsockname()[:2]
+        mtp_desc = (f"MTP {session.pairing.source.value}, draft {'auto' if adaptive else k}" if session.mtp_enabled
+                    else "no MTP")
+        err(f"gguf-mtp serve: {name} ({mtp_desc}), {parallel} slot(s) of {sched.n_ctx_seq} tokens")
+        err(f"listening on http://{_url_host(h)}:{p}")
+        config = uvicorn.Config(app, log_level="info" if verbose else "warning", access_log=verbose,
+                                lifespan="on", timeout_graceful_shutdown=10)
+        server = _Server(config, sched)
+        server.run(sockets=[sock])
+    finally:
+        session.close()
+        sock.close()
+    err("gguf-mtp serve: stopped")
+
+
+def _Server(config, sched):  # type: ignore[no-untyped-def]
+    """uvicorn's server, with the signal handler also cancelling every generation, so that open streams end
+    now instead of holding the graceful shutdown until their last token."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):  # type: ignore[no-untyped-def]
+            sched.cancel_all()
+            super().handle_exit(sig, frame)
+            # uvicorn re-raises the signal once shut down (death by SIGTERM, KeyboardInterrupt for SIGINT);
+            # we have shut down cleanly and close the model ourselves, so the process exits with status 0
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list):
+                captured.clear()
+
+    return Server(config)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise GgufMtpError(f"--host {host}: cannot resolve it ({e.strerror})") from None
+    infos.sort(key=lambda i: i[0] != socket.AF_INET)  # "localhost": the IPv4 address clients usually try first
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise GgufMtpError(f"cannot listen on {host}:{port} ({e.strerror}); pick another --port or --host") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url_host(h: str) -> str:
+    return f"[{h}]" if ":" in h else h
+
+
+def _check_template(source: str, path: Path) -> None:
+    from gguf_mtp.runtime.chat import ChatTemplate
+
+    try:
+        ChatTemplate(source).render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+    except Exception as e:  # noqa: BLE001 - any template failure is the file's problem
+        raise GgufMtpError(f"{path}: the chat template does not render a simple conversation ({e})") from None

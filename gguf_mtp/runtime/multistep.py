@@ -1,0 +1,139 @@
+"""One speculative step for several conversations at once: engines on the same contexts, each in its own
+sequence, share every llama_decode of the step (the i-th draft of every sequence in one MTP batch, all
+verifications in one target batch, all MTP feeds in one batch), as llama-server batches its slots.
+
+The result for each engine is what :meth:`Engine.step` would have emitted: the same drafts are proposed, the
+target's sampler picks every token from that sequence's own logits, and each sequence rolls back its own
+rejected drafts (per-sequence KV cells and recurrent snapshots). Engines with several chained heads
+(mimo2, step35) step one after another.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import GgufMtpError
+from .llama import Batch, Context
+from .sampling import Sampler, top1_prob
+from .speculative import ContextFull, Engine
+
+
+class MultiStep:
+    """Batches for the engines of one session (sized for all of them drafting ``n_draft_max`` tokens)."""
+
+    def __init__(self, engines: Sequence[Engine]) -> None:
+        e0 = engines[0]
+        self.tgt, self.mtp = e0.tgt, e0.mtp
+        n = len(engines) * (e0.n_draft_max + 1)
+        self.tbatch = Batch(n)
+        self.mbatch = Batch(n, e0.tgt.model.n_embd_out) if self.mtp is not None else None
+
+    @staticmethod
+    def _decode(ctx: Context, batch: Batch) -> float:
+        t = time.perf_counter()
+        ctx.decode_batch(batch)
+        ctx.synchronize()
+        return time.perf_counter() - t
+
+    def step(self, engines: Sequence[Engine], samplers: Sequence[Sampler]) -> list[list[int]]:
+        """One step of every engine (distinct sequences, in increasing sequence order for llama.cpp's splits);
+        returns the tokens each emitted."""
+        if any(e.chain for e in engines):
+            return [e.step(s) for e, s in zip(engines, samplers)]
+        for e in engines:
+            if e.id_last is None:
+                raise GgufMtpError("nothing to decode: feed a prompt first")
+            if e.n_ctx - len(e.tokens) - 1 < 1:
+                raise ContextFull(e.n_ctx)
+        n_past = [len(e.tokens) for e in engines]
+        ks = [min(e._next_k(), e.n_ctx - n - 2) if e.mtp is not None else 0 for e, n in zip(engines, n_past)]
+        drafts, draft_t = self._draft(engines, ks, n_past)
+        # verify: every sequence's [id_last, drafts] in one target batch
+        tb = self.tbatch
+        tb.clear()
+        offs = []
+        for e, n, d in zip(engines, n_past, drafts):
+            offs.append(tb.n)
+            tb.add(e.id_last, n, logits=True, seq=e.seq)  # type: ignore[arg-type]
+            for i, t in enumerate(d):
+                tb.add(t, n + 1 + i, logits=True, seq=e.seq)
+        tv = self._decode(self.tgt, tb)
+        out: list[list[int]] = []
+        accepted: list[int] = []
+        for e, s, d, o in zip(engines, samplers, drafts, offs):
+            emitted: list[int] = []
+            for i in range(len(d) + 1):
+                t = s(self.tgt.logits_view(o + i))
+                emitted.append(t)
+                if i >= len(d) or t != d[i]:
+                    break
+            out.append(emitted)
+            accepted.append(len(emitted) - 1)
+        share = 1.0 / len(engines)
+        feed_t = 0.0
+        if self.mtp is not None:
+            h_all = self.tgt.h_rows(tb.n)
+            rows = [h_all[o: o + len(d) + 1].copy() for o, d in zip(offs, drafts)]
+            mb = self.mbatch
+            assert mb is not None and mb.embd is not None
+            mb.clear()
+            for e, n, d, r in zip(engines, n_past, drafts, rows):  # the MTP context gets (x_p, h_{p-1})
+                for i, t in enumerate([e.id_last] + d):
+                    mb.add(t, n + i, logits=False, embd=e.pending_h if i == 0 else r[i - 1], seq=e.seq)  # type: ignore[arg-type]
+            feed_t = self._decode(self.mtp, mb)
+            for e, n, d, r, j in zip(engines, n_past, drafts, rows, accepted):
+                e._remember_h(n, r[: j + 1])
+                e.pending_h = r[j].copy()
+                if d:
+                    e.stats.record(len(d), j)
+                    e._learn(len(d), tv, draft_t)
+        for e, n, d, emitted, j in zip(engines, n_past, drafts, out, accepted):
+            if j < len(d):
+                if not self.tgt.seq_rm(n + j + 1, seq=e.seq):
+                    raise GgufMtpError("the target context cannot roll back rejected drafts (recurrent state "
+                                       "without snapshots); run with --no-mtp")
+                if self.mtp is not None:
+                    self.mtp.seq_rm(n + j + 1, seq=e.seq)
+            e.tokens.extend(([e.id_last] + d)[: j + 1])  # type: ignore[list-item]
+            e.id_last = emitted[-1]
+            e.stats.steps += 1
+            e.stats.llama_seconds += (draft_t + tv + feed_t) * share
+        return out
+
+    def _draft(self, engines: Sequence[Engine], ks: list[int], n_past: list[int]) -> tuple[list[list[int]], float]:
+        """Draft step i of every sequence that still drafts, in one MTP batch; drafts leave no trace in the cache."""
+        drafts: list[list[int]] = [[] for _ in engines]
+        if self.mtp is None or not any(k > 0 for k in ks):
+            return drafts, 0.0
+        mb = self.mbatch
+        assert mb is not None
+        tok = [e.id_last for e in engines]
+        h = [e.pending_h for e in engines]
+        live = [k > 0 for k in ks]
+        spent = 0.0
+        for i in range(max(ks)):
+            mb.clear()
+            rows = []
+            for s, e in enumerate(engines):
+                if live[s] and i < ks[s]:
+                    rows.append(s)
+                    mb.add(tok[s], n_past[s] + i, logits=True, embd=h[s], seq=e.seq)  # type: ignore[arg-type]
+            if not rows:
+                break
+            spent += self._decode(self.mtp, mb)
+            for r, s in enumerate(rows):
+                logits = self.mtp.logits_view(r)
+                d = int(np.argmax(logits))
+                if engines[s].p_min > 0 and top1_prob(logits) < engines[s].p_min:
+                    live[s] = False
+                    continue
+                drafts[s].append(d)
+                h[s] = self.mtp.h_row(r).copy()
+                tok[s] = d
+        for s, e in enumerate(engines):
+            if ks[s] > 0:
+                self.mtp.seq_rm(n_past[s], seq=e.seq)
+        return drafts, spent

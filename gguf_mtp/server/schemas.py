@@ -1,0 +1,218 @@
+"""Request bodies of the OpenAI endpoints: parsed and checked field by field, so that bad input becomes a 4xx
+with OpenAI's error shape and names the field, never an exception deep in the engine.
+
+Fields OpenAI defines that we accept but do not act on (``presence_penalty``, ``user``, ...) are still type-checked;
+fields nobody defines are ignored, as OpenAI-compatible servers do (clients send their own extras).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_STOP = 4  # OpenAI's limit on stop sequences
+MAX_STOP_LEN = 256
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class APIError(Exception):
+    """A request the server refuses: rendered as ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.extra = extra or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code,
+                          **self.extra}}
+
+
+def invalid(param: str, message: str, code: str = "invalid_value") -> APIError:
+    return APIError(422, f"{param}: {message}", param=param, code=code)
+
+
+@dataclass
+class GenRequest:
+    """What the engine needs from either endpoint."""
+
+    model: str | None
+    max_tokens: int | None  # None: until the end of generation or the context (server default)
+    temperature: float | None  # None: the server's --temp, and likewise below
+    top_p: float | None
+    top_k: int | None
+    seed: int | None
+    stop: list[str]
+    stream: bool
+    include_usage: bool
+    ignore_eos: bool = False  # llama-server's extension: generate through end-of-generation tokens
+    prompt: str | list[int] | None = None  # /v1/completions
+    messages: list[dict[str, Any]] = field(default_factory=list)  # /v1/chat/completions
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise APIError(400, f"the request body is not valid JSON ({e}); send a JSON object",
+                       code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise APIError(400, f"the request body must be a JSON object, not {type(body).__name__}", code="invalid_json")
+    return body
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(body: dict[str, Any], name: str, lo: float, hi: float) -> float | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not (_is_int(v) or isinstance(v, float)) or not math.isfinite(v):
+        raise invalid(name, f"expected a number, got {json.dumps(v)[:40]}", "invalid_type")
+    if not lo <= v <= hi:
+        raise invalid(name, f"{v} is out of range [{lo:g}, {hi:g}]")
+    return float(v)
+
+
+def _integer(body: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not _is_int(v):
+        raise invalid(name, f"expected an integer, got {json.dumps(v)[:40]}", "invalid_type")
+    if not lo <= v <= hi:
+        raise invalid(name, f"{v} is out of range [{lo}, {hi}]")
+    return int(v)
+
+
+def _check_type(body: dict[str, Any], name: str, types: tuple[type, ...], what: str) -> None:
+    v = body.get(name)
+    if v is not None and (not isinstance(v, types) or (isinstance(v, bool) and bool not in types)):
+        raise invalid(name, f"expected {what}, got {json.dumps(v)[:40]}", "invalid_type")
+
+
+def _common(body: dict[str, Any], n_ctx: int) -> dict[str, Any]:
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise invalid("model", "expected a string", "invalid_type")
+    mt = body.get("max_completion_tokens", None)
+    name = "max_completion_tokens" if mt is not None else "max_tokens"
+    max_tokens = _integer(body, name, 1, n_ctx)  # more than a slot's context could never be produced
+    temperature = _number(body, "temperature", 0.0, 2.0)
+    top_p = _number(body, "top_p", 0.0, 1.0)
+    top_k = _integer(body, "top_k", 0, 1 << 30)
+    seed = _integer(body, "seed", -(1 << 63), (1 << 64) - 1)
+    stop = body.get("stop")
+    if stop is None:
+        stops: list[str] = []
+    elif isinstance(stop, str):
+        stops = [stop]
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        stops = list(stop)
+    else:
+        raise invalid("stop", "expected a string or a list of strings", "invalid_type")
+    if len(stops) > MAX_STOP:
+        raise invalid("stop", f"at most {MAX_STOP} stop sequences, got {len(stops)}")
+    if any(not s or len(s) > MAX_STOP_LEN for s in stops):
+        raise invalid("stop", f"stop sequences must be 1 to {MAX_STOP_LEN} characters long")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise invalid("stream", "expected true or false", "invalid_type")
+    so = body.get("stream_options")
+    if so is not None and not isinstance(so, dict):
+        raise invalid("stream_options", "expected an object", "invalid_type")
+    include_usage = bool((so or {}).get("include_usage", False))
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise invalid("ignore_eos", "expected true or false", "invalid_type")
+    n = _integer(body, "n", 1, 1 << 30)
+    if n not in (None, 1):
+        raise invalid("n", "only n = 1 is supported", "unsupported_value")
+    # accepted and ignored, but a wrong type is still the client's mistake
+    for k, lo, hi in (("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0), ("repeat_penalty", 0.0, 10.0),
+                      ("min_p", 0.0, 1.0)):
+        _number(body, k, lo, hi)
+    _check_type(body, "user", (str,), "a string")
+    _check_type(body, "logit_bias", (dict,), "an object")
+    for k in ("logprobs", "top_logprobs", "echo"):
+        if body.get(k) not in (None, False):  # 0 == False: "no logprobs"
+            raise invalid(k, "is not supported by this server", "unsupported_value")
+    return dict(model=model, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                seed=seed, stop=stops, stream=stream, include_usage=include_usage,
+                ignore_eos=ignore_eos)
+
+
+def completion_request(body: dict[str, Any], n_ctx: int, n_vocab: int) -> GenRequest:
+    """``POST /v1/completions``."""
+    if "prompt" not in body or body["prompt"] is None:
+        raise invalid("prompt", "is required", "missing_field")
+    p = body["prompt"]
+    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
+        p = p[0]  # a batch of one
+    if isinstance(p, list):
+        if not p or not all(_is_int(t) for t in p):
+            raise invalid("prompt", "expected a string or a list of token ids (batches of prompts are not supported)",
+                          "invalid_type")
+        bad = next((t for t in p if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise invalid("prompt", f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
+    elif not isinstance(p, str):
+        raise invalid("prompt", "expected a string or a list of token ids", "invalid_type")
+    elif not p:
+        raise invalid("prompt", "is empty")
+    _check_type(body, "suffix", (str,), "a string")
+    if body.get("suffix"):
+        raise invalid("suffix", "is not supported by this server", "unsupported_value")
+    return GenRequest(prompt=p, **_common(body, n_ctx))
+
+
+def _content(m: dict[str, Any], i: int) -> str:
+    c = m.get("content")
+    if c is None:
+        return ""
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):  # content parts: text only
+        out = []
+        for j, part in enumerate(c):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise invalid(f"messages[{i}].content[{j}]", f"only text parts are supported, got {kind!r}",
+                              "unsupported_value")
+            out.append(part["text"])
+        return "".join(out)
+    raise invalid(f"messages[{i}].content", "expected a string or a list of text parts", "invalid_type")
+
+
+def chat_request(body: dict[str, Any], n_ctx: int) -> GenRequest:
+    """``POST /v1/chat/completions``."""
+    msgs = body.get("messages")
+    if msgs is None:
+        raise invalid("messages", "is required", "missing_field")
+    if not isinstance(msgs, list) or not msgs:
+        raise invalid("messages", "expected a non-empty list of messages", "invalid_type")
+    clean: list[dict[str, Any]] = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict):
+            raise invalid(f"messages[{i}]", "expected an object with role and content", "invalid_type")
+        role = m.get("role")
+        if role not in ROLES:
+            raise invalid(f"messages[{i}].role", f"expected one of {', '.join(ROLES)}, got {json.dumps(role)[:40]}")
+        entry: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": _content(m, i)}
+        if isinstance(m.get("name"), str):
+            entry["name"] = m["name"]
+        clean.append(entry)
+    for k in ("tools", "functions"):
+        if body.get(k):
+            raise invalid(k, "tool calling is not supported by this server", "unsupported_value")
+    rf = body.get("response_format")
+    if rf is not None and (not isinstance(rf, dict) or rf.get("type") not in (None, "text")):
+        raise invalid("response_format", "only {\"type\": \"text\"} is supported", "unsupported_value")
+    return GenRequest(messages=clean, **_common(body, n_ctx))

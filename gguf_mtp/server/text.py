@@ -1,0 +1,55 @@
+"""Token bytes to text deltas for one answer: UTF-8 decoded incrementally (a character split over tokens waits
+for its last byte), cut at the first stop sequence, and a tail that could begin a stop sequence held back until
+it is known not to. Streamed deltas therefore concatenate to exactly the non-streamed text."""
+
+from __future__ import annotations
+
+import codecs
+
+
+class TextStream:
+    def __init__(self, stops: list[str] | None = None) -> None:
+        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+        self.stops = [s for s in (stops or []) if s]
+        self._longest = max((len(s) for s in self.stops), default=0)
+        self.text = ""  # decoded so far (cut at a stop sequence once one is seen)
+        self.sent = 0  # characters of ``text`` already released
+        self.stopped = False  # a stop sequence was found: generation should end
+
+    def push(self, data: bytes) -> str:
+        """Add a token's bytes; returns the text that can be released now ('' if none)."""
+        if self.stopped:
+            return ""
+        self.text += self._dec.decode(data)
+        return self._release(final=False)
+
+    def finish(self) -> str:
+        """End of generation: release whatever is held back."""
+        if not self.stopped:
+            self.text += self._dec.decode(b"", final=True)
+        return self._release(final=True)
+
+    def _release(self, final: bool) -> str:
+        end = len(self.text)
+        if self.stops and not self.stopped:
+            start = max(0, self.sent - self._longest)  # a stop cannot lie wholly inside released text
+            hits = [i for i in (self.text.find(s, start) for s in self.stops) if i >= 0]
+            if hits:
+                self.text = self.text[: min(hits)]
+                self.stopped = True
+                end = len(self.text)
+            elif not final:
+                end -= self._held_tail()
+        out = self.text[self.sent:end] if end > self.sent else ""
+        self.sent = max(self.sent, end)
+        return out
+
+    def _held_tail(self) -> int:
+        """Length of the longest suffix of ``text`` that is a proper prefix of a stop sequence."""
+        best = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(self.text)), best, -1):
+                if self.text.endswith(s[:n]):
+                    best = n
+                    break
+        return best

@@ -1,0 +1,404 @@
+"""``gguf-mtp serve`` on the shipped tiny model: a real server in a subprocess on 127.0.0.1, the real ``openai``
+client, raw HTTP for the error cases, and every answer compared with ``gguf-mtp run`` / MTPSession."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gguf_mtp import convert
+from gguf_mtp.runtime import MTPSession, SamplerConfig
+from gguf_mtp_cli.main import app, main
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
+PROMPTS = ["def fibonacci(n):\n", "import os\n\n\ndef list_files(path):\n", "class Stack:\n    def __init__(self):\n",
+           "# parse the command line\nimport argparse\n"]
+N = 48  # tokens per answer: enough for several draft steps, cheap on 2 cores
+CTX = 1024  # per slot
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("serve")
+    return convert(TINY, outfile=d / "tiny.gguf", progress=False).path
+
+
+class Server:
+    """``gguf-mtp serve`` in a subprocess on a free port (``--port 0``, read back from its start line)."""
+
+    def __init__(self, model: Path, *args: str, api_key: str = "none") -> None:
+        cmd = [sys.executable, "-m", "gguf_mtp_cli.main", "serve", str(model), "--port", "0", "-t", "1", *args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.log: list[str] = []
+        self.port = 0
+        deadline = time.monotonic() + 120
+        assert self.proc.stderr is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.log.append(line)
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        if not self.port:
+            self.proc.kill()
+            raise RuntimeError("server did not start:\n" + "".join(self.log) + self.proc.stderr.read())
+        threading.Thread(target=self._drain, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.log.append(line)
+
+    def http(self, method: str, path: str, body: bytes | str | dict | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, dict | str]:
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        c.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+        r = c.getresponse()
+        raw = r.read().decode()
+        c.close()
+        try:
+            return r.status, json.loads(raw)
+        except ValueError:
+            return r.status, raw
+
+    def metrics(self) -> dict[str, float]:
+        status, text = self.http("GET", "/metrics")
+        assert status == 200 and isinstance(text, str)
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                out[k.removeprefix("gguf_mtp_")] = float(v)
+        return out
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 30) -> int:
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+
+@pytest.fixture(scope="module")
+def srv(model: Path):
+    s = Server(model, "-np", "2", "-c", str(2 * CTX), "--spec-draft-n-max", "3", "--alias", "tiny")
+    yield s
+    rc = s.stop(signal.SIGINT)
+    assert rc == 0, "".join(s.log)
+    assert "Traceback" not in "".join(s.log), "".join(s.log)
+
+
+@pytest.fixture(scope="module")
+def plain(model: Path):
+    s = Server(model, "--no-mtp", "-c", str(CTX), "--api-key", "sekrit", api_key="sekrit")
+    yield s
+    s.stop(signal.SIGINT)
+
+
+def _run_p(model: Path, prompt: str, *extra: str) -> tuple[str, dict]:
+    """What ``gguf-mtp run -p`` prints, and its --stats-json."""
+    r = CliRunner().invoke(app, ["run", str(model), "-p", prompt, "-n", str(N), "-c", str(CTX), "-t", "1", "--stats-json", "-",
+                                 *extra])
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    j = out.index("\n{\n", len(out) - 4000 if len(out) > 4000 else 0)  # the JSON follows the answer's newline
+    return out[:j], json.loads(out[j + 1:])
+
+
+def test_health_and_models(srv: Server) -> None:
+    assert srv.http("GET", "/health") == (200, {"status": "ok"})
+    ids = [m.id for m in srv.client.models.list().data]
+    assert ids == ["tiny"]
+
+
+@pytest.mark.parametrize("mtp", [True, False], ids=["mtp", "no-mtp"])
+def test_greedy_completion_equals_run(srv: Server, plain: Server, model: Path, mtp: bool) -> None:
+    s = srv if mtp else plain
+    for p in PROMPTS[:2]:
+        want, stats = _run_p(model, p, *([] if mtp else ["--no-mtp"]))
+        r = s.client.completions.create(model="tiny", prompt=p, max_tokens=N, temperature=0)
+        assert r.choices[0].text == want
+        assert r.usage.completion_tokens == stats["emitted"]
+        t = r.model_extra["timings"]
+        assert t["predicted_n"] == stats["emitted"]
+        # the server's statistics are the engine's: the same drafts and acceptances as `run` on this prompt
+        assert (t["draft_n"], t["draft_n_accepted"]) == (stats["drafted"], stats["accepted"])
+        if mtp:
+            assert t["draft_n"] > 0 and t["draft_n_accepted"] > 0
+        else:
+            assert t["draft_n"] == 0
+
+
+def test_stream_concatenates_to_whole(srv: Server) -> None:
+    msgs = [{"role": "user", "content": "Write a function that reverses a list."}]
+    whole = srv.client.chat.completions.create(model="tiny", messages=msgs, max_tokens=N, temperature=0)
+    chunks = list(srv.client.chat.completions.create(model="tiny", messages=msgs, max_tokens=N, temperature=0,
+                                                     stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content and text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    # completions too, with a stop sequence cutting the stream exactly where it cuts the whole answer
+    p = PROMPTS[0]
+    full = srv.client.completions.create(model="tiny", prompt=p, max_tokens=N, temperature=0).choices[0].text
+    stop = full[len(full) // 2: len(full) // 2 + 3]
+    cut = srv.client.completions.create(model="tiny", prompt=p, max_tokens=N, temperature=0, stop=[stop])
+    streamed = "".join(c.choices[0].text for c in srv.client.completions.create(
+        model="tiny", prompt=p, max_tokens=N, temperature=0, stop=[stop], stream=True) if c.choices)
+    assert cut.choices[0].text == streamed == full[: full.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_seeded_sampling_is_reproducible(srv: Server, model: Path) -> None:
+    p = PROMPTS[2]
+    kw = dict(model="tiny", prompt=p, max_tokens=N, temperature=0.9, top_p=0.95, seed=7,
+              extra_body={"top_k": 40})
+    a = srv.client.completions.create(**kw).choices[0].text
+    b = srv.client.completions.create(**kw).choices[0].text
+    c = srv.client.completions.create(**(kw | {"seed": 8})).choices[0].text
+    assert a == b
+    assert a != c
+    want, _ = _run_p(model, p, "--temp", "0.9", "--top-p", "0.95", "--top-k", "40", "--seed", "7")
+    assert a == want
+
+
+def test_parallel_clients_get_what_they_get_alone(srv: Server) -> None:
+    reqs = [dict(prompt=p, temperature=0) for p in PROMPTS] + [dict(prompt=PROMPTS[1], temperature=0.8, seed=3)]
+
+    def ask(r: dict) -> tuple[str, int, int]:
+        c = srv.client.completions.create(model="tiny", max_tokens=N, **r)
+        t = c.model_extra["timings"]  # the same drafts too: batched MTP feeds got each sequence's hidden rows
+        return c.choices[0].text, t["draft_n"], t["draft_n_accepted"]
+
+    alone = [ask(r) for r in reqs]
+    before = srv.metrics()
+    with ThreadPoolExecutor(len(reqs)) as ex:  # 5 clients on 2 slots: some wait in the queue
+        together = list(ex.map(ask, reqs))
+    assert together == alone
+    after = srv.metrics()
+    assert after["n_busy_slots_per_decode"] > before["n_busy_slots_per_decode"]  # both slots in one batch
+    assert len(set(alone)) == len(alone)
+
+
+def test_multi_turn_chat_reuses_the_cached_prompt(srv: Server, model: Path) -> None:
+    msgs = [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "Sort a list of numbers."}]
+    r1 = srv.client.chat.completions.create(model="tiny", messages=msgs, max_tokens=N, temperature=0)
+    msgs += [{"role": "assistant", "content": r1.choices[0].message.content},
+             {"role": "user", "content": "Now in reverse order."}]
+    r2 = srv.client.chat.completions.create(model="tiny", messages=msgs, max_tokens=N, temperature=0)
+    t = r2.model_extra["timings"]
+    assert t["cache_n"] >= r1.usage.prompt_tokens  # the first turn's prompt was not processed again
+    assert t["prompt_n"] == r2.usage.prompt_tokens - t["cache_n"]
+    with MTPSession(model, n_draft=3, n_ctx=CTX, n_threads=1) as s:  # the same two turns, in process
+        a1 = s.chat(msgs[:2], max_tokens=N).text
+        a2 = s.chat(msgs[:2] + [{"role": "assistant", "content": a1}, msgs[3]], max_tokens=N).text
+    assert (r1.choices[0].message.content, r2.choices[0].message.content) == (a1, a2)
+
+
+def test_metrics_match_the_responses(srv: Server) -> None:
+    before = srv.metrics()
+    rs = [srv.client.completions.create(model="tiny", prompt=p, max_tokens=N, temperature=0) for p in PROMPTS[:3]]
+    after = srv.metrics()
+    d = {k: after[k] - before.get(k, 0) for k in after}
+    drafted = sum(r.model_extra["timings"]["draft_n"] for r in rs)
+    accepted = sum(r.model_extra["timings"]["draft_n_accepted"] for r in rs)
+    assert d["requests_total"] == 3
+    assert d["tokens_predicted_total"] == sum(r.usage.completion_tokens for r in rs)
+    assert d["spec_decode_num_draft_tokens_total"] == drafted > 0
+    assert d["spec_decode_num_accepted_tokens_total"] == accepted > 0
+    per_pos = [d[f'spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}'] for i in range(3)]
+    assert sum(per_pos) == accepted and per_pos[0] >= per_pos[1] >= per_pos[2]
+    assert 0 < after["spec_decode_acceptance_ratio"] <= 1 and after["predicted_tokens_seconds"] > 0
+
+
+def test_disconnect_stops_generation(srv: Server) -> None:
+    before = srv.metrics()
+    # streaming: read a few events, then hang up
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+    c.request("POST", "/v1/completions", json.dumps({"prompt": PROMPTS[3], "max_tokens": 900, "temperature": 0.7,
+                                                     "seed": 1, "stream": True}),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    for _ in range(3):
+        assert r.readline().startswith(b"data: ")
+        r.readline()
+    c.sock.shutdown(socket.SHUT_RDWR)
+    c.close()
+    # not streaming: hang up while the answer is being generated
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    body = json.dumps({"prompt": PROMPTS[2], "max_tokens": 900, "temperature": 0.7, "seed": 2}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.5)
+    s.close()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        m = srv.metrics()
+        if m["requests_cancelled_total"] - before.get("requests_cancelled_total", 0) >= 2 \
+                and m["requests_processing"] == 0:
+            break
+        time.sleep(0.2)
+    assert m["requests_cancelled_total"] - before.get("requests_cancelled_total", 0) == 2
+    assert m["requests_processing"] == 0
+    assert m["tokens_predicted_total"] - before["tokens_predicted_total"] < 900  # both stopped early
+    assert srv.http("GET", "/health")[0] == 200
+
+
+BAD = [  # (body, status, param or code)
+    (b"{not json", 400, "invalid_json"),
+    (b"[1, 2]", 400, "invalid_json"),
+    (b"\xff\xfe", 400, "invalid_json"),
+    ({"prompt": "x", "max_tokens": -5}, 422, "max_tokens"),
+    ({"prompt": "x", "max_tokens": 10 ** 12}, 422, "max_tokens"),
+    ({"prompt": "x", "max_tokens": "many"}, 422, "max_tokens"),
+    ({"prompt": "x", "temperature": "hot"}, 422, "temperature"),
+    ({"prompt": "x", "temperature": 7}, 422, "temperature"),
+    ({"prompt": "x", "top_p": [1]}, 422, "top_p"),
+    ({"prompt": "x", "seed": 1.5}, 422, "seed"),
+    ({"prompt": "x", "stop": 3}, 422, "stop"),
+    ({"prompt": "x", "stream": "yes"}, 422, "stream"),
+    ({"prompt": "x", "n": 2}, 422, "n"),
+    ({"prompt": "x", "ignore_eos": "yes"}, 422, "ignore_eos"),
+    ({"prompt": "x", "presence_penalty": "lots"}, 422, "presence_penalty"),
+    ({"prompt": 42}, 422, "prompt"),
+    ({"prompt": [1, 2, 99999]}, 422, "prompt"),
+    ({"max_tokens": 3}, 422, "prompt"),
+    ({"prompt": "x", "model": "gpt-4o"}, 404, "model"),
+    ({"prompt": "x " * 1200}, 400, "prompt"),  # longer than a slot's context
+]
+
+
+@pytest.mark.parametrize("body,status,what", BAD, ids=[f"{i}-{w}" for i, (_, _, w) in enumerate(BAD)])
+def test_bad_completion_requests(srv: Server, body, status: int, what: str) -> None:
+    code, r = srv.http("POST", "/v1/completions", body)
+    assert code == status, r
+    assert isinstance(r, dict) and set(r["error"]) >= {"message", "type", "param", "code"}, r
+    assert what in (r["error"]["param"], r["error"]["code"]), r
+    assert "Traceback" not in r["error"]["message"]
+
+
+def test_bad_chat_requests_and_routes(srv: Server) -> None:
+    cases = [
+        ("POST", "/v1/chat/completions", {"messages": "hi"}, 422, "messages"),
+        ("POST", "/v1/chat/completions", {}, 422, "messages"),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, 422, "messages[0].role"),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, 422, "messages[0].content"),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+         422, "messages[0].content[0]"),
+        ("POST", "/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "x"}]},
+         404, "model"),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "y " * 1200}]}, 400, "messages"),
+        ("GET", "/v1/nothing", None, 404, "not_found"),
+        ("GET", "/v1/completions", None, 405, "method_not_allowed"),
+    ]
+    for method, path, body, status, what in cases:
+        code, r = srv.http(method, path, body)
+        assert code == status, (path, body, r)
+        assert what in (r["error"]["param"], r["error"]["code"]), r
+    code, r = srv.http("POST", "/v1/completions", b"x", {"Content-Length": str(1 << 30)})
+    assert code == 413 and r["error"]["code"] == "request_too_large"
+    with pytest.raises(openai.NotFoundError):
+        srv.client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError):
+        srv.client.completions.create(model="tiny", prompt="z " * 1200)
+    # still serving after all of that
+    r2 = srv.client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=4, temperature=0)
+    assert r2.usage.completion_tokens == 4
+    assert srv.metrics()["requests_rejected_total"] >= len(BAD) + len(cases)
+
+
+def test_api_key(plain: Server) -> None:
+    assert plain.http("GET", "/health")[0] == 200  # open, for load balancers
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        code, r = plain.http("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1}, headers)
+        assert code == 401 and r["error"]["code"] == "invalid_api_key"
+    assert plain.http("GET", "/v1/models", None, {"Authorization": "Bearer sekrit"})[0] == 200
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=plain.url + "/v1", api_key="wrong", max_retries=0).models.list()
+
+
+def test_sigterm_cancels_in_flight_and_exits_cleanly(model: Path) -> None:
+    s = Server(model, "-c", str(CTX))
+    got: list[bytes] = []
+
+    def stream() -> None:
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        c.request("POST", "/v1/completions", json.dumps({"prompt": PROMPTS[0], "max_tokens": 900,
+                                                         "temperature": 0.7, "stream": True}),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        while line := r.readline():
+            got.append(line)
+
+    t = threading.Thread(target=stream)
+    t.start()
+    deadline = time.monotonic() + 30
+    while len(got) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    rc = s.stop(signal.SIGTERM)
+    t.join(10)
+    assert rc == 0, "".join(s.log)
+    assert time.monotonic() - t0 < 10  # the stream was cancelled, not waited for
+    log = "".join(s.log)
+    assert "Traceback" not in log and "stopped" in log, log
+    assert not t.is_alive()
+    events = [x.strip() for x in got if x.strip()]
+    assert events[-1] == b"data: [DONE]"
+    assert json.loads(events[-2][6:])["error"]["code"] == "shutting_down"
+
+
+def test_cli_errors(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        assert main(["serve", str(model), "--port", str(busy.getsockname()[1])]) == 2
+        assert "cannot listen on 127.0.0.1" in capsys.readouterr().err
+    finally:
+        busy.close()
+    assert main(["serve", str(model.parent / "missing.gguf"), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "missing.gguf" in last
+    bad = model.parent / "bad.jinja"
+    bad.write_text("{% for m in messages %}{{ m.content }")
+    assert main(["serve", str(model), "--port", "0", "--chat-template-file", str(bad)]) == 2
+    assert "bad.jinja" in capsys.readouterr().err
+
+
+def test_text_stream_stops_and_utf8() -> None:
+    from gguf_mtp.server.text import TextStream
+
+    t = TextStream(["END", "\n\n"])
+    parts = [t.push(b) for b in (b"hel", b"lo E", b"N", b"x \xc3", b"\xa9 E", b"ND more")]
+    assert parts == ["hel", "lo ", "", "ENx ", "é ", ""]  # "E", "EN", " E" and a split "é" wait
+    assert t.stopped and t.finish() == "" and "".join(parts) == "hello ENx é "
+    t = TextStream(["</s>"])
+    out = "".join(t.push(b) for b in (b"a<", b"/", b"b")) + t.finish()
+    assert out == "a</b" and not t.stopped
