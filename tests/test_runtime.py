@@ -296,9 +296,3 @@ def test_cli_completion_chat_and_stats(pairings, tmp_path: Path, capsys, monkeyp
     assert err.count("tok/step") >= 2 and "session:" in err
     assert main(["run", str(model), "--no-mtp", "--require-mtp", "-p", "x"]) == 2
     assert main(["run", str(model), "--spec-draft-n-max", "0", "-p", "x"]) == 2
-
-
-def test_qwen3next_runs_plain_with_a_notice(converted) -> None:
-    with session(converted("qwen3next", "bundled"), "auto") as s:
-        assert not s.mtp_enabled and "checkpoints" in s.notices[0]
-        assert s.generate("hello", max_tokens=4).tokens

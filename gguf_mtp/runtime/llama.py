@@ -77,6 +77,8 @@ class Model:
         self.n_embd = _ll.llama_model_n_embd(self.ptr)
         self.n_nextn = _ll.llama_model_n_layer_nextn(self.ptr)
         self.n_embd_out = _ll.llama_model_n_embd_out(self.ptr) or self.n_embd
+        # per-sequence recurrent state (Mamba, Gated DeltaNet, ...), alone or beside an attention KV cache
+        self.recurrent = bool(_ll.llama_model_is_recurrent(self.ptr) or _ll.llama_model_is_hybrid(self.ptr))
         self.load_mtp = load_mtp
 
     def meta(self, key: str) -> str | None:
@@ -198,13 +200,17 @@ class Context:
 
     def __init__(self, model: Model, *, n_ctx: int = 512, n_batch: int = 512, n_threads: int | None = None,
                  mtp: bool = False, n_rs_seq: int = 0, embeddings_nextn: bool = False,
-                 flash_attn: bool | None = None) -> None:
+                 flash_attn: bool | None = None, n_seq_max: int = 1) -> None:
         self.model = model
         p = _ll.llama_context_default_params()
         p.n_ctx = n_ctx
         p.n_batch = n_batch
         p.n_ubatch = n_batch
-        p.n_seq_max = 1
+        p.n_seq_max = n_seq_max
+        if n_seq_max > 1:
+            # one KV stream for all sequences: every sequence sees all n_ctx cells, and a seq_cp is bookkeeping
+            # (separate streams would split n_ctx and copy buffers)
+            p.kv_unified = True
         if n_threads:
             p.n_threads = p.n_threads_batch = n_threads
         p.n_rs_seq = n_rs_seq
@@ -268,9 +274,29 @@ class Context:
     def synchronize(self) -> None:
         _ll.llama_synchronize(self.ptr)
 
-    def seq_rm(self, p0: int, p1: int = -1) -> bool:
-        """Drop positions [p0, p1) of sequence 0 (recurrent state rolls back within n_rs_seq)."""
-        return bool(_ll.llama_memory_seq_rm(self.mem, 0, p0, p1))
+    def seq_rm(self, p0: int, p1: int = -1, seq: int = 0) -> bool:
+        """Drop positions [p0, p1) of a sequence (recurrent state rolls back within n_rs_seq)."""
+        return bool(_ll.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Make ``dst`` share ``src``'s cells in [p0, p1) (recurrent state: the whole state, whatever the range)."""
+        _ll.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+
+    def n_rs_seq(self) -> int:
+        """Recurrent rollback snapshots this context keeps: what was asked, or 0 where llama.cpp has none for the
+        arch (it clamps the request rather than failing), so this is the probe for native rollback."""
+        return int(_ll.llama_n_rs_seq(self.ptr))
+
+    def state_size(self, flags: int) -> int:
+        return int(_ll.llama_state_seq_get_size_ext(self.ptr, 0, flags))
+
+    def state_get(self, buf: "ctypes.Array[ctypes.c_uint8]", flags: int) -> int:
+        """Save sequence 0's state (what ``flags`` select) into ``buf``; bytes written, 0 on failure."""
+        return int(_ll.llama_state_seq_get_data_ext(self.ptr, buf, len(buf), 0, flags))
+
+    def state_set(self, buf: "ctypes.Array[ctypes.c_uint8]", n: int, flags: int) -> int:
+        """Restore sequence 0's state saved by ``state_get``; bytes read, 0 on failure."""
+        return int(_ll.llama_state_seq_set_data_ext(self.ptr, buf, n, 0, flags))
 
     def clear(self) -> None:
         _ll.llama_memory_clear(self.mem, True)

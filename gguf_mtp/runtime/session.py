@@ -21,6 +21,7 @@ from ..surgery import plan_graft
 from .chat import ChatTemplate
 from .llama import Context, Model
 from .pairing import HeadSource, Pairing, resolve
+from .rollback import Rollback, open_target
 from .sampling import Sampler, SamplerConfig
 from .speculative import Engine
 from .stats import Stats
@@ -49,6 +50,8 @@ class SessionConfig:
     require_mtp: bool = False
     # >0: the MTP head sees only the last N tokens of each prompt (bounds its prompt cost; lossless either way)
     prompt_window: int = 0
+    # how the target undoes rejected drafts: auto | native | replay[:store=..,every=..,merge=..] (rollback.py)
+    rollback: str = "auto"
 
 
 class MTPSession:
@@ -112,8 +115,18 @@ class MTPSession:
             target = Model(p.model.path, load_mtp=p.source == HeadSource.BUNDLED, n_gpu_layers=c.n_gpu_layers)
         self._models.append(target)
         self.model = target
-        tctx = Context(target, n_ctx=c.n_ctx, n_batch=max(c.n_batch, k + 1), n_threads=c.n_threads,
-                       n_rs_seq=k if mtp_on else 0, embeddings_nextn=mtp_on)
+
+        def make(n_rs_seq: int, n_seq_max: int) -> Context:
+            return Context(target, n_ctx=c.n_ctx, n_batch=max(c.n_batch, k + 1), n_threads=c.n_threads,
+                           n_rs_seq=n_rs_seq, embeddings_nextn=mtp_on, n_seq_max=n_seq_max)
+
+        rollback: Rollback | None = None
+        if mtp_on:
+            tctx, rollback, note = open_target(target, p.model.arch, k, make, c.rollback)
+            if note:
+                self.notices.append(note)
+        else:
+            tctx = make(0, 1)
         self._contexts.append(tctx)
         mctx = None
         if mtp_on:
@@ -125,14 +138,15 @@ class MTPSession:
                 self._models.append(draft_model)
             mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=max(c.n_batch, k + 1), n_threads=c.n_threads, mtp=True)
             self._contexts.append(mctx)
-        self.engine = Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=c.adaptive, prompt_window=c.prompt_window)
+        self.engine = Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=c.adaptive, prompt_window=c.prompt_window,
+                             rollback=rollback)
 
     def set_draft(self, n_draft: int, *, adaptive: bool = False) -> None:
         """Change the draft length (up to the one the session was opened with) for the next turn."""
         e = self.engine
         k = max(1, min(n_draft, self.cfg.n_draft))
         self.engine = Engine(e.tgt, e.mtp, n_draft=k, p_min=self.cfg.p_min, adaptive=adaptive,
-                             prompt_window=self.cfg.prompt_window)
+                             prompt_window=self.cfg.prompt_window, rollback=e.rollback)
         self.engine.stats = e.stats
         self.engine.stats.n_draft_max = k
 
@@ -237,6 +251,8 @@ def _diff(now: Stats, before: Stats) -> Stats:
     d.steps = now.steps - before.steps
     d.decode_seconds = now.decode_seconds - before.decode_seconds
     d.llama_seconds = now.llama_seconds - before.llama_seconds
+    d.rollback_seconds = now.rollback_seconds - before.rollback_seconds
+    d.replayed_tokens = now.replayed_tokens - before.replayed_tokens
     d.drafted_at = [a - (before.drafted_at[i] if i < len(before.drafted_at) else 0) for i, a in enumerate(now.drafted_at)]
     d.accepted_at = [a - (before.accepted_at[i] if i < len(before.accepted_at) else 0) for i, a in enumerate(now.accepted_at)]
     d.draft_lengths = {k: v - before.draft_lengths.get(k, 0) for k, v in now.draft_lengths.items()
