@@ -4,6 +4,7 @@
 #   bash bench/gpu.sh build    # ~5-9 min on 16 cores
 #   bash bench/gpu.sh test     # tests/test_runtime.py with every layer on the GPU
 #   bash bench/gpu.sh bench [SIZE_GB] [HEAD_NOISE]
+#   bash bench/gpu.sh qwen3next [SIZE_GB]   # bench/qwen3next.py: rollback strategies on a Qwen3-Next-shaped model
 # Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz and .carry/whl/{gguf,diskcache}-*.whl (see README).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
@@ -26,12 +27,17 @@ build)
 test)
     # llama.cpp's libraries must load before any pytest plugin imports numpy (see gguf_mtp/__init__.py)
     cd "$(mktemp -d)" && mkdir examples && cp -r "$OLDPWD/tests" . && cp -r "$OLDPWD/examples/tiny-qwen35-mtp" examples/ &&
-    GGUF_MTP_TEST_NGL=99 py -c "import llama_cpp.llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider', 'tests/test_runtime.py', 'tests/test_tiny_model.py']))" > "$OUT/gpu-tests.log" 2>&1 || true
+    GGUF_MTP_TEST_NGL=99 py -c "import llama_cpp.llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider', 'tests/test_runtime.py', 'tests/test_rollback.py', 'tests/test_tiny_model.py']))" > "$OUT/gpu-tests.log" 2>&1 || true
     grep -E "passed|failed|acceptance|top-1|FAILED" "$OUT/gpu-tests.log" | tail -25
     ;;
 bench)
     py bench/run.py --make "${2:-8}" --head-noise "${3:-0.15}" --ngl 99 --threads "$(nproc)" -n 128 --repeats 2 --workdir /tmp/gguf-mtp-bench \
         --out "$OUT/run-gpu.json" 2>&1 | tee "$OUT/run-gpu.txt"
     ;;
-*) echo "usage: bash bench/gpu.sh build|test|bench [SIZE_GB]" >&2; exit 2 ;;
+qwen3next)
+    # plain vs MTP on a Qwen3-Next-shaped model (vocab 151936), every rollback strategy, perfect and ~70% head
+    py bench/qwen3next.py --make "${2:-6}" --ngl 99 --threads "$(nproc)" -n 128 --repeats 2 --workdir /tmp/gguf-mtp-bench \
+        --out "$OUT/qwen3next-gpu.json" 2>&1 | tee "$OUT/qwen3next-gpu.txt"
+    ;;
+*) echo "usage: bash bench/gpu.sh build|test|bench [SIZE_GB] [HEAD_NOISE]|qwen3next [SIZE_GB]" >&2; exit 2 ;;
 esac

@@ -16,7 +16,7 @@ from gguf_mtp.runtime import archs as archs_mod
 from gguf_mtp.runtime.archs import ArchFacts
 from gguf_mtp.runtime.llama import Context, Model, _ll
 
-from .test_runtime import CHAT_TURNS, LONG, ORACLE, conversation
+from .test_runtime import CHAT_TURNS, LONG, NGL, ORACLE, conversation, lossless_spec
 from .test_runtime import session as _session
 
 
@@ -28,11 +28,13 @@ def session(model, mtp, **kw):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def q3n(converted) -> dict:
-    """qwen3next pairings on the often-right, often-wrong oracle fixture."""
+    """qwen3next pairings on the often-right, often-wrong oracle fixture (near-tie free on a GPU: see
+    test_runtime.lossless_spec)."""
+    spec = lossless_spec(converted, "qwen3next")
     return {
-        "bundled": (converted("qwen3next", "bundled", **ORACLE), "auto"),
-        "self-contained": (converted("qwen3next", "trunk-only", **ORACLE), converted("qwen3next", "mtp-only", **ORACLE)),
-        "head-only": (converted("qwen3next", "trunk-only", **ORACLE), converted("qwen3next", "head-only", **ORACLE)),
+        "bundled": (converted("qwen3next", "bundled", **spec), "auto"),
+        "self-contained": (converted("qwen3next", "trunk-only", **spec), converted("qwen3next", "mtp-only", **spec)),
+        "head-only": (converted("qwen3next", "trunk-only", **spec), converted("qwen3next", "head-only", **spec)),
     }
 
 
@@ -67,6 +69,8 @@ def test_greedy_and_seeded_output_is_identical_to_plain_decoding(q3n, reference,
             assert g.tokens == reference["greedy"], f"k={k}"
             assert 0 < g.stats.accepted < g.stats.drafted  # real accepts and rejects
             assert (g.stats.replayed_tokens > 0) != native
+            if NGL:  # CUDA's MoE kernels round a batch differently: a sampled token can flip (test_runtime)
+                continue
             sampled = s.generate(LONG, max_tokens=48, sampling=SamplerConfig(temp=0.7, seed=7))
             assert sampled.tokens == reference["sampled"], f"k={k}"
 
@@ -182,3 +186,18 @@ def test_bad_rollback_requests(q3n, converted, native) -> None:
         session(model, "auto", rollback="replay:every=x", require_mtp=True)
     with pytest.raises(GgufMtpError, match="no recurrent state"):
         session(converted("glm4moe", "bundled", **ORACLE), "auto", rollback="replay", require_mtp=True)
+
+
+def test_cli_says_how_it_rolls_back(q3n, native, tmp_path, capsys) -> None:
+    import json
+
+    from gguf_mtp_cli.main import main
+
+    model, _ = q3n["bundled"]
+    stats = tmp_path / "s.json"
+    assert main(["run", str(model), "-p", "The quick", "-n", "12", "-t", "1", "-c", "512", "--stats-json", str(stats)]) == 0
+    err = capsys.readouterr().err
+    d = json.loads(stats.read_text())
+    assert d["rollback"] == expected(native, 3) and f"rollback {d['rollback']}" in err
+    assert ("note: qwen3next: llama.cpp keeps no rollback snapshots" in err) != native
+    assert "replayed_tokens" in d and "rollback_seconds" in d
