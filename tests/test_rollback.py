@@ -46,7 +46,7 @@ def native(q3n) -> bool:
 
 
 def expected(native: bool, k: int) -> str:
-    return f"native (n_rs_seq={k})" if native else "replay (store=seq, every=1, merge=0)"
+    return f"native (n_rs_seq={k})" if native else "replay (store=seq, every=1, merge=8)"
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_greedy_and_seeded_output_is_identical_to_plain_decoding(q3n, reference,
             assert sampled.tokens == reference["sampled"], f"k={k}"
 
 
-@pytest.mark.parametrize("spec", ["replay:store=state", "replay:every=3", "replay:merge=8",
+@pytest.mark.parametrize("spec", ["replay", "replay:store=state", "replay:every=3",
                                   "replay:store=state,every=2,merge=4"])
 def test_every_replay_variant_is_lossless(q3n, reference, spec: str) -> None:
     model, mtp = q3n["bundled"]
@@ -86,7 +86,7 @@ def test_every_replay_variant_is_lossless(q3n, reference, spec: str) -> None:
         assert conversation(s) == reference["chat"]
 
 
-@pytest.mark.parametrize("spec", ["auto", "replay:merge=8"])
+@pytest.mark.parametrize("spec", ["auto", "replay"])
 def test_multi_turn_chat_is_identical_to_plain(q3n, reference, spec: str) -> None:
     model, mtp = q3n["head-only"]
     with session(model, mtp, n_draft=3, rollback=spec) as s:
@@ -110,12 +110,12 @@ def test_an_edited_history_starts_over_and_matches_plain(q3n) -> None:
 
     with session(model, False) as plain:
         ref = edited(plain)
-    for spec in ("auto", "replay:merge=8", "replay:every=4"):
+    for spec in ("auto", "replay", "replay:every=4"):
         with session(model, mtp, n_draft=3, rollback=spec) as s:
             assert edited(s) == ref, spec
 
 
-@pytest.mark.parametrize("spec,branch", [("auto", "saved"), ("replay:merge=8", "pending")])
+@pytest.mark.parametrize("spec,branch", [("replay", "saved"), ("auto", "pending")])
 def test_a_rewind_inside_the_last_step_keeps_the_saved_state(q3n, spec: str, branch: str) -> None:
     """A chat turn that shares all but the last few held tokens rewinds without starting over: into tokens still
     waiting to be re-decoded (merge), or back to the saved state. The continuation must equal plain decoding."""
