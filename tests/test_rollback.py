@@ -115,7 +115,7 @@ def test_an_edited_history_starts_over_and_matches_plain(q3n) -> None:
             assert edited(s) == ref, spec
 
 
-@pytest.mark.parametrize("spec,branch", [("replay", "saved"), ("auto", "pending")])
+@pytest.mark.parametrize("spec,branch", [("replay", "saved"), ("replay:merge=8", "pending")])
 def test_a_rewind_inside_the_last_step_keeps_the_saved_state(q3n, spec: str, branch: str) -> None:
     """A chat turn that shares all but the last few held tokens rewinds without starting over: into tokens still
     waiting to be re-decoded (merge), or back to the saved state. The continuation must equal plain decoding."""
