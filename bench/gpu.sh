@@ -6,6 +6,7 @@
 #   bash bench/gpu.sh bench [SIZE_GB] [HEAD_NOISE]
 #   bash bench/gpu.sh lcpp-server                   # llama-server with CUDA from the same sdist
 #   bash bench/gpu.sh serve [SIZE_GB] [HEAD_NOISE]   # bench/serve.py, against llama-server if built
+#   bash bench/gpu.sh qwen3next [SIZE_GB]   # bench/qwen3next.py: rollback strategies on a Qwen3-Next-shaped model
 # Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz and .carry/whl/{gguf,diskcache}-*.whl (see README).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
@@ -28,7 +29,7 @@ build)
 test)
     # llama.cpp's libraries must load before any pytest plugin imports numpy (see gguf_mtp/__init__.py)
     cd "$(mktemp -d)" && mkdir examples && cp -r "$OLDPWD/tests" . && cp -r "$OLDPWD/examples/tiny-qwen35-mtp" examples/ &&
-    GGUF_MTP_TEST_NGL=99 py -c "import llama_cpp.llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider', 'tests/test_runtime.py', 'tests/test_tiny_model.py']))" > "$OUT/gpu-tests.log" 2>&1 || true
+    GGUF_MTP_TEST_NGL=99 py -c "import llama_cpp.llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider', 'tests/test_runtime.py', 'tests/test_rollback.py', 'tests/test_tiny_model.py']))" > "$OUT/gpu-tests.log" 2>&1 || true
     grep -E "passed|failed|acceptance|top-1|FAILED" "$OUT/gpu-tests.log" | tail -25
     ;;
 bench)
@@ -51,5 +52,10 @@ serve)
         --seconds "${SERVE_SECONDS:-20}" --workdir /tmp/gguf-mtp-bench "${LS[@]}" \
         --out "$OUT/serve-gpu.json" 2>&1 | tee "$OUT/serve-gpu.txt"
     ;;
-*) echo "usage: bash bench/gpu.sh build|test|bench|lcpp-server|serve [SIZE_GB]" >&2; exit 2 ;;
+qwen3next)
+    # plain vs MTP on a Qwen3-Next-shaped model (vocab 151936), every rollback strategy, perfect and ~70% head
+    py bench/qwen3next.py --make "${2:-6}" --ngl 99 --threads "$(nproc)" -n 128 --repeats 2 --workdir /tmp/gguf-mtp-bench \
+        --out "$OUT/qwen3next-gpu.json" 2>&1 | tee "$OUT/qwen3next-gpu.txt"
+    ;;
+*) echo "usage: bash bench/gpu.sh build|test|bench|lcpp-server|serve|qwen3next [SIZE_GB]" >&2; exit 2 ;;
 esac

@@ -107,7 +107,8 @@ def run(
         if session.mtp_enabled:
             err(f"MTP: {session.pairing.source.value}"
                 + (f" {session.pairing.sidecar.path.name}" if session.pairing.sidecar else "")
-                + f", draft {'auto (max ' + str(k) + ')' if adaptive else k}")
+                + f", draft {'auto (max ' + str(k) + ')' if adaptive else k}"
+                + (f", rollback {session.engine.rollback.name}" if session.engine.rollback.name != "kv" else ""))
         if prompt is not None:
             out = lambda s: (sys.stdout.write(s), sys.stdout.flush())  # noqa: E731
             g = session.generate(prompt, max_tokens=n_predict, sampling=sampling, on_text=out)
@@ -116,7 +117,8 @@ def run(
         else:
             _chat(session, system, n_predict, sampling, err)
         if stats_json is not None:
-            payload = session.stats.to_dict() | {"mtp": session.pairing.source.value, "notices": session.notices}
+            payload = session.stats.to_dict() | {"mtp": session.pairing.source.value, "notices": session.notices,
+                                                 "rollback": session.engine.rollback.name}
             text = json.dumps(payload, indent=2)
             if stats_file is None:
                 typer.echo(text)

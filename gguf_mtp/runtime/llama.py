@@ -78,6 +78,8 @@ class Model:
         self.n_embd = _ll.llama_model_n_embd(self.ptr)
         self.n_nextn = _ll.llama_model_n_layer_nextn(self.ptr)
         self.n_embd_out = _ll.llama_model_n_embd_out(self.ptr) or self.n_embd
+        # per-sequence recurrent state (Mamba, Gated DeltaNet, ...), alone or beside an attention KV cache
+        self.recurrent = bool(_ll.llama_model_is_recurrent(self.ptr) or _ll.llama_model_is_hybrid(self.ptr))
         self.load_mtp = load_mtp
 
     def meta(self, key: str) -> str | None:
@@ -203,15 +205,16 @@ class Context:
 
     def __init__(self, model: Model, *, n_ctx: int = 512, n_batch: int = 512, n_threads: int | None = None,
                  mtp: bool = False, n_rs_seq: int = 0, embeddings_nextn: bool = False,
-                 flash_attn: bool | None = None, n_seq_max: int = 1) -> None:
+                 flash_attn: bool | None = None, n_seq_max: int = 1, kv_unified: bool = False) -> None:
         self.model = model
         p = _ll.llama_context_default_params()
         p.n_ctx = n_ctx
         p.n_batch = n_batch
         p.n_ubatch = n_batch
-        # several sequences (server slots): each gets its own KV stream and recurrent state (not unified)
         p.n_seq_max = max(1, n_seq_max)
-        p.kv_unified = False
+        # server slots: each sequence gets its own KV stream and recurrent state; a store sequence for rollback
+        # (rollback.py, one conversation) shares one stream, so its seq_cp is bookkeeping, not a buffer copy
+        p.kv_unified = bool(kv_unified)
         if n_threads:
             p.n_threads = p.n_threads_batch = n_threads
         p.n_rs_seq = n_rs_seq
@@ -280,8 +283,28 @@ class Context:
         _ll.llama_synchronize(self.ptr)
 
     def seq_rm(self, p0: int, p1: int = -1, seq: int = 0) -> bool:
-        """Drop positions [p0, p1) of sequence ``seq`` (recurrent state rolls back within n_rs_seq)."""
+        """Drop positions [p0, p1) of a sequence (recurrent state rolls back within n_rs_seq)."""
         return bool(_ll.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Make ``dst`` share ``src``'s cells in [p0, p1) (recurrent state: the whole state, whatever the range)."""
+        _ll.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+
+    def n_rs_seq(self) -> int:
+        """Recurrent rollback snapshots this context keeps: what was asked, or 0 where llama.cpp has none for the
+        arch (it clamps the request rather than failing), so this is the probe for native rollback."""
+        return int(_ll.llama_n_rs_seq(self.ptr))
+
+    def state_size(self, flags: int) -> int:
+        return int(_ll.llama_state_seq_get_size_ext(self.ptr, 0, flags))
+
+    def state_get(self, buf: "ctypes.Array[ctypes.c_uint8]", flags: int) -> int:
+        """Save sequence 0's state (what ``flags`` select) into ``buf``; bytes written, 0 on failure."""
+        return int(_ll.llama_state_seq_get_data_ext(self.ptr, buf, len(buf), 0, flags))
+
+    def state_set(self, buf: "ctypes.Array[ctypes.c_uint8]", n: int, flags: int) -> int:
+        """Restore sequence 0's state saved by ``state_get``; bytes read, 0 on failure."""
+        return int(_ll.llama_state_seq_set_data_ext(self.ptr, buf, n, 0, flags))
 
     def clear(self, seq: int | None = None) -> None:
         """Forget everything (``seq`` None or a one-sequence context), or only sequence ``seq``."""

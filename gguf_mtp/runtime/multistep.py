@@ -26,6 +26,11 @@ class MultiStep:
 
     def __init__(self, engines: Sequence[Engine]) -> None:
         e0 = engines[0]
+        if e0.mtp is not None and not e0.rollback.per_sequence:
+            # the batched step rolls back with seq_rm; a replayed state (qwen3next) is undone by its engine only
+            raise GgufMtpError(f"{e0.tgt.model.path}: serving with MTP needs a target whose recurrent state rolls "
+                               f"back natively ({e0.rollback.name} is used here); serve it with --no-mtp, or use "
+                               "gguf-mtp run")
         self.tgt, self.mtp = e0.tgt, e0.mtp
         n = len(engines) * (e0.n_draft_max + 1)
         self.tbatch = Batch(n)

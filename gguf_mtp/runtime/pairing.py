@@ -14,10 +14,6 @@ from ..layout import Layout
 from ..surgery import check_compatible, find_head
 
 
-#: hybrid archs whose recurrent state cannot keep rollback snapshots (llama.cpp forces n_rs_seq = 0)
-NO_ROLLBACK_ARCHS = {"qwen3next"}
-
-
 class HeadSource(str, Enum):
     BUNDLED = "bundled"
     SELF_CONTAINED = "self-contained sidecar"
@@ -76,9 +72,6 @@ def resolve(model_path: str | Path, mtp: str | Path | bool | None = "auto") -> P
     _check_runnable(model)
     if mtp is False or mtp is None:
         return Pairing(HeadSource.NONE, model, notice="MTP disabled (--no-mtp)")
-    if model.arch in NO_ROLLBACK_ARCHS:
-        return Pairing(HeadSource.NONE, model, notice=f"{model.arch}: speculative decoding needs recurrent-state "
-                       "checkpoints, which this llama.cpp version does not expose for it; plain decoding")
     if isinstance(mtp, (str, Path)) and str(mtp) != "auto":
         side = GGUFModel(mtp)
         lay = _sidecar_layout(side)

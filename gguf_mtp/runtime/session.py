@@ -23,6 +23,7 @@ from .chat import ChatTemplate
 from .llama import Context, Model
 from .options import check_session
 from .pairing import HeadSource, Pairing, resolve
+from .rollback import Rollback, open_target
 from .sampling import Sampler, SamplerConfig
 from .speculative import Engine
 from .stats import Stats
@@ -53,6 +54,8 @@ class SessionConfig:
     prompt_window: int = 0
     # conversations held at once (server slots), each in its own llama.cpp sequence; n_ctx is split between them
     n_parallel: int = 1
+    # how the target undoes rejected drafts: auto | native | replay[:store=..,every=..,merge=..] (rollback.py)
+    rollback: str = "auto"
 
 
 class MTPSession:
@@ -122,8 +125,22 @@ class MTPSession:
         self.model = target
         n_seq = max(1, c.n_parallel)
         n_batch = max(c.n_batch, n_seq * (k + 1))  # a step of every sequence fits one batch (server slots)
-        tctx = Context(target, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads,
-                       n_rs_seq=k if mtp_on else 0, embeddings_nextn=mtp_on, n_seq_max=n_seq)
+
+        def make(n_rs_seq: int, n_seq_max: int) -> Context:
+            # n_seq_max > n_seq only for rollback's store sequence (one conversation): then one shared KV stream
+            return Context(target, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, n_rs_seq=n_rs_seq,
+                           embeddings_nextn=mtp_on, n_seq_max=max(n_seq, n_seq_max), kv_unified=n_seq_max > n_seq)
+
+        rollback: Rollback | None = None
+        if mtp_on:
+            tctx, rollback, note = open_target(target, p.model.arch, k, make, c.rollback)
+            if note:
+                self.notices.append(note)
+            if n_seq > 1 and not rollback.per_sequence:
+                raise GgufMtpError(f"{p.model.path}: {rollback.name} rollback keeps one conversation; "
+                                   "use -np 1 (one slot) or --no-mtp")
+        else:
+            tctx = make(0, 1)
         self._contexts.append(tctx)
         mctx = None
         if mtp_on:
@@ -138,7 +155,8 @@ class MTPSession:
             self._contexts.append(mctx)
         #: one engine per sequence; ``engine`` (sequence 0) is the one generate() and chat() use
         self.engines = [Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=c.adaptive,
-                               prompt_window=c.prompt_window, seq=i) for i in range(n_seq)]
+                               prompt_window=c.prompt_window, seq=i,
+                               rollback=rollback if i == 0 else None) for i in range(n_seq)]
         self.engine = self.engines[0]
 
     def set_draft(self, n_draft: int, *, adaptive: bool = False) -> None:
@@ -146,7 +164,7 @@ class MTPSession:
         e = self.engine
         k = max(1, min(n_draft, self.cfg.n_draft))
         self.engine = Engine(e.tgt, e.mtp, n_draft=k, p_min=self.cfg.p_min, adaptive=adaptive,
-                             prompt_window=self.cfg.prompt_window)
+                             prompt_window=self.cfg.prompt_window, rollback=e.rollback)
         self.engine.stats = e.stats
         self.engine.stats.n_draft_max = k
         self.engines[0] = self.engine

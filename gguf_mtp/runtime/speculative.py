@@ -8,7 +8,10 @@ decoded yet; ``pending_h`` is the target's hidden row at ``n_past-1``. One step:
 2. verify: the target decodes ``[id_last, d0..dk-1]`` in one batch; the target's sampler picks each emitted
    token from those logits, and a draft token is accepted while it equals the token the sampler picked;
 3. feed: the MTP context gets the verified tokens paired with the target's hidden rows (shifted by one);
-4. roll back both contexts to the accepted prefix (hybrid models keep ``n_rs_seq`` recurrent snapshots).
+4. roll back both contexts to the accepted prefix: the MTP context's KV cache drops positions, the target
+   through its ``Rollback`` (rollback.py: a KV cache or ``n_rs_seq`` recurrent snapshots step back by themselves;
+   a recurrent state without snapshots is restored from a saved copy and the accepted tokens are decoded again,
+   possibly ahead of the next verify batch: ``rollback.prefix``).
 
 Every emitted token comes from the target's logits and the target's sampler, so output is identical to plain
 decoding for greedy and for seeded sampling. That is also why ``prompt_window`` is safe: the MTP context may
@@ -25,6 +28,7 @@ import numpy as np
 
 from ..errors import GgufMtpError
 from .llama import Batch, Context
+from .rollback import Rollback
 from .sampling import Sampler, top1_prob
 from .stats import Stats
 
@@ -33,11 +37,13 @@ class Engine:
     """Decoding state of one conversation on a target context (and optionally an MTP context)."""
 
     def __init__(self, target: Context, mtp: Context | None, *, n_draft: int = 3, p_min: float = 0.0,
-                 adaptive: bool = False, prompt_window: int = 0, seq: int = 0) -> None:
+                 adaptive: bool = False, prompt_window: int = 0, seq: int = 0,
+                 rollback: Rollback | None = None) -> None:
         self.tgt, self.mtp = target, mtp
         # the llama.cpp sequence this conversation lives in (one per server slot); both contexts use the same id
         self.seq = seq
         self.n_ctx = target.n_ctx_seq
+        self.rollback = rollback or Rollback(target, "kv", seq=seq)
         # >0: the MTP context gets only the last ``prompt_window`` tokens of each prompt. The head's prompt
         # cost is then bounded by the window instead of growing with the prompt; drafts may be worse early
         # on, output is unchanged (the target verifies every draft).
@@ -100,6 +106,7 @@ class Engine:
     # -- prompt ------------------------------------------------------------------------------
     def reset(self) -> None:
         self.tgt.clear(self.seq)
+        self.rollback.reset()
         if self.mtp is not None:
             self.mtp.clear(self.seq)
         self.tokens, self.id_last, self.h_hist = [], None, {}
@@ -110,6 +117,7 @@ class Engine:
         if not new_tokens:
             return
         t0 = time.perf_counter()
+        self.rollback.flush(self.tokens)
         toks = ([self.id_last] if self.id_last is not None else []) + list(new_tokens)
         body, last = toks[:-1], toks[-1]
         n = self.tgt.n_batch
@@ -157,7 +165,7 @@ class Engine:
             return True
         if self.mtp is not None and (n_keep - 1) not in self.h_hist:
             return False
-        if not self.tgt.seq_rm(n_keep, seq=self.seq):
+        if not self.rollback.truncate(self.tokens, n_keep):
             return False
         if self.mtp is not None:
             self.mtp.seq_rm(n_keep, seq=self.seq)
@@ -251,7 +259,8 @@ class Engine:
                 drafts, draft_t = self._draft(k)
                 llama_t = draft_t
         b = self.tbatch
-        b.clear()
+        pre = self.rollback.prefix(self.tokens)  # accepted tokens the target must decode again first
+        b.fill(pre, n_past - len(pre))
         b.add(self.id_last, n_past, logits=True)
         for i, d in enumerate(drafts):
             b.add(d, n_past + 1 + i, logits=True)
@@ -259,27 +268,27 @@ class Engine:
         llama_t += tv
         emitted: list[int] = []
         for i in range(len(drafts) + 1):
-            t = sampler(self.tgt.logits_view(i))
+            t = sampler(self.tgt.logits_view(len(pre) + i))
             emitted.append(t)
             if i >= len(drafts) or t != drafts[i]:
                 break
         j = len(emitted) - 1  # accepted drafts
         verified = [self.id_last] + drafts
         if self.mtp is not None:
-            rows = self.tgt.h_rows(len(verified))
+            rows = self.tgt.h_rows(len(pre) + len(verified))[len(pre):]
             llama_t += self._feed_mtp(verified, n_past, rows, self.pending_h)
             self._remember_h(n_past, rows[: j + 1])
             self.pending_h = rows[j].copy()
             if drafts:
                 self.stats.record(len(drafts), j)
                 self._learn(len(drafts), tv, draft_t)
-        if j < len(drafts):
-            if not self.tgt.seq_rm(n_past + j + 1, seq=self.seq):
-                raise GgufMtpError("the target context cannot roll back rejected drafts (recurrent state without "
-                                   "snapshots); run with --no-mtp")
-            if self.mtp is not None:
-                self.mtp.seq_rm(n_past + j + 1, seq=self.seq)
+        if j < len(drafts) and self.mtp is not None:
+            self.mtp.seq_rm(n_past + j + 1, seq=self.seq)
         self.tokens.extend(verified[: j + 1])
+        spent, replayed = self.rollback.settle(self.tokens, n_past + len(verified))
+        llama_t += spent
+        self.stats.rollback_seconds += spent
+        self.stats.replayed_tokens += replayed + len(pre)
         self.id_last = emitted[-1]
         self.stats.steps += 1
         self.stats.llama_seconds += llama_t

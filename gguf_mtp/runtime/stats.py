@@ -14,6 +14,8 @@ class Stats:
     steps: int = 0
     decode_seconds: float = 0.0
     llama_seconds: float = 0.0  # time inside llama_decode during generation
+    rollback_seconds: float = 0.0  # restoring a saved recurrent state and decoding accepted tokens again
+    replayed_tokens: int = 0  # accepted tokens decoded a second time (recurrent state without snapshots)
     drafted_at: list[int] = field(default_factory=list)   # drafts offered at position i (0-based)
     accepted_at: list[int] = field(default_factory=list)  # of those, accepted
     draft_lengths: dict[int, int] = field(default_factory=dict)  # chosen k -> steps (adaptive)
@@ -73,6 +75,8 @@ class Stats:
         self.steps += o.steps
         self.decode_seconds += o.decode_seconds
         self.llama_seconds += o.llama_seconds
+        self.rollback_seconds += o.rollback_seconds
+        self.replayed_tokens += o.replayed_tokens
         for i, (d, a) in enumerate(zip(o.drafted_at, o.accepted_at)):
             while len(self.drafted_at) <= i:
                 self.drafted_at.append(0)
@@ -90,7 +94,8 @@ class Stats:
     def since(self, before: "Stats") -> "Stats":
         """What was added to these statistics after ``before`` (a copy taken earlier)."""
         d = Stats(n_draft_max=self.n_draft_max)
-        for f in ("prompt_tokens", "prompt_seconds", "emitted", "steps", "decode_seconds", "llama_seconds"):
+        for f in ("prompt_tokens", "prompt_seconds", "emitted", "steps", "decode_seconds", "llama_seconds",
+                  "rollback_seconds", "replayed_tokens"):
             setattr(d, f, getattr(self, f) - getattr(before, f))
         pad = lambda xs: xs + [0] * (len(self.drafted_at) - len(xs))  # noqa: E731
         d.drafted_at = [a - b for a, b in zip(self.drafted_at, pad(before.drafted_at))]
