@@ -6,6 +6,7 @@
 #   bash bench/gpu.sh bench [SIZE_GB] [HEAD_NOISE]
 #   bash bench/gpu.sh lcpp-server                   # llama-server with CUDA from the same sdist
 #   bash bench/gpu.sh serve [SIZE_GB] [HEAD_NOISE]   # bench/serve.py, against llama-server if built
+#   bash bench/gpu.sh multi [dense,moe,big]   # 2 GPUs: placements with and without MTP (bench/multi_gpu.py)
 # Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz and .carry/whl/{gguf,diskcache}-*.whl (see README).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
@@ -51,5 +52,9 @@ serve)
         --seconds "${SERVE_SECONDS:-20}" --workdir /tmp/gguf-mtp-bench "${LS[@]}" \
         --out "$OUT/serve-gpu.json" 2>&1 | tee "$OUT/serve-gpu.txt"
     ;;
-*) echo "usage: bash bench/gpu.sh build|test|bench|lcpp-server|serve [SIZE_GB]" >&2; exit 2 ;;
+multi)  # 2 GPUs: one GPU vs layer split vs head on GPU 1, dense / MoE / a >80 GB MoE (bench/multi_gpu.py)
+    py bench/multi_gpu.py --devices CUDA0,CUDA1 --models "${2:-dense,moe,big}" --threads "$(nproc)" \
+        --workdir /tmp/gguf-mtp-mgpu --out "$OUT/multi-gpu.json" 2>&1 | tee "$OUT/multi-gpu.txt"
+    ;;
+*) echo "usage: bash bench/gpu.sh build|test|bench|lcpp-server|serve [SIZE_GB]|multi [MODELS]" >&2; exit 2 ;;
 esac
