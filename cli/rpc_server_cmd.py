@@ -25,7 +25,7 @@ def rpc_server(
     from gguf_mtp.runtime import placement
 
     names = placement.parse_device_list(device, "--device") if device else None
-    if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
+    if host not in ("127.0.0.1", "localhost"):
         typer.echo(f"WARNING: binding {host}: the RPC server has no authentication and runs whatever graph a client "
                    "sends; never expose it to an open network", err=True)
 

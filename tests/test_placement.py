@@ -37,8 +37,7 @@ def test_option_parsing() -> None:
         with pytest.raises(GgufMtpError, match=why):
             P.parse_tensor_split(bad)
     assert P.parse_endpoints("10.0.0.2:50052,gpu-box:1") == [("10.0.0.2", 50052), ("gpu-box", 1)]
-    assert P.parse_endpoints("[::1]:50052") == [("[::1]", 50052)]
-    for bad in ("10.0.0.2", "host:0", "host:70000", "a b:1"):
+    for bad in ("10.0.0.2", "host:0", "host:70000", "a b:1", "[::1]:50052"):
         with pytest.raises(GgufMtpError, match="not host:port"):
             P.parse_endpoints(bad)
     with pytest.raises(GgufMtpError, match="--split-mode"):
@@ -268,3 +267,11 @@ def test_list_devices_shows_rpc_servers(rpc_servers) -> None:
     r = _cli("run", "--list-devices", "--rpc", rpc_servers[0])
     assert r.returncode == 0, r.stderr
     assert f"RPC0: {rpc_servers[0]}" in r.stdout and "CPU:" in r.stdout
+
+
+def test_rpc_server_errors(rpc_servers) -> None:
+    port = rpc_servers[0].split(":")[1]
+    r = _cli("rpc-server", "--port", port, timeout=60)
+    assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr[-1000:]
+    r = _cli("rpc-server", "--device", "CUDA9", timeout=60)
+    assert r.returncode == 2 and "--device CUDA9: no such device" in r.stderr, r.stderr[-1000:]

@@ -144,12 +144,14 @@ def parse_tensor_split(value: str) -> list[float]:
 
 
 def parse_endpoints(value: str) -> list[tuple[str, int]]:
-    """``host:port[,host:port]`` -> [(host, port)]; IPv6 hosts in brackets (``[::1]:50052``)."""
+    """``host:port[,host:port]`` -> [(host, port)]. ggml's client splits at the first colon, so IPv6 literals
+    cannot be named (it would abort on them): a host name or an IPv4 address."""
     out = []
     for s in value.split(","):
-        m = re.fullmatch(r"\s*(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})\s*", s)
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+):(\d{1,5})\s*", s)
         if not m or not 0 < int(m.group(2)) < 65536:
-            raise GgufMtpError(f"--rpc {value!r}: {s.strip()!r} is not host:port (e.g. 192.168.1.20:50052)")
+            raise GgufMtpError(f"--rpc {value!r}: {s.strip()!r} is not host:port with a host name or IPv4 address "
+                               "(e.g. 192.168.1.20:50052)")
         out.append((m.group(1), int(m.group(2))))
     return out
 
@@ -302,9 +304,8 @@ def probe_rpc(host: str, port: int, timeout: float = RPC_PROBE_TIMEOUT) -> tuple
     aborts the process when it cannot connect and waits forever on a peer that does not answer, so every
     server is probed first."""
     ep = f"{host}:{port}"
-    h = host.strip("[]")
     try:
-        with socket.create_connection((h, port), timeout=timeout) as s:
+        with socket.create_connection((host, port), timeout=timeout) as s:
             s.settimeout(timeout)
             s.sendall(struct.pack("<BQ", _RPC_HELLO, _RPC_CAPS) + bytes(_RPC_CAPS))
             data = b""
@@ -390,11 +391,12 @@ def serve_rpc(host: str, port: int, names: list[str] | None = None, threads: int
     start = g.proc("RPC", "ggml_backend_rpc_start_server")
     if not start:
         raise GgufMtpError("rpc-server: the RPC backend does not export ggml_backend_rpc_start_server")
-    fam = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    if ":" in host or not host:
+        raise GgufMtpError(f"rpc-server --host {host!r}: an IPv4 address or a host name (ggml's endpoints are host:port)")
     try:  # bind once ourselves: ggml only prints "Failed to create server socket"
-        with socket.socket(fam, socket.SOCK_STREAM) as s:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((host.strip("[]"), port))
+            s.bind((host, port))
     except OSError as e:
         raise GgufMtpError(f"rpc-server: cannot listen on {host}:{port} ({e.strerror or e})") from None
     cdir = None
