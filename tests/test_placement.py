@@ -254,6 +254,11 @@ def test_the_head_on_its_own_rpc_device(converted, rpc_servers) -> None:
         assert _buffer_mib(err, rpc_servers[1]) > 0
         if layout == "mtp-only":  # a model of its own, placed by its own parameters
             assert st["placement"]["draft"].startswith("RPC1, -ngl 99")
+    # --device-draft alone: the sidecar goes there whole, the target stays where -ngl (0) leaves it
+    side = converted("qwen35", "mtp-only", **spec)
+    out, st, _ = _generate(trunk_only, "--mtp", str(side), "--rpc", rpc_servers[1], "--device-draft", "RPC0")
+    assert out == local and st["placement"]["target"] == "CPU only"
+    assert st["placement"]["draft"].startswith("RPC0, -ngl 999")
     # --split-mode none: the trunk on --main-gpu; an index past the list is named
     out, _, _ = _generate(bundled, "-ngl", "99", "--rpc", ",".join(rpc_servers), "--split-mode", "none",
                           "--main-gpu", "1", "--device-draft", "RPC0")

@@ -246,7 +246,7 @@ class ModelParams:
 
     def describe(self) -> str:
         names = ", ".join(d.name for d in self.devices) or "none"
-        s = f"{names}, -ngl {self.n_gpu_layers}" if self.devices else "CPU only"
+        s = f"{names}, -ngl {self.n_gpu_layers}" if self.devices and self.n_gpu_layers else "CPU only"
         if self.tensor_split is not None and len(self.devices) > 1:
             s += f", split {':'.join(f'{x:g}' for x in self.tensor_split)}"
         return s

@@ -123,6 +123,8 @@ class MTPSession:
         if p.source != HeadSource.SELF_CONTAINED:
             return tparams, None
         ngl = c.n_gpu_layers if c.draft_gpu_layers is None else c.draft_gpu_layers
+        if c.draft_gpu_layers is None and c.draft_devices:  # a device named for the head: all of it goes there
+            ngl = 999
         dpl = placement.Placement(c.devices, c.split_mode, c.tensor_split, c.main_gpu)  # as the target's
         if c.draft_devices is not None:  # llama.cpp: a draft pinned to one device is split by layer
             dpl = placement.Placement(c.draft_devices, "layer" if len(c.draft_devices) <= 1 else c.split_mode)
