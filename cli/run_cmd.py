@@ -26,6 +26,15 @@ def _draft_n(value: str) -> tuple[int, bool]:
     return n, False
 
 
+def _list_devices(value: bool) -> None:
+    """Eager --list-devices for commands without --rpc (serve)."""
+    if value:
+        from gguf_mtp.runtime import devices
+
+        typer.echo(devices.listing())
+        raise typer.Exit()
+
+
 def run(
     model: Optional[Path] = typer.Argument(None, help="GGUF model (bundled, or trunk with a sidecar beside it)."),
     list_devices: bool = typer.Option(False, "--list-devices", help="Print the devices this llama.cpp build can use (with --rpc: the servers' too) and exit."),

@@ -112,6 +112,10 @@ def test_device_and_split_errors(converted, capsys) -> None:
         err = capsys.readouterr().err
         assert want in err and "Traceback" not in err, (args, err)
         assert err.strip().splitlines()[-1].startswith("error:"), err
+    pytest.importorskip("uvicorn")  # serve takes the same options
+    assert main(["serve", model, "--port", "0", "--device", "CUDA7"]) == 2
+    err = capsys.readouterr().err
+    assert "--device CUDA7: the device does not exist" in err and err.strip().splitlines()[-1].startswith("error:"), err
 
 
 def _free_port() -> int:
