@@ -7,6 +7,7 @@
 #   bash bench/gpu.sh lcpp-server                   # llama-server with CUDA from the same sdist
 #   bash bench/gpu.sh serve [SIZE_GB] [HEAD_NOISE]   # bench/serve.py, against llama-server if built
 #   bash bench/gpu.sh qwen3next [SIZE_GB]   # bench/qwen3next.py: rollback strategies on a Qwen3-Next-shaped model
+#   bash bench/gpu.sh multi [dense,moe,big]   # 2 GPUs: placements with and without MTP (bench/multi_gpu.py)
 # Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz and .carry/whl/{gguf,diskcache}-*.whl (see README).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
@@ -57,5 +58,9 @@ qwen3next)
     py bench/qwen3next.py --make "${2:-6}" --ngl 99 --threads "$(nproc)" -n 128 --repeats 2 --workdir /tmp/gguf-mtp-bench \
         --out "$OUT/qwen3next-gpu.json" 2>&1 | tee "$OUT/qwen3next-gpu.txt"
     ;;
-*) echo "usage: bash bench/gpu.sh build|test|bench|lcpp-server|serve|qwen3next [SIZE_GB]" >&2; exit 2 ;;
+multi)  # 2 GPUs: one GPU vs layer split vs head on GPU 1, dense / MoE / a >80 GB MoE (bench/multi_gpu.py)
+    py bench/multi_gpu.py --devices CUDA0,CUDA1 --models "${2:-dense,moe,big}" --threads "$(nproc)" \
+        --workdir /tmp/gguf-mtp-mgpu --out "$OUT/multi-gpu.json" 2>&1 | tee "$OUT/multi-gpu.txt"
+    ;;
+*) echo "usage: bash bench/gpu.sh build|test|bench|lcpp-server|serve|qwen3next [SIZE_GB]|multi [MODELS]" >&2; exit 2 ;;
 esac

@@ -27,6 +27,7 @@ def _draft_n(value: str) -> tuple[int, bool]:
 
 
 def _list_devices(value: bool) -> None:
+    """Eager --list-devices for commands without --rpc (serve)."""
     if value:
         from gguf_mtp.runtime import devices
 
@@ -35,9 +36,8 @@ def _list_devices(value: bool) -> None:
 
 
 def run(
-    model: Path = typer.Argument(..., help="GGUF model (bundled, or trunk with a sidecar beside it)."),
-    list_devices: bool = typer.Option(False, "--list-devices", is_eager=True, callback=_list_devices,
-                                      help="Print the devices this llama.cpp build can use and exit."),
+    model: Optional[Path] = typer.Argument(None, help="GGUF model (bundled, or trunk with a sidecar beside it)."),
+    list_devices: bool = typer.Option(False, "--list-devices", help="Print the devices this llama.cpp build can use (with --rpc: the servers' too) and exit."),
     mtp: Optional[Path] = typer.Option(None, "--mtp", help="MTP sidecar to pair (default: the model's own head, or <name>-MTP.gguf / mtp-<name>.gguf beside it)."),
     no_mtp: bool = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation."),
     require_mtp: bool = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding."),
@@ -49,7 +49,13 @@ def run(
     p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min", help="Stop drafting when the head's top token is less likely than this."),
     prompt_window: int = typer.Option(0, "--spec-draft-prompt-window", min=0, help="Give the MTP head only the last N tokens of each prompt (0: all). Bounds the head's share of prompt processing on long prompts; output is unchanged, early drafts may be accepted less often."),
     n_gpu_layers: int = typer.Option(0, "--n-gpu-layers", "-ngl", help="Layers to offload to the GPU (CUDA / Vulkan builds)."),
-    draft_gpu_layers: Optional[int] = typer.Option(None, "--n-gpu-layers-draft", "-ngld", help="GPU layers for a self-contained sidecar (default: as -ngl)."),
+    draft_gpu_layers: Optional[int] = typer.Option(None, "--n-gpu-layers-draft", "-ngld", help="GPU layers for a self-contained sidecar (default: as -ngl; all with --device-draft)."),
+    device: Optional[str] = typer.Option(None, "--device", "-dev", help="Comma-separated devices to offload the target to (none: no offload; default: every GPU and RPC device). See --list-devices."),
+    device_draft: Optional[str] = typer.Option(None, "--device-draft", "-devd", help="Device(s) for the MTP head. A bundled or head-only head takes one device: its layers and the LM head after them go there, the trunk stays on --device. A self-contained sidecar is placed like its own model (default: as the target)."),
+    split_mode: str = typer.Option("layer", "--split-mode", "-sm", help="How to split the target across devices: none (one device: --main-gpu), layer (runs of layers), row (rows of each matrix), tensor (llama.cpp's experimental tensor parallelism)."),
+    tensor_split: Optional[str] = typer.Option(None, "--tensor-split", "-ts", help="Proportion of the target per device, e.g. 3,1 (default: by free memory)."),
+    main_gpu: int = typer.Option(0, "--main-gpu", "-mg", help="The device (index into the device list) for --split-mode none, or for intermediate results with row."),
+    rpc: Optional[str] = typer.Option(None, "--rpc", help="Comma-separated RPC servers (host:port) whose devices join the device list (before the local GPUs). No authentication: trusted networks only."),
     ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens."),
     batch_size: int = typer.Option(512, "--batch-size", "-b", help="Prompt batch size."),
     threads: Optional[int] = typer.Option(None, "--threads", "-t", help="CPU threads."),
@@ -69,10 +75,23 @@ def run(
       gguf-mtp run Qwen3.5-9B-Q4_K_M.gguf --mtp Qwen3.5-9B-Q8_0-MTP.gguf -ngl 99
 
       gguf-mtp run Qwen3.5-9B-Q4_K_M.gguf --spec-draft-n-max auto --stats-json stats.json
+
+      gguf-mtp run Qwen3.5-9B-Q8_0.gguf -ngl 99 --device CUDA0 --device-draft CUDA1
+
+      gguf-mtp run big.gguf -ngl 99 --rpc 192.168.1.20:50052 --tensor-split 1,1
     """
     # imported here, before anything loads numpy: llama.cpp's libraries must come first (see gguf_mtp.runtime)
-    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices
+    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices, placement
     from gguf_mtp.runtime.options import check_sampling, check_session
+
+    endpoints = placement.parse_endpoints(rpc) if rpc else None
+    if endpoints:  # their devices join the registry first, as llama.cpp's --rpc (listing and start-up line see them)
+        placement.add_rpc_servers(endpoints)
+    if list_devices:
+        typer.echo(devices.listing())
+        raise typer.Exit()
+    if model is None:
+        raise typer.BadParameter("missing the MODEL argument (a GGUF file)")
 
     if no_mtp and mtp is not None:
         raise typer.BadParameter("--mtp and --no-mtp exclude each other")
@@ -90,7 +109,12 @@ def run(
     k, adaptive = _draft_n(draft_n_max)
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                        require_mtp=require_mtp, prompt_window=prompt_window)
+                        require_mtp=require_mtp, prompt_window=prompt_window,
+                        devices=placement.parse_device_list(device) if device is not None else None,
+                        draft_devices=placement.parse_device_list(device_draft, "--device-draft")
+                        if device_draft is not None else None,
+                        split_mode=split_mode, tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
+                        main_gpu=main_gpu, rpc=endpoints)
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
     # every option is checked before a file is opened or llama.cpp is reached
     check_session(cfg, speculative=not no_mtp)
@@ -104,6 +128,8 @@ def run(
         inputs = given + session.pairing.model.files + (session.pairing.sidecar.files if session.pairing.sidecar else [])
         if stats_file is not None:  # the sidecar found beside the model is an input too
             check_output(stats_file, force=force, inputs=inputs)
+        if device or device_draft or tensor_split or rpc or split_mode != "layer":
+            err("placement: " + "; ".join(f"{k} {v}" for k, v in session.placement.items()))
         if session.mtp_enabled:
             err(f"MTP: {session.pairing.source.value}"
                 + (f" {session.pairing.sidecar.path.name}" if session.pairing.sidecar else "")
@@ -118,7 +144,8 @@ def run(
             _chat(session, system, n_predict, sampling, err)
         if stats_json is not None:
             payload = session.stats.to_dict() | {"mtp": session.pairing.source.value, "notices": session.notices,
-                                                 "rollback": session.engine.rollback.name}
+                                                 "rollback": session.engine.rollback.name,
+                                                 "placement": session.placement}
             text = json.dumps(payload, indent=2)
             if stats_file is None:
                 typer.echo(text)

@@ -32,7 +32,13 @@ def serve(
     p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min", help="Stop drafting when the head's top token is less likely than this."),
     prompt_window: int = typer.Option(0, "--spec-draft-prompt-window", min=0, help="Give the MTP head only the last N tokens of each prompt (0: all)."),
     n_gpu_layers: int = typer.Option(0, "--n-gpu-layers", "-ngl", help="Layers to offload to the GPU."),
-    draft_gpu_layers: Optional[int] = typer.Option(None, "--n-gpu-layers-draft", "-ngld", help="GPU layers for a self-contained sidecar (default: as -ngl)."),
+    draft_gpu_layers: Optional[int] = typer.Option(None, "--n-gpu-layers-draft", "-ngld", help="GPU layers for a self-contained sidecar (default: as -ngl; all with --device-draft)."),
+    device: Optional[str] = typer.Option(None, "--device", "-dev", help="Devices for the target, as run's."),
+    device_draft: Optional[str] = typer.Option(None, "--device-draft", "-devd", help="Device for the MTP head, as run's."),
+    split_mode: str = typer.Option("layer", "--split-mode", "-sm", help="none, layer, row or tensor, as run's."),
+    tensor_split: Optional[str] = typer.Option(None, "--tensor-split", "-ts", help="Proportion of the target per device, e.g. 3,1."),
+    main_gpu: int = typer.Option(0, "--main-gpu", "-mg", help="The device for --split-mode none."),
+    rpc: Optional[str] = typer.Option(None, "--rpc", help="RPC servers (host:port,...) whose devices join the list. No authentication: trusted networks only."),
     ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens, shared by the slots."),
     batch_size: int = typer.Option(512, "--batch-size", "-b", help="Prompt batch size."),
     threads: Optional[int] = typer.Option(None, "--threads", "-t", help="CPU threads."),
@@ -54,7 +60,7 @@ def serve(
     """
     # imported here: the runtime loads llama.cpp's libraries before numpy (see gguf_mtp.runtime), and the CLI's
     # other commands must not need them (nor the serve extra)
-    from gguf_mtp.runtime import MTPSession, SessionConfig, devices
+    from gguf_mtp.runtime import MTPSession, SessionConfig, devices, placement
 
     try:
         import uvicorn
@@ -73,7 +79,14 @@ def serve(
     k, adaptive = _draft_n(draft_n_max)
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                        require_mtp=require_mtp, prompt_window=prompt_window, n_parallel=parallel)
+                        require_mtp=require_mtp, prompt_window=prompt_window, n_parallel=parallel,
+                        devices=placement.parse_device_list(device) if device is not None else None,
+                        draft_devices=placement.parse_device_list(device_draft, "--device-draft")
+                        if device_draft is not None else None,
+                        split_mode=split_mode, tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
+                        main_gpu=main_gpu, rpc=placement.parse_endpoints(rpc) if rpc else None)
+    if cfg.rpc:  # before the start-up line, so that it names their devices
+        placement.add_rpc_servers(cfg.rpc)
     sock = _listen(host, port)  # before loading: a busy port fails fast
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
     err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))

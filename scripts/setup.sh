@@ -2,7 +2,7 @@
 # Creates .venv with gguf-mtp (editable) and a llama-cpp-python built from source.
 # The wheel build (~5 min on 2 cores) is cached per version and CMAKE_ARGS in
 # $GGUF_MTP_WHEEL_CACHE (default ~/.cache/gguf-mtp/wheels), so later runs install in seconds.
-#   CMAKE_ARGS="-DGGML_CUDA=on" bash scripts/setup.sh      # CUDA build
+#   CMAKE_ARGS="-DGGML_CUDA=on" bash scripts/setup.sh      # CUDA build (every build adds -DGGML_RPC=ON)
 #   CMAKE_ARGS="-DGGML_VULKAN=on" bash scripts/setup.sh    # Vulkan build (needs libvulkan-dev, glslc,
 #                                                          # spirv-headers; headers < 1.3.272 get scripts/vulkan-compat)
 #   bash scripts/setup.sh --wheel-only                     # only make sure the cache holds a checked wheel; print its path
@@ -18,6 +18,8 @@ LLAMA_CPP_PYTHON_VERSION="0.3.36"
 PY="${PYTHON:-python3}"
 CACHE="${GGUF_MTP_WHEEL_CACHE:-$HOME/.cache/gguf-mtp/wheels}"
 CMAKE_ARGS="${CMAKE_ARGS:-}"
+# ggml's RPC backend is always built (gguf-mtp run --rpc, gguf-mtp rpc-server); -DGGML_RPC=OFF opts out
+case "$CMAKE_ARGS" in *-DGGML_RPC*) ;; *) CMAKE_ARGS="${CMAKE_ARGS:+$CMAKE_ARGS }-DGGML_RPC=ON" ;; esac
 WHEEL_ONLY=0
 case "${1:-}" in
     --wheel-only) WHEEL_ONLY=1 ;;

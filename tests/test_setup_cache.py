@@ -58,18 +58,30 @@ def test_cpu_wheel_is_never_cached_as_vulkan(tmp_path: Path, cpu_wheel: Path) ->
     assert entries(cache) == []
 
 
+CPU_ONLY = "-DGGML_RPC=OFF"  # setup.sh adds -DGGML_RPC=ON otherwise; the fixture wheel is a plain CPU build
+
+
+def test_rpc_is_built_by_default(tmp_path: Path, cpu_wheel: Path) -> None:  # noqa: F811
+    cache, calls = tmp_path / "cache", tmp_path / "calls"
+    r = setup_sh(cache, "", cpu_wheel, calls)
+    assert r.returncode == 1 and f"cached in {cache / key('-DGGML_RPC=ON')}" in r.stderr, r.stderr
+    assert "has no RPC backend (no libggml-rpc.so" in r.stderr and entries(cache) == []
+    r = setup_sh(cache, "-DGGML_CUDA=on -DGGML_RPC=ON", None, calls, GGUF_MTP_SKIP_PREREQS="1")
+    assert "(CMAKE_ARGS='-DGGML_CUDA=on -DGGML_RPC=ON')" in r.stderr  # not added twice
+
+
 def test_damaged_cache_entry_is_rebuilt(tmp_path: Path, cpu_wheel: Path) -> None:  # noqa: F811
     cache, calls = tmp_path / "cache", tmp_path / "calls"
-    (cache / key("")).mkdir(parents=True)
-    (cache / key("") / WHEEL_NAME).write_bytes(b"PK\x03\x04 truncated")
-    r = setup_sh(cache, "", cpu_wheel, calls)
+    (cache / key(CPU_ONLY)).mkdir(parents=True)
+    (cache / key(CPU_ONLY) / WHEEL_NAME).write_bytes(b"PK\x03\x04 truncated")
+    r = setup_sh(cache, CPU_ONLY, cpu_wheel, calls)
     assert r.returncode == 0, r.stderr
     assert "not a wheel" in r.stderr and "removing it and building again" in r.stderr and n_calls(calls) == 1
-    cached = cache / key("") / WHEEL_NAME
+    cached = cache / key(CPU_ONLY) / WHEEL_NAME
     assert r.stdout.strip() == str(cached) and cached.read_bytes() == cpu_wheel.read_bytes()
-    assert entries(cache) == [key("")]
+    assert entries(cache) == [key(CPU_ONLY)]
 
-    r = setup_sh(cache, "", cpu_wheel, calls)  # a sound entry is used as it is
+    r = setup_sh(cache, CPU_ONLY, cpu_wheel, calls)  # a sound entry is used as it is
     assert r.returncode == 0 and n_calls(calls) == 1 and r.stdout.strip() == str(cached), r.stderr
     assert "backends CPU" in r.stderr
 

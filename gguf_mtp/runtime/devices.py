@@ -21,10 +21,13 @@ def lib_dir() -> Path:
 
 
 def _ggml() -> B.Ggml:
+    import llama_cpp.llama_cpp as ll
+
     L._init()  # llama.cpp's log goes to our buffer before a backend starts talking
-    d = lib_dir()
-    lib = next((p for p in (d / "libggml.so", *sorted(d.glob("libggml.so.*"))) if p.is_file()), d / "libllama.so")
-    return B.Ggml(ctypes.CDLL(str(lib)))  # the copy already loaded with libllama
+    # libllama's own handle (dlsym searches its dependencies): a wheel holds libggml.so and libggml.so.0 as two
+    # files, llama-cpp-python loads the first and libllama the second, each with its own registry, and only
+    # libllama's sees the RPC servers --rpc adds
+    return B.Ggml(ctypes.CDLL(ll._lib._name))
 
 
 def available() -> list[B.Device]:

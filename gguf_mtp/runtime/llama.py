@@ -8,10 +8,14 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import GgufMtpError
+
+if TYPE_CHECKING:
+    from .placement import ModelParams
 
 try:
     import llama_cpp as _ll
@@ -58,11 +62,14 @@ class Model:
     """A loaded llama.cpp model. ``load_mtp`` must be true whenever an MTP context will be made on it."""
 
     def __init__(self, path: str | os.PathLike[str], *, load_mtp: bool = False, n_gpu_layers: int = 0,
-                 use_mmap: bool = True, file_ptr: int | None = None) -> None:
+                 use_mmap: bool = True, file_ptr: int | None = None, placement: "ModelParams | None" = None) -> None:
+        """``placement``: devices, split mode, tensor split and main GPU (its -ngl replaces ``n_gpu_layers``)."""
         _init()
         self.path = Path(path)
         p = _ll.llama_model_default_params()
         p.n_gpu_layers = n_gpu_layers
+        if placement is not None:
+            placement.apply(p)  # its ctypes arrays stay alive with it until the load returns
         p.load_mtp = load_mtp
         if not use_mmap or file_ptr is not None:  # a FILE * cannot be mapped
             p.load_mode = _ll.LLAMA_LOAD_MODE_NONE

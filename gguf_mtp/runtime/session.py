@@ -17,8 +17,8 @@ from typing import Any
 
 from ..errors import GgufMtpError
 from ..ggufio import keys as K
-from ..surgery import plan_graft
-from . import devices
+from ..surgery import find_head, plan_graft
+from . import devices, placement
 from .chat import ChatTemplate
 from .llama import Context, Model
 from .options import check_session
@@ -56,6 +56,13 @@ class SessionConfig:
     n_parallel: int = 1
     # how the target undoes rejected drafts: auto | native | replay[:store=..,every=..,merge=..] (rollback.py)
     rollback: str = "auto"
+    # placement, in llama.cpp's terms (see runtime.placement): device names (None: llama.cpp's default, []: none)
+    devices: list[str] | None = None
+    draft_devices: list[str] | None = None  # the MTP head's device(s); None: where the target's layers put it
+    split_mode: str = "layer"
+    tensor_split: list[float] | None = None
+    main_gpu: int = 0
+    rpc: list[tuple[str, int]] | None = None  # RPC servers whose devices join the registry before loading
 
 
 class MTPSession:
@@ -78,9 +85,13 @@ class MTPSession:
         self.pairing: Pairing = resolve(model, mtp)
         if self.pairing.source == HeadSource.NONE and self.cfg.require_mtp:
             raise GgufMtpError(f"{model}: --require-mtp: {self.pairing.notice}")
+        if self.cfg.rpc:  # their devices join the registry before anything counts devices
+            placement.add_rpc_servers(self.cfg.rpc)
         note = devices.offload_note(max(self.cfg.n_gpu_layers, self.cfg.draft_gpu_layers or 0))
         if note:  # -ngl with no GPU to take the layers: say so rather than run on the CPU silently
             self.notices.append(note)
+        self.placement: dict[str, str] = {}  # "target" / "draft" -> where their layers go
+        self._params = self._make_params()  # option mistakes are errors here, never a plain-decoding fallback
         try:
             self._load()
         except GgufMtpError as e:
@@ -90,6 +101,7 @@ class MTPSession:
             self.close()
             self.notices.append(f"MTP head failed to load ({e}); plain decoding")
             self.pairing = Pairing(HeadSource.NONE, self.pairing.model, notice=self.notices[-1])
+            self._params = self._make_params()
             self._load()
         if self.pairing.notice and self.pairing.notice not in self.notices:
             self.notices.append(self.pairing.notice)
@@ -105,22 +117,60 @@ class MTPSession:
         self.stats = Stats(n_draft_max=self.engine.n_draft_max)
 
     # -- loading -------------------------------------------------------------------------------
+    def _make_params(self) -> tuple[placement.ModelParams, placement.ModelParams | None]:
+        """Placement of the target and (a self-contained sidecar's) draft model, checked against the devices."""
+        c, p = self.cfg, self.pairing
+        self.placement.clear()
+        tparams = self._target_params()
+        self.placement = {"target": tparams.describe(), **self.placement}
+        if p.source != HeadSource.SELF_CONTAINED:
+            return tparams, None
+        ngl = c.n_gpu_layers if c.draft_gpu_layers is None else c.draft_gpu_layers
+        if c.draft_gpu_layers is None and c.draft_devices:  # a device named for the head: all of it goes there
+            ngl = 999
+        dpl = placement.Placement(c.devices, c.split_mode, c.tensor_split, c.main_gpu)  # as the target's
+        if c.draft_devices is not None:  # llama.cpp: a draft pinned to one device is split by layer
+            dpl = placement.Placement(c.draft_devices, "layer" if len(c.draft_devices) <= 1 else c.split_mode)
+        dparams = placement.ModelParams(dpl, n_gpu_layers=ngl)
+        self.placement["draft"] = dparams.describe() + " (its own embeddings and LM head)"
+        return tparams, dparams
+
+    def _target_params(self) -> placement.ModelParams:
+        """The target's placement. A bundled or head-only head lives in the target model, so --device-draft
+        moves its layers (and the LM head after them) by the model's layer split; see placement.draft_split."""
+        c, p = self.cfg, self.pairing
+        pl = placement.Placement(c.devices, c.split_mode, c.tensor_split, c.main_gpu)
+        if c.draft_devices is None or p.source not in (HeadSource.BUNDLED, HeadSource.HEAD_ONLY):
+            return placement.ModelParams(pl, n_gpu_layers=c.n_gpu_layers)
+        if len(c.draft_devices) != 1:
+            raise GgufMtpError(f"--device-draft {','.join(c.draft_devices) or 'none'}: a {p.source.value} head is "
+                               "part of the target model and takes one device (its layers and the LM head after them); "
+                               "it stays on the CPU only with the whole model (-ngl 0, no --device-draft)")
+        head = find_head(p.model if p.source == HeadSource.BUNDLED else p.sidecar)  # type: ignore[arg-type]
+        assert head is not None
+        mp = placement.ModelParams(pl, draft_layers=(head.n_trunk + head.n_mtp, head.n_mtp),
+                                   draft_device=c.draft_devices[0], n_gpu_layers=c.n_gpu_layers)
+        blocks = f"blk.{head.n_trunk}" + (f"-{head.n_trunk + head.n_mtp - 1}" if head.n_mtp > 1 else "")
+        self.placement["draft"] = f"{c.draft_devices[0]} ({blocks} and the LM head, shared with the target)"
+        return mp
+
     def _load(self) -> None:
         c, p = self.cfg, self.pairing
         mtp_on = p.source != HeadSource.NONE
         k = max(1, c.n_draft)
+        tparams, dparams = self._params
         if p.source == HeadSource.HEAD_ONLY:
             from .virtual import VirtualFile, VirtualGGUF
 
             assert p.sidecar is not None
             vf = VirtualFile(VirtualGGUF(plan_graft(p.sidecar, p.model)))
             try:
-                target = Model(f"{p.model.path} + {p.sidecar.path.name}", load_mtp=True,
-                               n_gpu_layers=c.n_gpu_layers, file_ptr=vf.fp)
+                target = Model(f"{p.model.path} + {p.sidecar.path.name}", load_mtp=True, file_ptr=vf.fp,
+                               placement=tparams)
             finally:
                 vf.close()  # llama.cpp has read every byte (no mmap on a FILE *)
         else:
-            target = Model(p.model.path, load_mtp=p.source == HeadSource.BUNDLED, n_gpu_layers=c.n_gpu_layers)
+            target = Model(p.model.path, load_mtp=p.source == HeadSource.BUNDLED, placement=tparams)
         self._models.append(target)
         self.model = target
         n_seq = max(1, c.n_parallel)
@@ -147,8 +197,7 @@ class MTPSession:
             draft_model = target
             if p.source == HeadSource.SELF_CONTAINED:
                 assert p.sidecar is not None
-                ngl = c.n_gpu_layers if c.draft_gpu_layers is None else c.draft_gpu_layers
-                draft_model = Model(p.sidecar.path, load_mtp=True, n_gpu_layers=ngl)
+                draft_model = Model(p.sidecar.path, load_mtp=True, placement=dparams)
                 self._models.append(draft_model)
             mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, mtp=True,
                            n_seq_max=n_seq)

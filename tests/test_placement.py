@@ -1,0 +1,286 @@
+"""Device placement and llama.cpp's RPC backend: option parsing and checks, the head's layers placed on their
+own device, and an RPC round trip on loopback (ggml's RPC servers in subprocesses; the client runs in a
+subprocess too, since RPC devices stay in ggml's registry for the life of a process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gguf_mtp.errors import GgufMtpError
+from gguf_mtp.ggufio.model import GGUFModel
+from gguf_mtp.runtime import placement as P
+from gguf_mtp_cli.main import main
+
+ORACLE = {"oracle_head": True, "trunk_scale": 0.5}
+PROMPT = "The quick brown fox jumps over the lazy dog and the weather is "
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_option_parsing() -> None:
+    assert P.parse_device_list("CUDA0,CUDA1") == ["CUDA0", "CUDA1"]
+    assert P.parse_device_list("none") == []
+    for bad in ("", "CUDA0,", "none,CUDA0"):
+        with pytest.raises(GgufMtpError, match="--device"):
+            P.parse_device_list(bad)
+    assert P.parse_tensor_split("3,1") == [3.0, 1.0] and P.parse_tensor_split("1/2/0") == [1.0, 2.0, 0.0]
+    for bad, why in (("a,1", "not a number"), ("-1,2", ">= 0"), ("0,0", "above 0"), ("nan", "finite")):
+        with pytest.raises(GgufMtpError, match=why):
+            P.parse_tensor_split(bad)
+    assert P.parse_endpoints("10.0.0.2:50052,gpu-box:1") == [("10.0.0.2", 50052), ("gpu-box", 1)]
+    for bad in ("10.0.0.2", "host:0", "host:70000", "a b:1", "[::1]:50052"):
+        with pytest.raises(GgufMtpError, match="not host:port"):
+            P.parse_endpoints(bad)
+    with pytest.raises(GgufMtpError, match="--split-mode"):
+        P.Placement(split_mode="rows")
+
+
+def _layer_devices(order: list[P.Device], split: list[float], ngl: int, n_layer_all: int) -> list[str]:
+    """llama.cpp's get_layer_buft_list, re-stated: the device of each layer and of the output layer (float32
+    arithmetic as there)."""
+    import numpy as np
+
+    f32 = np.float32
+    cum, s = [], f32(0)
+    for x in split:
+        s = f32(s + f32(x))
+        cum.append(s)
+    cum = [f32(c / s) for c in cum]
+    start = max(n_layer_all + 1 - ngl, 0)
+    act = min(ngl, n_layer_all + 1)
+    out = []
+    for il in range(n_layer_all + 1):
+        if il < start:
+            out.append("CPU")
+            continue
+        v = f32(f32(il - start) / f32(act))
+        out.append(order[next((i for i, c in enumerate(cum) if c > v), len(cum) - 1)].name)
+    return out
+
+
+@pytest.mark.parametrize("n_layer_all,n_mtp,ngl,split", [
+    (33, 1, 99, None), (33, 1, 99, [3.0, 1.0]), (65, 3, 99, None), (33, 1, 10, None), (33, 1, 0, None), (33, 1, -1, None),
+    (49, 1, 99, [1.0, 0.0]), (97, 1, 99, [7.0, 5.0]),
+])
+def test_draft_split_puts_the_head_and_the_lm_head_on_the_draft_device(n_layer_all, n_mtp, ngl, split) -> None:
+    gib = 1 << 30
+    a, b, c = (P.Device(n, "", "GPU", "X", free, 80 * gib, ptr) for n, free, ptr in
+               (("CUDA0", 70 * gib, 1), ("CUDA1", 30 * gib, 2), ("CUDA2", 80 * gib, 3)))
+    order, tsplit, ngl2 = P.draft_split([a, b], c, split, ngl, n_layer_all, n_mtp)
+    where = _layer_devices(order, tsplit, ngl2, n_layer_all)
+    n_trunk = n_layer_all - n_mtp
+    assert where[n_trunk:] == ["CUDA2"] * (n_mtp + 1)  # MTP blocks and the output layer
+    assert "CUDA2" not in where[:n_trunk]
+    trunk_gpu = [w for w in where[:n_trunk] if w != "CPU"]
+    assert len(trunk_gpu) == max(0, min(ngl if ngl >= 0 else 999, n_layer_all + 1) - n_mtp - 1)
+    if split == [1.0, 0.0]:
+        assert set(trunk_gpu) == {"CUDA0"}
+    elif ngl < 0 or ngl >= n_layer_all + 1:  # the trunk shares follow the proportions (default: free memory, 7:3)
+        w = split or [7.0, 3.0]
+        assert abs(trunk_gpu.count("CUDA0") / len(trunk_gpu) - w[0] / sum(w)) <= 1 / len(trunk_gpu) + 1e-9
+    # the draft device also among the trunk's: it keeps its trunk share, then the head
+    order, tsplit, ngl2 = P.draft_split([a, b], b, split, ngl, n_layer_all, n_mtp)
+    where = _layer_devices(order, tsplit, ngl2, n_layer_all)
+    assert [d.name for d in order] == ["CUDA0", "CUDA1"] and where[n_trunk:] == ["CUDA1"] * (n_mtp + 1)
+    # the trunk on the CPU (--device none), the head offloaded alone
+    order, tsplit, ngl2 = P.draft_split([], c, None, ngl, n_layer_all, n_mtp)
+    assert _layer_devices(order, tsplit, ngl2, n_layer_all) == ["CPU"] * n_trunk + ["CUDA2"] * (n_mtp + 1)
+
+
+def test_device_and_split_errors(converted, capsys) -> None:
+    model = str(converted("qwen35", "bundled", **ORACLE))
+    cases = [
+        (["--device", "CUDA7"], "--device CUDA7: the device does not exist"),
+        (["--device", "CPU"], "--device CPU: the device is the CPU"),
+        (["--device-draft", "NoSuchGPU"], "--device-draft NoSuchGPU: the device does not exist"),
+        (["--device", "none", "--tensor-split", "1,1,1"], "--tensor-split has 3 proportions but the model is placed on 0"),
+        (["--tensor-split", "1,x"], "'x' is not a number"),
+        (["--split-mode", "rows"], "--split-mode 'rows'"),
+        (["--rpc", "nohostport"], "is not host:port"),
+    ]
+    for args, want in cases:
+        assert main(["run", model, "-p", "hi", "-n", "2", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert want in err and "Traceback" not in err, (args, err)
+        assert err.strip().splitlines()[-1].startswith("error:"), err
+    pytest.importorskip("uvicorn")  # serve takes the same options
+    assert main(["serve", model, "--port", "0", "--device", "CUDA7"]) == 2
+    err = capsys.readouterr().err
+    assert "--device CUDA7: the device does not exist" in err and err.strip().splitlines()[-1].startswith("error:"), err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _need_rpc() -> None:
+    import llama_cpp
+
+    if not llama_cpp.llama_supports_rpc():
+        pytest.skip("this llama-cpp-python build has no RPC backend (scripts/setup.sh builds it with -DGGML_RPC=ON)")
+
+
+def test_unreachable_and_silent_rpc_servers_fail_fast(capsys) -> None:
+    port = _free_port()  # nothing listens there
+    t0 = time.monotonic()
+    with pytest.raises(GgufMtpError, match=f"--rpc 127.0.0.1:{port}: cannot connect"):
+        P.probe_rpc("127.0.0.1", port)
+    assert time.monotonic() - t0 < 5
+    # a peer that accepts and never answers (a wrong port, a busy server): bounded by the probe's timeout
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    conns: list[socket.socket] = []
+    th = threading.Thread(target=lambda: conns.append(srv.accept()[0]), daemon=True)
+    th.start()
+    t0 = time.monotonic()
+    with pytest.raises(GgufMtpError, match="no answer within 0.5 s"):
+        P.probe_rpc("127.0.0.1", srv.getsockname()[1], timeout=0.5)
+    assert time.monotonic() - t0 < 3
+    srv.close()
+    for c in conns:
+        c.close()
+    _need_rpc()  # the CLI, up to the point where ggml would take the server
+    t0 = time.monotonic()
+    assert main(["run", "--list-devices", "--rpc", f"127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--rpc 127.0.0.1:{port}: cannot connect" in err and "rpc-server" in err, err
+    assert err.strip().startswith("error:") and time.monotonic() - t0 < 5
+
+
+# -- RPC round trip -------------------------------------------------------------------------------
+def _cli(*args: str, timeout: float = 240, log: bool = False) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("GGUF_MTP_LLAMA_LOG", None)
+    if log:
+        env["GGUF_MTP_LLAMA_LOG"] = "1"
+    return subprocess.run([sys.executable, "-m", "gguf_mtp_cli.main", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def rpc_servers():
+    """Two ggml RPC servers (`gguf-mtp rpc-server`, one CPU thread each) on loopback ports."""
+    _need_rpc()
+    procs, eps = [], []
+    try:
+        for _ in range(2):
+            port = _free_port()
+            procs.append(subprocess.Popen([sys.executable, "-m", "gguf_mtp_cli.main", "rpc-server", "--port", str(port),
+                                           "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True, cwd=ROOT))
+            eps.append(f"127.0.0.1:{port}")
+        for p, ep in zip(procs, eps):
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    P.probe_rpc("127.0.0.1", int(ep.split(":")[1]), timeout=2)
+                    break
+                except GgufMtpError:
+                    if p.poll() is not None or time.monotonic() > deadline:
+                        pytest.fail(f"rpc-server on {ep} did not start: {p.stdout.read() if p.stdout else ''}")
+                    time.sleep(0.2)
+        yield eps
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _generate(model: Path, *args: str, log: bool = False) -> tuple[str, dict, str]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        stats = Path(d) / "stats.json"
+        r = _cli("run", str(model), "-p", PROMPT, "-n", "32", "--spec-draft-n-max", "3", "-t", "1",
+                 "--stats-json", str(stats), *args, log=log)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r.stdout, json.loads(stats.read_text()), r.stderr
+
+
+def _buffer_mib(log: str, endpoint: str) -> float:
+    """MiB of model weights llama.cpp put on the server at ``endpoint`` (its buffers are RPC<i>[host:port])."""
+    m = re.findall(rf"RPC\d+\[{re.escape(endpoint)}\] model buffer size =\s*([0-9.]+) MiB", log)
+    assert m, f"no model buffer on {endpoint} in the log"
+    return sum(float(x) for x in m)
+
+
+def test_rpc_round_trip_gives_the_local_text(converted, rpc_servers) -> None:
+    bundled = converted("qwen35", "bundled", **ORACLE)
+    local, st, _ = _generate(bundled)
+    assert st["drafted"] > 0 and 0 < st["accepted"] < st["drafted"]
+    plain, _, _ = _generate(bundled, "--no-mtp")
+    assert local == plain
+    # every layer on one RPC server
+    out, st, err = _generate(bundled, "-ngl", "99", "--rpc", rpc_servers[0], log=True)
+    assert out == local and st["drafted"] > 0
+    assert st["placement"]["target"].startswith("RPC0, -ngl 99") and _buffer_mib(err, rpc_servers[0]) > 0
+    # the trunk split over both servers by layer
+    out, st, err = _generate(bundled, "-ngl", "99", "--rpc", ",".join(rpc_servers), "--tensor-split", "1,1", log=True)
+    assert out == local and _buffer_mib(err, rpc_servers[0]) > 0 and _buffer_mib(err, rpc_servers[1]) > 0
+
+
+def test_the_head_on_its_own_rpc_device(converted, rpc_servers) -> None:
+    """--device RPC0 --device-draft RPC1: the trunk's layers on one server, the MTP block and the LM head on the
+    other (bundled and head-only: by the model's layer split; self-contained: the sidecar's own model)."""
+    spec = ORACLE
+    bundled = converted("qwen35", "bundled", **spec)
+    local, _, _ = _generate(bundled)
+    rpc = ["-ngl", "99", "--rpc", ",".join(rpc_servers), "--device", "RPC0", "--device-draft", "RPC1"]
+    out, st, err = _generate(bundled, *rpc, log=True)
+    assert out == local and st["drafted"] > 0 and st["accepted"] > 0
+    assert st["placement"]["draft"].startswith("RPC1 (blk.4 and the LM head")
+    m = GGUFModel(bundled)
+    head = sum(t.info.nbytes for n, t in m.tensors.items() if n.startswith("blk.4.") or n.startswith("output"))
+    trunk = sum(t.info.nbytes for n, t in m.tensors.items() if re.match(r"blk\.[0-3]\.", n))
+    assert abs(_buffer_mib(err, rpc_servers[1]) - head / 2**20) < 0.05 * head / 2**20 + 0.02
+    assert abs(_buffer_mib(err, rpc_servers[0]) - trunk / 2**20) < 0.05 * trunk / 2**20 + 0.02
+    trunk_only = converted("qwen35", "trunk-only", **spec)
+    for layout in ("head-only", "mtp-only"):
+        side = converted("qwen35", layout, **spec)
+        out, st, err = _generate(trunk_only, "--mtp", str(side), *rpc, log=True)
+        assert out == local and st["drafted"] > 0, layout
+        assert _buffer_mib(err, rpc_servers[1]) > 0
+        if layout == "mtp-only":  # a model of its own, placed by its own parameters
+            assert st["placement"]["draft"].startswith("RPC1, -ngl 99")
+    # --device-draft alone: the sidecar goes there whole, the target stays where -ngl (0) leaves it
+    side = converted("qwen35", "mtp-only", **spec)
+    out, st, _ = _generate(trunk_only, "--mtp", str(side), "--rpc", rpc_servers[1], "--device-draft", "RPC0")
+    assert out == local and st["placement"]["target"] == "CPU only"
+    assert st["placement"]["draft"].startswith("RPC0, -ngl 999")
+    # --split-mode none: the trunk on --main-gpu; an index past the list is named
+    out, _, _ = _generate(bundled, "-ngl", "99", "--rpc", ",".join(rpc_servers), "--split-mode", "none",
+                          "--main-gpu", "1", "--device-draft", "RPC0")
+    assert out == local
+    r = _cli("run", str(bundled), "-p", "hi", "-n", "2", "-ngl", "99", "--rpc", rpc_servers[0],
+             "--split-mode", "none", "--main-gpu", "2")
+    assert r.returncode == 2 and "--main-gpu 2: only 1 device(s) (RPC0)" in r.stderr, r.stderr[-2000:]
+
+
+def test_list_devices_shows_rpc_servers(rpc_servers) -> None:
+    r = _cli("run", "--list-devices", "--rpc", rpc_servers[0])
+    assert r.returncode == 0, r.stderr
+    assert f"RPC0: {rpc_servers[0]}" in r.stdout and "CPU:" in r.stdout
+
+
+def test_rpc_server_errors(rpc_servers) -> None:
+    port = rpc_servers[0].split(":")[1]
+    r = _cli("rpc-server", "--port", port, timeout=60)
+    assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr[-1000:]
+    r = _cli("rpc-server", "--device", "CUDA9", timeout=60)
+    assert r.returncode == 2 and "--device CUDA9: no such device" in r.stderr, r.stderr[-1000:]
