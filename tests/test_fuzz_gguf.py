@@ -9,7 +9,8 @@ GGUF and given to every command that reads that kind of file. Property, asserted
 - nothing we accept kills llama.cpp: every accepted mutant and every file written from one is loaded and run
   in a subprocess (``tests/load_each.py``), which must not die by a signal.
 
-Seeded (``GGUF_MTP_FUZZ_SEED``, ``GGUF_MTP_FUZZ_N`` to explore further); the default run takes well under a minute.
+Seeded (``GGUF_MTP_FUZZ_SEED``, ``GGUF_MTP_FUZZ_N``, ``GGUF_MTP_FUZZ_FAMILY`` to explore further); the default run
+takes well under a minute.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.gguf_mutate import RawGGUF, mutate
 
 SEED = int(os.environ.get("GGUF_MTP_FUZZ_SEED", "20261126"))
 N = int(os.environ.get("GGUF_MTP_FUZZ_N", "160"))
+FAMILY = os.environ.get("GGUF_MTP_FUZZ_FAMILY", "qwen35")  # deepseek2, mimo2, step35, ... to explore other archs
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -40,8 +42,8 @@ def digest(p: Path) -> str:
 
 @pytest.fixture(scope="module")
 def files(converted) -> dict[str, Path]:
-    return {"bundled": converted("qwen35", "bundled"), "trunk": converted("qwen35", "trunk-only"),
-            "sidecar": converted("qwen35", "mtp-only"), "head": converted("qwen35", "head-only")}
+    return {"bundled": converted(FAMILY, "bundled"), "trunk": converted(FAMILY, "trunk-only"),
+            "sidecar": converted(FAMILY, "mtp-only"), "head": converted(FAMILY, "head-only")}
 
 
 def _ops(kind: str, p: Path, files: dict[str, Path], out: Path):  # type: ignore[no-untyped-def]

@@ -181,7 +181,7 @@ def test_sidecar_as_the_model_is_refused_with_the_fix(files, capsys) -> None:
 GRAPH_NEEDS = [
     ("blk.0.attn_gate.weight", "block 0 has no attn_qkv.weight + attn_gate.weight"),
     ("blk.0.attn_norm.weight", "block 0 has no attn_norm.weight, but other trunk tensors"),
-    ("nextn.eh_proj.weight", "has no nextn.eh_proj.weight, but other MTP tensors"),
+    ("nextn.eh_proj.weight", "has no nextn.eh_proj.weight, but the file has MTP tensors"),
 ]
 
 
@@ -193,6 +193,19 @@ def test_tensors_llama_cpp_leaves_optional_but_needs(files, tmp_path: Path, name
     bad = g.write(tmp_path / "bad.gguf")
     for op, err in every_op(bad, files, tmp_path):
         assert isinstance(err, FormatError) and words in str(err), (op, err)
+
+
+def test_multi_head_files(converted, tmp_path: Path) -> None:
+    """step35 (found by the fuzzer): a pattern without sliding-window layers, more declared heads than present."""
+    side = RawGGUF.read(converted("step35", "mtp-only"))
+    n = len(next(kv for kv in side.kvs if kv.key.endswith("sliding_window_pattern")).value)
+    bad = side.copy().set(KV.array("step35.attention.sliding_window_pattern", V.BOOL, [False] * n))
+    with pytest.raises(FormatError, match="marks no layer as sliding-window"):
+        resolve(converted("step35", "trunk-only"), bad.write(tmp_path / "swa.gguf"))
+    head = RawGGUF.read(converted("step35", "head-only"))
+    more = head.set(KV.u32("step35.nextn_predict_layers", 7)).write(tmp_path / "seven.gguf")
+    with pytest.raises(FormatError, match="declares 7 MTP layers"):
+        surgery.graft(more, converted("step35", "trunk-only"), tmp_path / "g.gguf", progress=False)
 
 
 # -- what llama.cpp does without these checks ---------------------------------------------------
@@ -207,13 +220,17 @@ LOAD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("case", ["nextn above block_count", "block_count 0", "enorm as Q8_0", "no attn_gate"])
-def test_llama_cpp_crashes_on_what_we_refuse(files, tmp_path: Path, case: str) -> None:
-    g = RawGGUF.read(files["bundled"])
+@pytest.mark.parametrize("case", ["nextn above block_count", "block_count 0", "enorm as Q8_0", "no attn_gate",
+                                  "step35 without sliding-window layers"])
+def test_llama_cpp_crashes_on_what_we_refuse(files, converted, tmp_path: Path, case: str) -> None:
+    g = RawGGUF.read(converted("step35", "bundled") if case.startswith("step35") else files["bundled"])
     if case == "nextn above block_count":
         g.set(KV.u32(g.key("nextn_predict_layers"), 10))
     elif case == "block_count 0":
         g.set(KV.u32(g.key("block_count"), 0))
+    elif case.startswith("step35"):
+        swa = next(kv for kv in g.kvs if kv.key.endswith("sliding_window_pattern"))
+        g.set(KV.array(swa.key, V.BOOL, [False] * len(swa.value)))
     elif case == "enorm as Q8_0":
         g.retype(next(t.name for t in g.tensors if t.name.endswith("nextn.enorm.weight")), T.Q8_0)
     else:

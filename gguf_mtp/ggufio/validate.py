@@ -34,6 +34,8 @@ LLAMA_MAX_EXPERTS = 1024
 #: token ids are int32 in llama.cpp; no released vocabulary is near this (the largest are ~260k)
 MAX_VOCAB = 1 << 24
 U32_MAX = (1 << 32) - 1
+#: architectures llama.cpp gives a sliding-window cache (swa_type STANDARD), which asserts some layer uses it
+SWA_ARCHS = ("mimo2", "step35")
 #: llama.cpp's rope scaling names (llama_rope_scaling_type_from_string); anything else aborts the load
 ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
 
@@ -241,6 +243,10 @@ def check_metadata(path: Path, kv: Mapping[str, KV]) -> None:
     st = kv.get(a(K.K_ROPE_SCALING_TYPE))
     if st is not None and st.value not in ROPE_SCALING_TYPES:
         raise _bad(path, st.key, f"is {st.value!r:.40}; llama.cpp knows {', '.join(ROPE_SCALING_TYPES)}")
+    swa = kv.get(a(K.K_SLIDING_WINDOW_PATTERN))
+    if arch in SWA_ARCHS and swa is not None and swa.vtype == V.ARRAY and not any(swa.scalar()):
+        raise _bad(path, swa.key, "marks no layer as sliding-window; llama.cpp's cache for this architecture needs "
+                                  "at least one (it asserts)")
     tokens, types = kv.get(K.TOK_TOKENS), kv.get(K.TOK_TYPES)
     if tokens is not None and types is not None and len(types.value) < len(tokens.value):
         raise _bad(path, K.TOK_TYPES, f"has {len(types.value)} entries for {len(tokens.value)} tokens")
@@ -289,9 +295,13 @@ def check_tensor_set(path: Path, kv: Mapping[str, KV], names: Iterable[str]) -> 
     if n_mtp > 0 and any(b < n_trunk for b in blocks) and "blk.0.attn_norm.weight" not in names:
         # llama.cpp takes a file without it for an MTP sidecar and stops checking the trunk's tensors
         raise missing(0, "attn_norm.weight, but other trunk tensors")
-    for il in sorted(b for b in blocks if n_trunk <= b < n_trunk + n_mtp):
-        if "nextn.eh_proj.weight" not in blocks[il]:  # likewise: without it the head's tensors go unchecked
-            raise missing(il, "nextn.eh_proj.weight, but other MTP tensors")
+    if n_mtp > 0 and any(b >= n_trunk for b in blocks):
+        # llama.cpp probes blk.{n_trunk}.nextn.eh_proj: without it every MTP tensor is optional (and then used);
+        # with it, all declared heads are loaded
+        for il in range(n_trunk, n_trunk + n_mtp):
+            if "nextn.eh_proj.weight" not in blocks.get(il, ()):
+                raise missing(il, f"nextn.eh_proj.weight, but the file has MTP tensors and declares {n_mtp} MTP "
+                                  "layers")
     if arch in RECURRENT_NEEDS:
         for il, recurrent in enumerate(_recurrent(kv, arch, n_trunk)):
             if recurrent and il in blocks and not any(set(alt) <= blocks[il] for alt in RECURRENT_NEEDS[arch]):
