@@ -1,66 +1,137 @@
 #!/usr/bin/env bash
-# GPU verification on a machine without network (the device tool): build llama-cpp-python with CUDA from a
-# trimmed copy of its sdist, then run the runtime tests and the run benchmark on the GPU.
-#   bash bench/gpu.sh build    # ~5-9 min on 16 cores
-#   bash bench/gpu.sh test     # tests/test_runtime.py with every layer on the GPU
-#   bash bench/gpu.sh bench [SIZE_GB] [HEAD_NOISE]
-#   bash bench/gpu.sh lcpp-server                   # llama-server with CUDA from the same sdist
+# GPU verification and benchmarks on a machine without network (the device tool). One llama.cpp build, from the
+# llama.cpp source that llama-cpp-python 0.3.36 vendors, with shared libraries: llama.cpp's own tools
+# (llama-completion, llama-speculative-simple) and gguf-mtp (through LLAMA_CPP_LIB_PATH) run the same code.
+#
+#   bash bench/gpu.sh all        # ONE command: build + benchmark models + side-by-side benchmark -> $OUT
+#                                #   (table side-by-side.txt, side-by-side.json; plot it here: python bench/plot.py)
+#   bash bench/gpu.sh build      # only the build (~4.5 min on 16 cores)
+#   bash bench/gpu.sh test       # tests/test_runtime.py, test_rollback.py, test_tiny_model.py on the GPU
+#   bash bench/gpu.sh bench [SIZE_GB] [HEAD_NOISE]   # bench/run.py (prompt cost, memory)
+#   bash bench/gpu.sh lcpp-server                    # also llama-server, for `serve`
 #   bash bench/gpu.sh serve [SIZE_GB] [HEAD_NOISE]   # bench/serve.py, against llama-server if built
 #   bash bench/gpu.sh qwen3next [SIZE_GB]   # bench/qwen3next.py: rollback strategies on a Qwen3-Next-shaped model
 #   bash bench/gpu.sh multi [dense,moe,big]   # 2 GPUs: placements with and without MTP (bench/multi_gpu.py)
-# Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz and .carry/whl/{gguf,diskcache}-*.whl (see README).
+#
+# Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz (the PyPI sdist; the trimmed copy must keep vendor/llama.cpp's
+# CMakeLists.txt, cmake/, common/, ggml/, include/, src/, vendor/, licenses/, tools/ (CMakeLists.txt, completion/)
+# and examples/ (CMakeLists.txt, speculative-simple/), and the llama_cpp/ Python package) and .carry/whl/{gguf,
+# diskcache}-*.whl (`serve` also starlette, uvicorn, typer). Environment: OUT (results), CUDA=0 (a CPU build: how this script is tested without a GPU),
+# LCPP (build folder; an existing build is reused), WORK (models), SITE and BDIR (Python packages, unpacked
+# sdist), LAYERS, VOCAB, WIDTHS, NOISE, QUANT, THREADS, BUDGET (seconds for the whole of `all`, default 540).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
+T0=$SECONDS
 OUT="${OUT:-/tmp/gguf-mtp-out}"
 mkdir -p "$OUT"
-SITE=/tmp/site
-py() { PYTHONPATH="$SITE" python3 "$@"; }
+OUT="$(cd "$OUT" && pwd)"
+SITE="${SITE:-/tmp/site}"
+BDIR="${BDIR:-/tmp/b}"
+SRC="$BDIR/llama_cpp_python-0.3.36"
+LCPP="${LCPP:-/tmp/lcpp}"
+CUDA="${CUDA:-1}"
+WORK="${WORK:-/tmp/gguf-mtp-bench}"
+NGL=99
+[ "$CUDA" = 1 ] || NGL=0
+py() { PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" LLAMA_CPP_BIN="$LCPP/bin" python3 "$@"; }
+log() { echo "[$(( SECONDS - T0 ))s] $*"; }
+
+deps() {  # llama-cpp-python's Python package (its libraries come from the llama.cpp build), gguf-mtp from here
+    [ -d "$SRC" ] || { rm -rf "$BDIR" && mkdir -p "$BDIR" && tar xzf .carry/llama_cpp_python-0.3.36-trim.tar.gz -C "$BDIR"; }
+    if [ ! -d "$SITE/llama_cpp" ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .carry/whl/*.whl
+        cp -r "$SRC/llama_cpp" "$SITE/llama_cpp"
+    fi
+    ln -sfn "$PWD/gguf_mtp" "$SITE/gguf_mtp"  # no build step: the sources as they are
+    ln -sfn "$PWD/cli" "$SITE/gguf_mtp_cli"
+}
+
+build() {  # $@: extra targets (llama-server)
+    deps
+    local targets=(llama-completion llama-speculative-simple "$@") missing=0 t
+    for t in "${targets[@]}"; do [ -x "$LCPP/bin/$t" ] || missing=1; done
+    if [ "$missing" = 0 ]; then
+        log "llama.cpp build reused: $LCPP"
+        return
+    fi
+    local args=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
+                -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF)
+    [ "$CUDA" = 1 ] && args+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
+    command -v ninja >/dev/null && args+=(-G Ninja)
+    cmake -S "$SRC/vendor/llama.cpp" -B "$LCPP" "${args[@]}" > "$OUT/build.log" 2>&1
+    cmake --build "$LCPP" -j "$(nproc)" --target "${targets[@]}" >> "$OUT/build.log" 2>&1 \
+        || { tail -30 "$OUT/build.log"; exit 1; }
+    log "built llama.cpp ($( [ "$CUDA" = 1 ] && echo CUDA || echo CPU )): $(ls "$LCPP/bin" | tr '\n' ' ')"
+}
+
+models() {  # $1: python (no llama.cpp needed: runs while it builds) | llama (the quantizer)
+    local m=(--workdir "$WORK" --widths "${WIDTHS:-9b}" --layers "${LAYERS:-12}" --vocab "${VOCAB:-248320}"
+             --noise "${NOISE:-0.015}" --quant "${QUANT:-Q4_K_M}" --stage "$1")
+    if [ "$1" = python ]; then
+        PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 bench/models.py "${m[@]}" --threads 4
+    else
+        py bench/models.py "${m[@]}" --manifest "$WORK/models.txt"
+    fi
+}
+
 case "${1:-}" in
+all)
+    deps
+    log "models (python stage) in the background, llama.cpp build in the foreground"
+    models python > "$OUT/models.log" 2>&1 &
+    MODELS=$!
+    build
+    wait "$MODELS" || { tail -20 "$OUT/models.log"; exit 1; }
+    log "models: python stage done"
+    models llama >> "$OUT/models.log" 2>&1 || { tail -20 "$OUT/models.log"; exit 1; }
+    cat "$OUT/models.log"
+    args=()
+    while IFS= read -r line; do args+=(--model "$line"); done < "$WORK/models.txt"
+    left=$(( ${BUDGET:-540} - (SECONDS - T0) ))
+    log "side-by-side benchmark, $left s left"
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 bench/side_by_side.py "${args[@]}" \
+        --bin "$LCPP/bin" --ngl $NGL ${THREADS:+--threads $THREADS} -n 128 --repeats 2 --tool-repeats 1 \
+        --out "$OUT/side-by-side.json" 2>&1 | tee "$OUT/side-by-side.txt" || log "side-by-side stopped early (time budget or error); the JSON keeps every finished model"
+    log "done"
+    ;;
 build)
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .carry/whl/*.whl
-    rm -rf /tmp/b && mkdir -p /tmp/b && tar xzf .carry/llama_cpp_python-0.3.36-trim.tar.gz -C /tmp/b
-    ( cd /tmp/b/llama_cpp_python-0.3.36 &&
-      CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAVA_BUILD=off" \
-      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-      python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/wheel . ) 2>&1 | tail -20
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" /tmp/wheel/llama_cpp_python-*.whl
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" .
+    build
     py -c "import llama_cpp; print('llama_cpp', llama_cpp.__version__, 'GPU offload:', llama_cpp.llama_supports_gpu_offload())"
     ;;
 test)
+    build
     # llama.cpp's libraries must load before any pytest plugin imports numpy (see gguf_mtp/__init__.py)
     cd "$(mktemp -d)" && mkdir examples && cp -r "$OLDPWD/tests" . && cp -r "$OLDPWD/examples/tiny-qwen35-mtp" examples/ &&
-    GGUF_MTP_TEST_NGL=99 py -c "import llama_cpp.llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider', 'tests/test_runtime.py', 'tests/test_rollback.py', 'tests/test_tiny_model.py']))" > "$OUT/gpu-tests.log" 2>&1 || true
+    GGUF_MTP_TEST_NGL=$NGL py -c "import llama_cpp.llama_cpp, sys, pytest; sys.exit(pytest.main(['-q', '-s', '-p', 'no:cacheprovider', 'tests/test_runtime.py', 'tests/test_rollback.py', 'tests/test_tiny_model.py']))" > "$OUT/gpu-tests.log" 2>&1 || true
     grep -E "passed|failed|acceptance|top-1|FAILED" "$OUT/gpu-tests.log" | tail -25
     ;;
 bench)
-    py bench/run.py --make "${2:-8}" --head-noise "${3:-0.15}" --ngl 99 --threads "$(nproc)" -n 128 --repeats 2 --workdir /tmp/gguf-mtp-bench \
+    build
+    py bench/run.py --make "${2:-8}" --head-noise "${3:-0.15}" --ngl $NGL --threads "$(nproc)" -n 128 --repeats 2 --workdir "$WORK" \
         --out "$OUT/run-gpu.json" 2>&1 | tee "$OUT/run-gpu.txt"
     ;;
 lcpp-server)
-    # llama-server with CUDA from the same sdist (~5-9 min on 16 cores), for `serve`
-    cmake -S /tmp/b/llama_cpp_python-0.3.36/vendor/llama.cpp -B /tmp/lcpp -DGGML_CUDA=on \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-        -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF > "$OUT/lcpp-cfg.log" 2>&1
-    cmake --build /tmp/lcpp --target llama-server -j "$(nproc)" > "$OUT/lcpp-build.log" 2>&1
-    ls -l /tmp/lcpp/bin/llama-server
+    build llama-server
+    ls -l "$LCPP/bin/llama-server"
     ;;
 serve)
-    # gguf-mtp serve (MTP on/off) vs llama-server (draft-mtp/plain, if lcpp-server ran) at 1/4/8 clients; needs the
-    # serve extra's wheels in .carry/whl too (pip download -d .carry/whl starlette uvicorn typer)
-    LS=(); [ -x /tmp/lcpp/bin/llama-server ] && LS=(--llama-server /tmp/lcpp/bin/llama-server)
-    py bench/serve.py --make "${2:-8}" --head-noise "${3:-0.15}" --ngl 99 --threads 4 -n 128 \
-        --seconds "${SERVE_SECONDS:-20}" --workdir /tmp/gguf-mtp-bench "${LS[@]}" \
+    # gguf-mtp serve (MTP on/off) vs llama-server (draft-mtp/plain, if lcpp-server ran) at 1/4/8 clients
+    build
+    LS=(); [ -x "$LCPP/bin/llama-server" ] && LS=(--llama-server "$LCPP/bin/llama-server")
+    py bench/serve.py --make "${2:-8}" --head-noise "${3:-0.15}" --ngl $NGL --threads 4 -n 128 \
+        --seconds "${SERVE_SECONDS:-20}" --workdir "$WORK" "${LS[@]}" \
         --out "$OUT/serve-gpu.json" 2>&1 | tee "$OUT/serve-gpu.txt"
     ;;
 qwen3next)
     # plain vs MTP on a Qwen3-Next-shaped model (vocab 151936), every rollback strategy, perfect and ~70% head
-    py bench/qwen3next.py --make "${2:-6}" --ngl 99 --threads "$(nproc)" -n 128 --repeats 2 --workdir /tmp/gguf-mtp-bench \
+    build
+    py bench/qwen3next.py --make "${2:-6}" --ngl $NGL --threads "$(nproc)" -n 128 --repeats 2 --workdir "$WORK" \
         --out "$OUT/qwen3next-gpu.json" 2>&1 | tee "$OUT/qwen3next-gpu.txt"
     ;;
 multi)  # 2 GPUs: one GPU vs layer split vs head on GPU 1, dense / MoE / a >80 GB MoE (bench/multi_gpu.py)
+    build
     py bench/multi_gpu.py --devices CUDA0,CUDA1 --models "${2:-dense,moe,big}" --threads "$(nproc)" \
         --workdir /tmp/gguf-mtp-mgpu --out "$OUT/multi-gpu.json" 2>&1 | tee "$OUT/multi-gpu.txt"
     ;;
-*) echo "usage: bash bench/gpu.sh build|test|bench|lcpp-server|serve|qwen3next [SIZE_GB]|multi [MODELS]" >&2; exit 2 ;;
+*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|qwen3next|multi [ARGS]" >&2; exit 2 ;;
 esac

@@ -76,9 +76,9 @@ def spoil(engine, rate: float, seed: int, n_vocab: int) -> None:  # type: ignore
         return
     rng, draft = random.Random(seed), engine._draft
 
-    def spoiled(k: int) -> tuple[list[int], float]:
-        out, spent = draft(k)
-        return [(d + 1) % n_vocab if rng.random() < rate else d for d in out], spent
+    def spoiled(k: int) -> tuple[list[int], bool]:
+        out, kept = draft(k)
+        return [(d + 1) % n_vocab if rng.random() < rate else d for d in out], kept
 
     engine._draft = spoiled
 

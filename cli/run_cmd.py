@@ -65,6 +65,7 @@ def run(
     seed: int = typer.Option(0, "--seed", "-s"),
     stats_json: Optional[Path] = typer.Option(None, "--stats-json", help="Write statistics as JSON to this file ('-' for stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --stats-json file."),
+    perf: bool = typer.Option(False, "--perf", help="Time each decode step by phase (verify, drafts, host reads, Python) into the statistics."),
 ) -> None:
     """Chat or complete with speculative decoding through the model's MTP head.
 
@@ -109,7 +110,7 @@ def run(
     k, adaptive = _draft_n(draft_n_max)
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                        require_mtp=require_mtp, prompt_window=prompt_window,
+                        require_mtp=require_mtp, prompt_window=prompt_window, timings=perf or None,
                         devices=placement.parse_device_list(device) if device is not None else None,
                         draft_devices=placement.parse_device_list(device_draft, "--device-draft")
                         if device_draft is not None else None,

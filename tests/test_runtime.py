@@ -17,6 +17,7 @@ from gguf_mtp.ggufio.model import GGUFModel
 from gguf_mtp.ggufio.writer import write_gguf
 from gguf_mtp.runtime import MTPSession, SamplerConfig
 from gguf_mtp.runtime.pairing import HeadSource
+from gguf_mtp.runtime.sampling import Sampler
 from gguf_mtp_cli.main import main
 
 LONG = ("Multi-token prediction heads let a model guess the next few tokens at once. A draft is checked by the "
@@ -63,12 +64,12 @@ def min_greedy_margin(model: Path, run: Callable[[MTPSession], object]) -> tuple
         generate = s.engine.generate
 
         def recording(sampler, *a, **kw):  # type: ignore[no-untyped-def]
-            def pick(logits: np.ndarray) -> int:
+            def seen(logits: np.ndarray) -> None:  # every row the sampler picks from, before the pick
                 top2 = np.partition(logits, -2)[-2:]
                 margins.append(float(top2[1] - top2[0]))
-                return sampler(logits)
 
-            return generate(pick, *a, **kw)
+            sampler.on_logits = seen
+            return generate(sampler, *a, **kw)
 
         s.engine.generate = recording  # type: ignore[method-assign]
         run(s)
@@ -296,3 +297,77 @@ def test_cli_completion_chat_and_stats(pairings, tmp_path: Path, capsys, monkeyp
     assert err.count("tok/step") >= 2 and "session:" in err
     assert main(["run", str(model), "--no-mtp", "--require-mtp", "-p", "x"]) == 2
     assert main(["run", str(model), "--spec-draft-n-max", "0", "-p", "x"]) == 2
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_the_feed_rides_with_the_first_draft(converted, k: int) -> None:
+    """One step = one verify + k MTP decodes: the verified tokens go to the MTP context in the same batch as
+    the next first draft (no decode of their own), and the step's phases add up."""
+    kw = {"oracle_head": True, "trunk_scale": 0.0}  # always right: every step drafts k
+    with session(converted("qwen35", "bundled", **kw), "auto", n_draft=k, timings=True) as s:
+        g = s.generate("The quick brown fox", max_tokens=40)
+    bd = g.stats.breakdown
+    assert bd is not None and g.stats.steps > 5
+    assert bd.decodes == g.stats.steps * (1 + k)
+    assert len(bd.draft) == k and all(x > 0 for x in bd.draft) and bd.verify > 0
+    assert bd.python >= 0 and bd.verify + sum(bd.draft) + bd.read <= bd.steps
+    per = g.stats.to_dict()["breakdown"]
+    assert per["decodes"] == 1 + k and len(per["draft_ms"]) == k
+
+
+def test_sampling_runs_in_the_decode_graph_and_the_host_path_agrees(pairings) -> None:
+    """Device (backend) sampling for the target and the drafts; the host fallback gives the same greedy
+    tokens, and with either path seeded speculative decoding equals plain decoding."""
+    model, mtp = pairings["qwen35"]["bundled"]
+    seeded = SamplerConfig(temp=0.9, seed=3)
+    out = {}
+    for device in (True, False):
+        with session(model, False, device_sampling=device) as plain:
+            ref = plain.generate(LONG, max_tokens=32).tokens
+            ref_sampled = plain.generate(LONG, max_tokens=32, sampling=seeded).tokens
+            assert plain.engine.tsampler.on_device is device
+        with session(model, mtp, n_draft=3, device_sampling=device, timings=True) as s:
+            g = s.generate(LONG, max_tokens=32)
+            assert s.engine.tsampler.on_device is device and s.engine.msampler.on_device is device
+            assert g.tokens == ref and 0 < g.stats.accepted < g.stats.drafted
+            assert s.generate(LONG, max_tokens=32, sampling=seeded).tokens == ref_sampled
+            n_vocab = s.model.n_vocab
+            per_step = g.stats.to_dict()["breakdown"]["d2h_bytes"]
+        out[device] = (ref, per_step)
+    assert out[True][0] == out[False][0]
+    assert out[False][1] - out[True][1] > 2 * n_vocab * 4  # no vocabulary-sized rows come back from the device
+    with session(model, mtp, n_draft=2) as s:  # an observer of the logits forces the host path
+        seen: list[int] = []
+        sampler = Sampler(SamplerConfig(), on_logits=lambda x: seen.append(int(np.argmax(x))))
+        s.engine.reset()
+        s.engine.feed(s.model.tokenize(LONG))
+        toks = list(s.engine.generate(sampler, 8, s.model.is_eog))
+        assert not s.engine.tsampler.on_device and len(toks) == 8 and seen[:8] == toks
+
+
+@pytest.mark.parametrize("family", ["qwen35", "glm4moe"])
+def test_stable_shapes_are_lossless_and_let_llama_cpp_reuse_graphs(pairings, family: str) -> None:
+    """Every MTP decode padded to n_draft + 1 tokens (re-decoding the cache's tail from the same inputs):
+    output unchanged, acceptance unchanged on the CPU (bit-exact there), and llama.cpp reuses the compute
+    graph of nearly every decode of a step instead of rebuilding it."""
+    model, mtp = pairings[family]["bundled"]
+    with session(model, False) as plain:
+        ref = plain.generate(LONG, max_tokens=48).tokens
+        ref_chat = conversation(plain)
+    runs = {}
+    for stable in (False, True):
+        with session(model, mtp, n_draft=3, stable_shapes=stable, timings=True) as s:
+            g = s.generate(LONG, max_tokens=48)
+            assert g.tokens == ref, f"stable={stable}"
+            assert conversation(s) == ref_chat
+            runs[stable] = g.stats
+            # the default (stable when offloaded) leaves MoE heads alone: padding would read more experts
+            assert s._head_is_moe() is (family == "glm4moe")
+    off, on = runs[False], runs[True]
+    assert on.accepted_at == off.accepted_at and on.drafted_at == off.drafted_at
+    assert off.breakdown is not None and on.breakdown is not None and on.steps >= 3
+    assert on.breakdown.decodes == off.breakdown.decodes
+    # graph builds over the whole answer: with one shape only the first verify and the first head decode build
+    # theirs; in the shapes they come, the merged batch and the first single draft rebuild the head's graph
+    builds_on, builds_off = (st.breakdown.decodes - st.breakdown.reused for st in (on, off))
+    assert builds_on <= 2 < builds_off

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import GgufMtpError
+from .archs import arch_facts
 
 if TYPE_CHECKING:
     from .placement import ModelParams
+    from .sampling import ContextSampler
 
 try:
     import llama_cpp as _ll
@@ -175,6 +177,10 @@ class Batch:
     def clear(self) -> None:
         self.n = 0
 
+    @property
+    def n_outputs(self) -> int:
+        return int(np.count_nonzero(self.logits_np[:self.n]))
+
     def fill(self, tokens: "np.ndarray | list[int]", pos0: int, *, last_logits: bool = False,
              embd: np.ndarray | None = None) -> None:
         """Set the whole batch at once: ``tokens`` at ``pos0..``, logits for the last one only if asked,
@@ -212,13 +218,20 @@ class Context:
 
     def __init__(self, model: Model, *, n_ctx: int = 512, n_batch: int = 512, n_threads: int | None = None,
                  mtp: bool = False, n_rs_seq: int = 0, embeddings_nextn: bool = False,
-                 flash_attn: bool | None = None, n_seq_max: int = 1, kv_unified: bool = False) -> None:
+                 flash_attn: bool | None = None, n_seq_max: int = 1, kv_unified: bool = False,
+                 n_outputs_max: int = 0, n_outputs_per_seq: int = 0) -> None:
+        """``n_outputs_max`` / ``n_outputs_per_seq``: logits rows one decode may ask for, in all and per sequence
+        (a verify step: draft + 1 per sequence); they also bound the graph a device sampler adds. 0: n_batch."""
         self.model = model
+        self._samplers: dict[int, ContextSampler] = {}
         p = _ll.llama_context_default_params()
         p.n_ctx = n_ctx
         p.n_batch = n_batch
         p.n_ubatch = n_batch
         p.n_seq_max = max(1, n_seq_max)
+        if n_outputs_max:
+            p.n_outputs_max = n_outputs_max
+            p.n_outputs_max_per_seq = min(n_outputs_per_seq or n_outputs_max, n_outputs_max)
         # server slots: each sequence gets its own KV stream and recurrent state; a store sequence for rollback
         # (rollback.py, one conversation) shares one stream, so its seq_cp is bookkeeping, not a buffer copy
         p.kv_unified = bool(kv_unified)
@@ -243,10 +256,12 @@ class Context:
         # tokens one sequence may hold: llama.cpp splits n_ctx between the sequences (rounded to 256)
         self.n_ctx_seq = self.n_ctx if self.n_seq_max == 1 else int(_ll.llama_n_ctx_seq(self.ptr))
         self.n_batch = min(n_batch, int(_ll.llama_n_batch(self.ptr)) or n_batch)
+        self.n_outputs_max = n_outputs_max or self.n_batch
         self.mem = _ll.llama_get_memory(self.ptr)
         self._nextn_rows = embeddings_nextn and not mtp
-        if mtp:
-            _ext.llama_set_embeddings_nextn(self.ptr, True, True)
+        if mtp:  # masked (output rows only) unless the head's graph keeps a row per token (archs.py)
+            rows_per_token = arch_facts(model.meta("general.architecture") or "", model.recurrent).mtp_rows_per_token
+            _ext.llama_set_embeddings_nextn(self.ptr, True, not rows_per_token)
         elif embeddings_nextn:
             _ext.llama_set_embeddings_nextn(self.ptr, True, False)
 
@@ -278,9 +293,29 @@ class Context:
 
     def decode_batch(self, batch: Batch) -> None:
         batch.batch.n_tokens = batch.n
+        if batch.n_outputs > self.n_outputs_max:  # llama.cpp would abort the process (an assert), not fail
+            raise GgufMtpError(f"{self.model.path}: {batch.n_outputs} outputs in one decode, the context allows "
+                               f"{self.n_outputs_max}")
         rc = _ll.llama_decode(self.ptr, batch.batch)
         if rc != 0:
             raise GgufMtpError(f"{self.model.path}: llama_decode failed with code {rc}: {last_error()}")
+
+    def sampler(self, seq: int = 0) -> "ContextSampler":
+        """The llama.cpp sampler chain of sequence ``seq`` of this context (``sampling.ContextSampler``)."""
+        if seq not in self._samplers:
+            from .sampling import ContextSampler
+
+            self._samplers[seq] = ContextSampler(self, seq)
+        return self._samplers[seq]
+
+    def set_sampler(self, chain: int | None, seq: int = 0) -> bool:
+        """Attach a llama.cpp sampler chain to sequence ``seq`` so it runs inside the decode graph (only token ids,
+        and probabilities where the chain computes them, come back); None detaches. False: it cannot run there."""
+        return bool(_ll.llama_set_sampler(self.ptr, seq, chain))
+
+    def graphs_reused(self) -> int:
+        """How many decodes so far reused the previous decode's compute graph (llama.cpp's counter)."""
+        return int(_ll.llama_perf_context(self.ptr).n_reused)
 
     def set_head(self, offset: int) -> None:
         """Select which of several MTP heads the next decode of this MTP context runs."""
@@ -331,6 +366,7 @@ class Context:
         return np.ctypeslib.as_array(ptr, shape=(n, self.model.n_embd_out))
 
     def h_row(self, i: int) -> np.ndarray:
+        """The hidden row of batch entry ``i`` of the last decode (a view)."""
         ptr = _ext.llama_get_embeddings_nextn_ith(self.ptr, i)
         if not ptr:
             raise GgufMtpError(f"{self.model.path}: no hidden row {i}")
@@ -363,6 +399,8 @@ class Context:
 
     def close(self) -> None:
         if getattr(self, "ptr", None):
+            for smp in getattr(self, "_samplers", {}).values():
+                smp.close()  # detach before the context goes: llama.cpp keeps the pointer
             _ll.llama_free(self.ptr)
             self.ptr = None
 

@@ -3,9 +3,10 @@ sequence, share every llama_decode of the step (the i-th draft of every sequence
 verifications in one target batch, all MTP feeds in one batch), as llama-server batches its slots.
 
 The result for each engine is what :meth:`Engine.step` would have emitted: the same drafts are proposed, the
-target's sampler picks every token from that sequence's own logits, and each sequence rolls back its own
-rejected drafts (per-sequence KV cells and recurrent snapshots). Engines with several chained heads
-(mimo2, step35) step one after another.
+target's sampler picks every token from that sequence's own rows, and each sequence rolls back its own
+rejected drafts (per-sequence KV cells and recurrent snapshots). Each sequence samples with its engine's
+llama.cpp sampler chains (one per sequence and context, inside the decode graph where the back-end can).
+Engines with several chained heads (mimo2, step35) step one after another.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-import numpy as np
 
 from ..errors import GgufMtpError
 from .llama import Batch, Context
-from .sampling import Sampler, top1_prob
+from .sampling import Sampler
 from .speculative import ContextFull, Engine
 
 
@@ -48,11 +48,14 @@ class MultiStep:
         returns the tokens each emitted."""
         if any(e.chain for e in engines):
             return [e.step(s) for e, s in zip(engines, samplers)]
-        for e in engines:
+        t_step = time.perf_counter()
+        for e, s in zip(engines, samplers):
             if e.id_last is None:
                 raise GgufMtpError("nothing to decode: feed a prompt first")
             if e.n_ctx - len(e.tokens) - 1 < 1:
                 raise ContextFull(e.n_ctx)
+            e.use_sampler(s)  # a new job's sampler starts from its seed; the same one carries on
+            e.before_batched_step()
         n_past = [len(e.tokens) for e in engines]
         ks = [min(e._next_k(), e.n_ctx - n - 2) if e.mtp is not None else 0 for e, n in zip(engines, n_past)]
         drafts, draft_t = self._draft(engines, ks, n_past)
@@ -68,10 +71,10 @@ class MultiStep:
         tv = self._decode(self.tgt, tb)
         out: list[list[int]] = []
         accepted: list[int] = []
-        for e, s, d, o in zip(engines, samplers, drafts, offs):
+        for e, d, o in zip(engines, drafts, offs):
             emitted: list[int] = []
             for i in range(len(d) + 1):
-                t = s(self.tgt.logits_view(o + i))
+                t = e.tsampler.sample(o + i)
                 emitted.append(t)
                 if i >= len(d) or t != d[i]:
                     break
@@ -94,7 +97,6 @@ class MultiStep:
                 e.pending_h = r[j].copy()
                 if d:
                     e.stats.record(len(d), j)
-                    e._learn(len(d), tv, draft_t)
         for e, n, d, emitted, j in zip(engines, n_past, drafts, out, accepted):
             if j < len(d):
                 if not self.tgt.seq_rm(n + j + 1, seq=e.seq):
@@ -106,6 +108,10 @@ class MultiStep:
             e.id_last = emitted[-1]
             e.stats.steps += 1
             e.stats.llama_seconds += (draft_t + tv + feed_t) * share
+        step_s = time.perf_counter() - t_step
+        for e, d in zip(engines, drafts):
+            if e.adaptive is not None:
+                e.adaptive.observe(len(d), step_s)
         return out
 
     def _draft(self, engines: Sequence[Engine], ks: list[int], n_past: list[int]) -> tuple[list[list[int]], float]:
@@ -130,9 +136,8 @@ class MultiStep:
                 break
             spent += self._decode(self.mtp, mb)
             for r, s in enumerate(rows):
-                logits = self.mtp.logits_view(r)
-                d = int(np.argmax(logits))
-                if engines[s].p_min > 0 and top1_prob(logits) < engines[s].p_min:
+                d = engines[s]._pick_draft(r)  # that sequence's greedy chain (p_min: None below it)
+                if d is None:
                     live[s] = False
                     continue
                 drafts[s].append(d)

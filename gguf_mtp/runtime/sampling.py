@@ -1,12 +1,24 @@
-"""The target's sampler: greedy, or seeded temperature / top-k / top-p. It decides every emitted token, so
-speculative and plain decoding emit the same tokens: one random draw per emitted token, in order."""
+"""Sampling with llama.cpp's own sampler chains, run inside the decode graph where the back-end can.
+
+The target's chain decides every emitted token, in plain and in speculative decoding alike, so both emit the
+same tokens: greedy, or seeded top-k / top-p / temperature (llama.cpp's order, as ``llama-cli --temp``).
+A seeded chain draws one uniform number per emitted token, in order: when a verify batch samples k+1 rows on
+the device, llama.cpp's ``dist`` sampler draws them from a copy of its generator and advances the real one
+only for the rows that are accepted (``llama_sampler_accept``), so the n-th emitted token always uses the
+n-th draw, as plain decoding does. Where the back-end cannot run a chain (or logits are asked for), the same
+chain runs on the host from the logits: same draws, same rule.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+import llama_cpp as _ll
+
+from .llama import Context
 from .options import check_sampling
 
 
@@ -19,34 +31,81 @@ class SamplerConfig:
 
 
 class Sampler:
-    def __init__(self, cfg: SamplerConfig = SamplerConfig()) -> None:
+    """What the target samples with: a config, whether it may run on the device, and an optional observer that
+    sees every row's logits before the pick (which forces host sampling: the logits must come back)."""
+
+    def __init__(self, cfg: SamplerConfig = SamplerConfig(), *, device: bool = True,
+                 on_logits: Callable[[np.ndarray], None] | None = None) -> None:
         self.cfg, _ = check_sampling(cfg)  # NaN temperatures, top_p out of range, seed -1 -> a random seed
-        cfg = self.cfg
-        self.rng = np.random.default_rng(cfg.seed)
+        self.device = device
+        self.on_logits = on_logits
 
     @property
     def greedy(self) -> bool:
         return self.cfg.temp <= 0
 
-    def __call__(self, logits: np.ndarray) -> int:
-        if self.greedy:
-            return int(np.argmax(logits))
-        c = self.cfg
-        k = min(c.top_k if c.top_k > 0 else logits.size, logits.size)
-        idx = np.argpartition(logits, -k)[-k:] if k < logits.size else np.arange(logits.size)
-        vals = logits[idx].astype(np.float64) / c.temp
-        order = np.argsort(-vals, kind="stable")
-        idx, vals = idx[order], vals[order]
-        p = np.exp(vals - vals[0])
-        p /= p.sum()
-        if 0 < c.top_p < 1:
-            keep = int(np.searchsorted(np.cumsum(p), c.top_p) + 1)
-            idx, p = idx[:keep], p[:keep] / p[:keep].sum()
-        u = self.rng.random()
-        return int(idx[min(int(np.searchsorted(np.cumsum(p), u, side="right")), len(idx) - 1)])
+
+def _chain(cfg: SamplerConfig | None) -> int:
+    """A llama.cpp sampler chain: greedy (``cfg`` None or temp <= 0), else top-k, top-p, temperature, dist."""
+    chain = _ll.llama_sampler_chain_init(_ll.llama_sampler_chain_default_params())
+    if cfg is None or cfg.temp <= 0:
+        _ll.llama_sampler_chain_add(chain, _ll.llama_sampler_init_greedy())
+        return chain
+    if cfg.top_k > 0:
+        _ll.llama_sampler_chain_add(chain, _ll.llama_sampler_init_top_k(cfg.top_k))
+    if 0 < cfg.top_p < 1:
+        _ll.llama_sampler_chain_add(chain, _ll.llama_sampler_init_top_p(cfg.top_p, 1))
+    _ll.llama_sampler_chain_add(chain, _ll.llama_sampler_init_temp(cfg.temp))
+    _ll.llama_sampler_chain_add(chain, _ll.llama_sampler_init_dist(cfg.seed & 0xFFFFFFFF))
+    return chain
+
+
+class ContextSampler:
+    """The sampler chain of one sequence of a context (made once per configuration, reset between generations),
+    attached to the decode graph when the back-end can run it; ``sample(i)`` picks and accepts the token of
+    batch entry i (a row of this sequence)."""
+
+    def __init__(self, ctx: Context, seq: int = 0) -> None:
+        self.ctx, self.seq = ctx, seq
+        self.key: tuple | None = None
+        self.chain: int | None = None
+        self.on_device = False
+        self.on_logits: Callable[[np.ndarray], None] | None = None
+
+    def use(self, cfg: SamplerConfig | None, *, device: bool = True,
+            on_logits: Callable[[np.ndarray], None] | None = None) -> None:
+        """Sample with ``cfg`` (None: greedy) from the next decode on; a seeded chain starts from its seed again."""
+        device = device and on_logits is None
+        key = (cfg if cfg is not None and cfg.temp > 0 else None, device)
+        self.on_logits = on_logits
+        if key == self.key and self.chain is not None:
+            _ll.llama_sampler_reset(self.chain)
+            return
+        self.close()
+        self.chain = _chain(key[0])
+        self.key = key
+        # attaching makes llama.cpp rebuild its graphs once; False: the chain runs on the host from the logits
+        self.on_device = device and self.ctx.set_sampler(self.chain, self.seq)
+
+    def sample(self, i: int) -> int:
+        """Pick batch entry ``i``'s token and accept it (accept rows in order; stop at the first rejected one)."""
+        assert self.chain is not None
+        if self.on_logits is not None:
+            self.on_logits(self.ctx.logits_view(i))
+        return int(_ll.llama_sampler_sample(self.chain, self.ctx.ptr, i))
+
+    def close(self) -> None:
+        if self.chain is not None:
+            if self.on_device and self.ctx.ptr:
+                self.ctx.set_sampler(None, self.seq)
+            _ll.llama_sampler_free(self.chain)
+        self.chain, self.key, self.on_device = None, None, False
 
 
 def top1_prob(logits: np.ndarray) -> float:
     """Softmax probability of the argmax (for ``--spec-draft-p-min``)."""
     m = float(logits.max())
     return 1.0 / float(np.exp(logits.astype(np.float64) - m).sum())
+
+
+__all__ = ["SamplerConfig", "Sampler", "ContextSampler", "top1_prob"]

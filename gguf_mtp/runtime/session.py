@@ -63,6 +63,12 @@ class SessionConfig:
     tensor_split: list[float] | None = None
     main_gpu: int = 0
     rpc: list[tuple[str, int]] | None = None  # RPC servers whose devices join the registry before loading
+    # sampler chains inside the decode graph where the back-end can (only token ids come back); False: on the host
+    device_sampling: bool = True
+    # per-phase timing of each decode step into Stats.breakdown (None: the GGUF_MTP_TIMINGS environment variable)
+    timings: bool | None = None
+    # pad every MTP decode to one shape so llama.cpp (and CUDA) reuse its graph (None: when a dense head is offloaded)
+    stable_shapes: bool | None = None
 
 
 class MTPSession:
@@ -176,10 +182,14 @@ class MTPSession:
         n_seq = max(1, c.n_parallel)
         n_batch = max(c.n_batch, n_seq * (k + 1))  # a step of every sequence fits one batch (server slots)
 
+        # outputs per decode: a verify step (draft + 1 rows) of every sequence; this also bounds a device sampler
+        per_seq = k + 1 if mtp_on else 1
+
         def make(n_rs_seq: int, n_seq_max: int) -> Context:
             # n_seq_max > n_seq only for rollback's store sequence (one conversation): then one shared KV stream
             return Context(target, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, n_rs_seq=n_rs_seq,
-                           embeddings_nextn=mtp_on, n_seq_max=max(n_seq, n_seq_max), kv_unified=n_seq_max > n_seq)
+                           embeddings_nextn=mtp_on, n_seq_max=max(n_seq, n_seq_max), kv_unified=n_seq_max > n_seq,
+                           n_outputs_max=n_seq * per_seq, n_outputs_per_seq=per_seq)
 
         rollback: Rollback | None = None
         if mtp_on:
@@ -200,21 +210,37 @@ class MTPSession:
                 draft_model = Model(p.sidecar.path, load_mtp=True, placement=dparams)
                 self._models.append(draft_model)
             mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, mtp=True,
-                           n_seq_max=n_seq)
+                           n_seq_max=n_seq, n_outputs_max=n_seq, n_outputs_per_seq=1)  # one draft per sequence
             self._contexts.append(mctx)
         #: one engine per sequence; ``engine`` (sequence 0) is the one generate() and chat() use
-        self.engines = [Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=c.adaptive,
-                               prompt_window=c.prompt_window, seq=i,
-                               rollback=rollback if i == 0 else None) for i in range(n_seq)]
+        self.engines = [self._engine(tctx, mctx, k, c.adaptive, seq=i, rollback=rollback if i == 0 else None)
+                        for i in range(n_seq)]
         self.engine = self.engines[0]
+
+    def _engine(self, tctx: Context, mctx: Context | None, k: int, adaptive: bool, *, seq: int = 0,
+                rollback: Rollback | None = None) -> Engine:
+        c = self.cfg
+        stable = c.stable_shapes
+        if stable is None:  # the padding costs compute: worth it where launches, not arithmetic, dominate
+            ngl = c.draft_gpu_layers if self.pairing.source == HeadSource.SELF_CONTAINED else None
+            stable = (c.n_gpu_layers if ngl is None else ngl) != 0 and not self._head_is_moe()
+        return Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=adaptive, prompt_window=c.prompt_window,
+                      seq=seq, rollback=rollback, timings=c.timings, device_sampling=c.device_sampling,
+                      stable_shapes=stable)
+
+    def _head_is_moe(self) -> bool:
+        """An MoE head block reads the weights of every expert its tokens route to: padding its decodes to k+1
+        tokens would read more of them, not just replay a graph."""
+        p = self.pairing
+        head = find_head(p.sidecar if p.sidecar is not None else p.model)
+        return head is not None and any("ffn_gate_inp" in t.info.name for t in head.tensors)
 
     def set_draft(self, n_draft: int, *, adaptive: bool = False) -> None:
         """Change the draft length (up to the one the session was opened with) for the next turn."""
         e = self.engine
         k = max(1, min(n_draft, self.cfg.n_draft))
-        self.engine = Engine(e.tgt, e.mtp, n_draft=k, p_min=self.cfg.p_min, adaptive=adaptive,
-                             prompt_window=self.cfg.prompt_window, rollback=e.rollback)
-        self.engine.stats = e.stats
+        self.engine = self._engine(e.tgt, e.mtp, k, adaptive, rollback=e.rollback)
+        self.engine.adopt_stats(e.stats)
         self.engine.stats.n_draft_max = k
         self.engines[0] = self.engine
 

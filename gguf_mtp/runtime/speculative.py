@@ -1,44 +1,53 @@
 """The draft / verify loop with an MTP head (or plain decoding when there is none).
 
 State between steps: the target holds positions ``0..n_past-1``; ``id_last`` (the last emitted token) is not
-decoded yet; ``pending_h`` is the target's hidden row at ``n_past-1``. One step:
+decoded yet; ``pending_h`` is the target's hidden row at ``n_past-1``. The MTP context holds positions up to
+the start of its *queue*: tokens the target has verified, each paired with the target's hidden row of the
+position before, waiting in the MTP batch to go out with the next MTP decode. One step:
 
-1. draft: the MTP context decodes ``(id_last, pending_h)`` at ``n_past`` and then its own outputs, greedily,
-   up to ``k`` tokens (stopping early below ``p_min``);
+1. draft: the MTP context decodes its queue plus ``(id_last, pending_h)`` at ``n_past`` in one batch (the feed
+   and the first draft share a decode), then its own outputs, greedily, up to ``k`` tokens (stopping early
+   below ``p_min``); the draft positions are dropped again;
 2. verify: the target decodes ``[id_last, d0..dk-1]`` in one batch; the target's sampler picks each emitted
-   token from those logits, and a draft token is accepted while it equals the token the sampler picked;
-3. feed: the MTP context gets the verified tokens paired with the target's hidden rows (shifted by one);
-4. roll back both contexts to the accepted prefix: the MTP context's KV cache drops positions, the target
-   through its ``Rollback`` (rollback.py: a KV cache or ``n_rs_seq`` recurrent snapshots step back by themselves;
-   a recurrent state without snapshots is restored from a saved copy and the accepted tokens are decoded again,
-   possibly ahead of the next verify batch: ``rollback.prefix``).
+   token from those rows, and a draft token is accepted while it equals the token the sampler picked;
+3. roll the target back to the accepted prefix through its ``Rollback`` (rollback.py: a KV cache or ``n_rs_seq``
+   recurrent snapshots step back by themselves; a recurrent state without snapshots is restored from a saved
+   copy and the accepted tokens are decoded again, possibly ahead of the next verify batch: ``rollback.prefix``),
+   and queue the accepted drafts for the MTP context with the target's hidden rows (shifted by one).
 
-Every emitted token comes from the target's logits and the target's sampler, so output is identical to plain
-decoding for greedy and for seeded sampling. That is also why ``prompt_window`` is safe: the MTP context may
-see only the end of a prompt (its cost on long prompts is one full-attention layer per token), and worse
-drafts only lower acceptance.
+Both samplers are llama.cpp sampler chains that run inside the decode graph where the back-end can
+(``sampling.py``): only token ids come back, no vocabulary-sized logits. Every emitted token comes from the
+target's sampler on the target's rows, so output is identical to plain decoding (which uses the same sampler)
+for greedy and for seeded sampling. That is also why ``prompt_window`` is safe: the MTP context may see only
+the end of a prompt (its cost on long prompts is one full-attention layer per token), and worse drafts only
+lower acceptance.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import GgufMtpError
+from .adaptive import DraftLength
 from .llama import Batch, Context
 from .rollback import Rollback
-from .sampling import Sampler, top1_prob
-from .stats import Stats
+from .sampling import ContextSampler, Sampler, top1_prob
+from .stats import Breakdown, Stats
+
+_clock = time.perf_counter
 
 
 class Engine:
     """Decoding state of one conversation on a target context (and optionally an MTP context)."""
 
     def __init__(self, target: Context, mtp: Context | None, *, n_draft: int = 3, p_min: float = 0.0,
-                 adaptive: bool = False, prompt_window: int = 0, seq: int = 0,
-                 rollback: Rollback | None = None) -> None:
+                 adaptive: bool = False, prompt_window: int = 0, seq: int = 0, rollback: Rollback | None = None,
+                 timings: bool | None = None, device_sampling: bool = True, stable_shapes: bool = False) -> None:
         self.tgt, self.mtp = target, mtp
         # the llama.cpp sequence this conversation lives in (one per server slot); both contexts use the same id
         self.seq = seq
@@ -55,9 +64,18 @@ class Engine:
             n_draft = min(n_draft, self.n_heads)
         self.n_draft_max = max(1, n_draft) if mtp is not None else 0
         self.p_min = p_min
-        self.adaptive = adaptive and mtp is not None
+        self.adaptive = DraftLength(self.n_draft_max) if adaptive and mtp is not None else None
+        self.device_sampling = device_sampling
+        # every MTP decode padded to n_draft_max + 1 tokens (single head): one graph shape, so llama.cpp reuses
+        # its graph and CUDA its captured one; costs the head's block over the padding (cheap on a GPU only)
+        self.stable = stable_shapes and mtp is not None and not self.chain
+        self._shape = self.n_draft_max + 1
+        # (position, token, input row) of the MTP cache's tail; room for a step's drafts, which leave again
+        self._held: deque[tuple[int, int, np.ndarray]] = deque(maxlen=2 * self._shape)
         n_embd = target.model.n_embd_out
+        self.n_embd = n_embd
         self.tbatch = Batch(max(target.n_batch, self.n_draft_max + 1), seq=seq)
+        # the MTP batch doubles as its queue: verified tokens waiting for the next MTP decode
         self.mbatch = Batch(max(target.n_batch, self.n_draft_max + 1), n_embd, seq=seq) if mtp is not None else None
         self.tokens: list[int] = []  # decoded into the target, position = index
         self.id_last: int | None = None
@@ -65,16 +83,44 @@ class Engine:
         self.h_hist: dict[int, np.ndarray] = {}  # recent target hidden rows by position (chat rollback)
         self.stats = Stats(n_draft_max=self.n_draft_max)
         self.k = self.n_draft_max
-        self._verify_cost: dict[int, float] = {}  # draft length -> seconds to verify it (EMA)
-        self._draft_cost = 0.0  # seconds per MTP draft step (EMA)
+        if timings is None:
+            timings = os.environ.get("GGUF_MTP_TIMINGS", "") not in ("", "0")
+        self.bd: Breakdown | None = Breakdown() if timings else None
+        self.stats.breakdown = self.bd
+        self.tsampler: ContextSampler = target.sampler(seq)
+        self.msampler: ContextSampler | None = mtp.sampler(seq) if mtp is not None else None
+        if self.msampler is not None:  # drafts are greedy; p_min needs the head's logits, so those stay on the host
+            self.msampler.use(None, device=device_sampling and p_min <= 0)
+        self._sampler: Sampler | None = None  # the one the target samples with now
 
     # -- low-level ---------------------------------------------------------------------------
-    def _decode(self, ctx: Context, batch: Batch) -> float:
-        """Decode and wait for the device, so the time measured is llama.cpp's (GPU back-ends run async)."""
-        t = time.perf_counter()
+    def _decode(self, ctx: Context, batch: Batch, *, wait: bool = True, in_step: bool = True) -> float:
+        """Decode; with ``wait`` also wait for the device (GPU back-ends run async), so the time is llama.cpp's.
+        Decodes whose results are read next wait anyway; the others need not. ``in_step``: count it in the
+        step breakdown (prompt decodes are not)."""
+        t = _clock()
         ctx.decode_batch(batch)
-        ctx.synchronize()
-        return time.perf_counter() - t
+        t1 = _clock()
+        if wait or self.bd is not None:
+            ctx.synchronize()
+        spent = _clock() - t
+        if in_step:
+            self.stats.llama_seconds += spent
+            if self.bd is not None:
+                self.bd.launch += t1 - t
+                self.bd.decodes += 1
+                if batch.embd is not None:
+                    self.bd.h2d_bytes += batch.n * self.n_embd * 4
+        return spent
+
+    def _reused(self) -> int:
+        return self.tgt.graphs_reused() + (self.mtp.graphs_reused() if self.mtp is not None else 0)
+
+    def _count_d2h(self, smp: ContextSampler, n_out: int, n_rows: int) -> None:
+        """Bytes llama.cpp brings back for ``n_out`` outputs (ids, or logits rows) and ``n_rows`` hidden rows."""
+        if self.bd is not None:
+            per = 4 if smp.on_device else 4 * smp.ctx.model.n_vocab
+            self.bd.d2h_bytes += n_out * per + n_rows * self.n_embd * 4
 
     def _remember_h(self, pos0: int, rows: np.ndarray) -> None:
         for i, row in enumerate(rows):
@@ -83,25 +129,89 @@ class Engine:
             for p in sorted(self.h_hist)[:-128]:
                 del self.h_hist[p]
 
-    def _feed_mtp(self, toks: Sequence[int], pos0: int, rows: np.ndarray, h_before: np.ndarray) -> float:
-        """Give the MTP context tokens at pos0.. paired with the target's hidden row of the previous position
-        (``h_before`` for the first token, ``rows[i - 1]`` for the others)."""
+    # -- the MTP queue -----------------------------------------------------------------------
+    def _feed_mtp(self, toks: Sequence[int], pos0: int, rows: np.ndarray, h_before: np.ndarray) -> None:
+        """Queue tokens at pos0.. for the MTP context, paired with the target's hidden row of the previous
+        position (``h_before`` for the first token, ``rows[i - 1]`` for the others). They go out with the next
+        MTP decode (normally the next draft's)."""
+        assert self.mbatch is not None
+        b, n = self.mbatch, len(toks)
+        if b.n and int(b.pos_np[b.n - 1]) + 1 != pos0:
+            raise GgufMtpError(f"internal: MTP queue gap at position {pos0}")
+        if b.n + n > b.capacity:
+            self._flush(in_step=False)
+        assert b.embd is not None and n <= b.capacity
+        b.tok_np[b.n:b.n + n] = toks
+        b.pos_np[b.n:b.n + n] = np.arange(pos0, pos0 + n)
+        b.logits_np[b.n:b.n + n] = 0
+        b.embd[b.n] = h_before
+        b.embd[b.n + 1:b.n + n] = rows[: n - 1]
+        b.n += n
+
+    def _queue_start(self) -> int:
+        """First position waiting in the MTP queue (or the end of the target's tokens when it is empty)."""
+        b = self.mbatch
+        return int(b.pos_np[0]) if b is not None and b.n else len(self.tokens)
+
+    def _flush(self, *, wait: bool = False, in_step: bool = True) -> None:
+        """Decode the queue into the MTP context (every head's cache for several heads), no outputs."""
         assert self.mtp is not None and self.mbatch is not None
         b = self.mbatch
-        n = len(toks)
-        b.fill(toks, pos0)
-        assert b.embd is not None
-        b.embd[0] = h_before
-        b.embd[1:n] = rows[: n - 1]
-        if not self.chain:
-            return self._decode(self.mtp, b)
+        if not b.n:
+            return
         spent = 0.0
-        for head in range(self.n_heads):  # every head keeps its own layer's cache for these positions
-            self.mtp.seq_rm(pos0, seq=self.seq)
-            self.mtp.set_head(head)
-            spent += self._decode(self.mtp, b)
-        self.mtp.set_head(0)
-        return spent
+        if not self.chain:
+            spent = self._mtp_decode(b, wait=wait, in_step=in_step)
+        else:
+            pos0 = int(b.pos_np[0])
+            for head in range(self.n_heads):  # every head keeps its own layer's cache for these positions
+                self.mtp.seq_rm(pos0, seq=self.seq)
+                self.mtp.set_head(head)
+                spent += self._decode(self.mtp, b, wait=wait, in_step=in_step)
+            self.mtp.set_head(0)
+        if self.bd is not None and in_step:
+            self.bd.feed += spent
+        b.clear()
+
+    def _mtp_decode(self, b: Batch, *, wait: bool = True, in_step: bool = True) -> float:
+        """Decode ``b`` on the (single-head) MTP context. With stable shapes, pad it first to n_draft_max + 1
+        tokens with the positions just before it, taken from the cache's tail: they are dropped and decoded
+        again from the same inputs, so the cache ends up the same and every decode has one shape."""
+        assert self.mtp is not None
+        if self.stable and b.n < self._shape:
+            self._pad(b)
+        dt = self._decode(self.mtp, b, wait=wait, in_step=in_step)
+        if self.stable:
+            p0 = int(b.pos_np[0])
+            while self._held and self._held[-1][0] >= p0:
+                self._held.pop()
+            assert b.embd is not None
+            for i in range(max(0, b.n - self._shape), b.n):
+                self._held.append((int(b.pos_np[i]), int(b.tok_np[i]), b.embd[i].copy()))
+        return dt
+
+    def _pad(self, b: Batch) -> None:
+        assert self.mtp is not None and b.embd is not None
+        p0 = int(b.pos_np[0])
+        take: list[tuple[int, int, np.ndarray]] = []
+        for e in reversed(self._held):  # contiguous positions ending right before the batch
+            if e[0] >= p0:
+                continue
+            if e[0] != p0 - 1 - len(take) or len(take) + b.n >= self._shape:
+                break
+            take.append(e)
+        m = len(take)
+        if not m or b.n + m > b.capacity:
+            return
+        take.reverse()
+        n = b.n
+        for arr in (b.tok_np, b.pos_np, b.logits_np, b.embd):
+            arr[m:m + n] = arr[:n].copy()
+        for i, (pos, tok, row) in enumerate(take):
+            b.tok_np[i], b.pos_np[i], b.logits_np[i] = tok, pos, 0
+            b.embd[i] = row
+        b.n = n + m
+        self.mtp.seq_rm(take[0][0], seq=self.seq)
 
     # -- prompt ------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -109,6 +219,9 @@ class Engine:
         self.rollback.reset()
         if self.mtp is not None:
             self.mtp.clear(self.seq)
+            assert self.mbatch is not None
+            self.mbatch.clear()
+        self._held.clear()
         self.tokens, self.id_last, self.h_hist = [], None, {}
         self.pending_h[:] = 0
 
@@ -116,7 +229,7 @@ class Engine:
         """Append tokens to the conversation; the last one becomes ``id_last`` (decoded with the next step)."""
         if not new_tokens:
             return
-        t0 = time.perf_counter()
+        t0 = _clock()
         self.rollback.flush(self.tokens)
         toks = ([self.id_last] if self.id_last is not None else []) + list(new_tokens)
         body, last = toks[:-1], toks[-1]
@@ -124,8 +237,12 @@ class Engine:
         end = len(self.tokens) + len(body)
         # first position the MTP context is given; the hidden row of the position before it is still needed
         mtp_from = max(len(self.tokens), end - self.prompt_window) if self.prompt_window else len(self.tokens)
-        if self.mtp is not None and mtp_from > len(self.tokens) and self.mtp.pos_max(self.seq) >= 0:
-            self.mtp.clear(self.seq)  # positions must not jump over a gap in a non-empty cache (llama.cpp refuses)
+        if self.mtp is not None and mtp_from > len(self.tokens):
+            assert self.mbatch is not None
+            self.mbatch.clear()  # the queue ends where the gap starts
+            self._held.clear()
+            if self.mtp.pos_max(self.seq) >= 0:
+                self.mtp.clear(self.seq)  # positions must not jump over a gap in a non-empty cache (llama.cpp refuses)
         try:
             for c in range(0, len(body), n):
                 chunk = body[c:c + n]
@@ -138,7 +255,7 @@ class Engine:
                     self.tgt.set_nextn_rows(rows_needed)
                 b = self.tbatch
                 b.fill(chunk, pos0)
-                self._decode(self.tgt, b)
+                self._decode(self.tgt, b, wait=rows_needed, in_step=False)
                 if rows_needed:
                     rows = self.tgt.h_rows(len(chunk))
                     skip = max(0, mtp_from - pos0)
@@ -149,12 +266,17 @@ class Engine:
                     self._remember_h(pos0 + len(rows) - keep, rows[len(rows) - keep:])
                     self.pending_h = rows[-1].copy()
                 self.tokens.extend(chunk)
+            if self.mtp is not None and self.mbatch is not None and self.mbatch.n > self.n_draft_max + 1:
+                self._flush(in_step=False)  # a prompt's worth: its own decode (short queues ride with the first draft)
         finally:
             if self.mtp is not None:
                 self.tgt.set_nextn_rows(True)  # every verify step needs them, even after ContextFull
+        self.tgt.synchronize()
+        if self.mtp is not None:
+            self.mtp.synchronize()  # prompt time includes the head's share of it
         self.id_last = last
         self.stats.prompt_tokens += len(new_tokens)
-        self.stats.prompt_seconds += time.perf_counter() - t0
+        self.stats.prompt_seconds += _clock() - t0
 
     def rewind(self, n_keep: int) -> bool:
         """Keep the first ``n_keep`` decoded tokens; False when the state cannot roll back that far."""
@@ -168,7 +290,16 @@ class Engine:
         if not self.rollback.truncate(self.tokens, n_keep):
             return False
         if self.mtp is not None:
-            self.mtp.seq_rm(n_keep, seq=self.seq)
+            b = self.mbatch
+            assert b is not None
+            q0 = self._queue_start()
+            if n_keep <= q0:
+                b.clear()
+                self.mtp.seq_rm(n_keep, seq=self.seq)
+                while self._held and self._held[-1][0] >= n_keep:
+                    self._held.pop()
+            else:
+                b.n = n_keep - q0  # drop the queued tail
             self.pending_h = self.h_hist[n_keep - 1].copy()
         del self.tokens[n_keep:]
         self.id_last = None
@@ -195,69 +326,99 @@ class Engine:
         return common
 
     # -- generation --------------------------------------------------------------------------
-    def _draft_chain(self, k: int) -> tuple[list[int], float]:
-        """Draft step i runs head i over the whole draft prefix (its layer has no cache there yet)."""
+    def _pick_draft(self, i: int) -> int | None:
+        """The head's greedy token for MTP batch entry ``i``; None below ``p_min``."""
+        assert self.mtp is not None
+        t = _clock()
+        assert self.msampler is not None
+        if self.p_min > 0 and top1_prob(self.mtp.logits_view(i)) < self.p_min:
+            d = None
+        else:
+            d = self.msampler.sample(i)
+        self._count_d2h(self.msampler, 1, 1)
+        if self.bd is not None:
+            self.bd.read += _clock() - t
+        return d
+
+    def _draft_chain(self, k: int) -> list[int]:
+        """Draft step i runs head i over the whole draft prefix (its layer has no cache there yet). Leaves
+        nothing at ``n_past`` in the MTP context: id_last goes out with the verified tokens."""
         assert self.mtp is not None and self.mbatch is not None and self.id_last is not None
+        self._flush()
         pos0, b = len(self.tokens), self.mbatch
         toks, rows = [self.id_last], [self.pending_h]
         out: list[int] = []
-        spent = 0.0
         for i in range(k):
             self.mtp.seq_rm(pos0, seq=self.seq)
             self.mtp.set_head(i)
             b.fill(toks, pos0, last_logits=True, embd=np.stack(rows))
-            spent += self._decode(self.mtp, b)
-            logits = self.mtp.logits_view(len(toks) - 1)
-            if self.p_min > 0 and top1_prob(logits) < self.p_min:
+            dt = self._decode(self.mtp, b)
+            if self.bd is not None:
+                self.bd.add_draft(i, dt)
+            d = self._pick_draft(len(toks) - 1)
+            if d is None:
                 break
-            d = int(np.argmax(logits))
             out.append(d)
             toks.append(d)
             rows.append(self.mtp.h_row(len(toks) - 2).copy())
+        b.clear()
         self.mtp.set_head(0)
         self.mtp.seq_rm(pos0, seq=self.seq)
-        return out, spent
+        return out
 
-    def _draft(self, k: int) -> tuple[list[int], float]:
+    def _draft(self, k: int) -> tuple[list[int], bool]:
+        """Up to ``k`` draft tokens, and whether the MTP context now holds ``(id_last, pending_h)`` at n_past."""
         if self.chain:
-            return self._draft_chain(k)
+            return self._draft_chain(k), False
         assert self.mtp is not None and self.mbatch is not None and self.id_last is not None
         pos0 = len(self.tokens)
         b = self.mbatch
+        if b.n >= b.capacity:
+            self._flush()
+        # the queue and (id_last, pending_h) in one decode: the feed and the first draft share it
+        b.add(self.id_last, pos0, logits=True, embd=self.pending_h)
         out: list[int] = []
-        h = self.pending_h
-        tok = self.id_last
-        spent = 0.0
-        for i in range(k):
-            b.clear()
-            b.add(tok, pos0 + i, logits=True, embd=h)
-            spent += self._decode(self.mtp, b)
-            logits = self.mtp.logits_view(0)
-            d = int(np.argmax(logits))
-            if self.p_min > 0 and top1_prob(logits) < self.p_min:
+        for step in range(k):
+            dt = self._mtp_decode(b)
+            if self.bd is not None:
+                self.bd.add_draft(step, dt)
+            i = b.n - 1  # the output row is the last one
+            d = self._pick_draft(i)
+            if d is None:
                 break
             out.append(d)
-            h = self.mtp.h_row(0)
-            tok = d
-        self.mtp.seq_rm(pos0, seq=self.seq)  # drafts leave no trace in the MTP cache
-        return out, spent
+            if step + 1 < k:  # the next draft: this one paired with the head's own hidden row
+                h = self.mtp.h_row(i)
+                b.clear()
+                b.add(d, pos0 + 1 + step, logits=True, embd=h)
+        b.clear()
+        if out and k > 1:  # a decode ran at pos0 + 1 or later
+            self.mtp.seq_rm(pos0 + 1, seq=self.seq)  # the drafts' own positions leave no trace; (id_last) at pos0 stays
+            while self._held and self._held[-1][0] > pos0:
+                self._held.pop()
+        return out, True
 
-    def step(self, sampler: Sampler) -> list[int]:
-        """One target decode; returns the emitted tokens (1 + accepted drafts)."""
+    def step(self, sampler: Sampler | None = None) -> list[int]:
+        """One target decode; returns the emitted tokens (1 + accepted drafts). Samples with ``sampler``, or the
+        one given last (``use_sampler``; ``generate`` sets it)."""
         if self.id_last is None:
             raise GgufMtpError("nothing to decode: feed a prompt first")
+        if sampler is not None:
+            self.use_sampler(sampler)
+        if self._sampler is None:
+            raise GgufMtpError("no sampler: call use_sampler() or generate()")
+        t_step = _clock()
+        reused0 = self._reused() if self.bd is not None else 0
         n_past = len(self.tokens)
         room = self.n_ctx - n_past - 1
         if room < 1:
             raise ContextFull(self.n_ctx)
-        llama_t = 0.0
         drafts: list[int] = []
-        draft_t = 0.0
+        kept_last = False  # the MTP context holds (id_last, pending_h) at n_past already
         if self.mtp is not None:
             k = min(self._next_k(), room - 1)
             if k > 0:
-                drafts, draft_t = self._draft(k)
-                llama_t = draft_t
+                drafts, kept_last = self._draft(k)
         b = self.tbatch
         pre = self.rollback.prefix(self.tokens)  # accepted tokens the target must decode again first
         b.fill(pre, n_past - len(pre))
@@ -265,85 +426,94 @@ class Engine:
         for i, d in enumerate(drafts):
             b.add(d, n_past + 1 + i, logits=True)
         tv = self._decode(self.tgt, b)
-        llama_t += tv
+        t = _clock()
         emitted: list[int] = []
+        samp = self.tsampler
         for i in range(len(drafts) + 1):
-            t = sampler(self.tgt.logits_view(len(pre) + i))
-            emitted.append(t)
-            if i >= len(drafts) or t != drafts[i]:
+            tok = samp.sample(len(pre) + i)
+            emitted.append(tok)
+            if i >= len(drafts) or tok != drafts[i]:
                 break
         j = len(emitted) - 1  # accepted drafts
         verified = [self.id_last] + drafts
+        rows = self.tgt.h_rows(len(pre) + len(verified))[len(pre):] if self.mtp is not None else None
+        if self.bd is not None:
+            self.bd.verify += tv
+            self.bd.read += _clock() - t
+            self._count_d2h(samp, len(verified), len(pre) + len(verified) if self.mtp is not None else 0)
         if self.mtp is not None:
-            rows = self.tgt.h_rows(len(pre) + len(verified))[len(pre):]
-            llama_t += self._feed_mtp(verified, n_past, rows, self.pending_h)
+            assert rows is not None
             self._remember_h(n_past, rows[: j + 1])
+            if not kept_last:  # id_last itself still has to reach the MTP context
+                self._feed_mtp(verified[: j + 1], n_past, rows, self.pending_h)
+            elif j:
+                self._feed_mtp(drafts[:j], n_past + 1, rows[1:], rows[0])
             self.pending_h = rows[j].copy()
             if drafts:
                 self.stats.record(len(drafts), j)
-                self._learn(len(drafts), tv, draft_t)
-        if j < len(drafts) and self.mtp is not None:
-            self.mtp.seq_rm(n_past + j + 1, seq=self.seq)
         self.tokens.extend(verified[: j + 1])
         spent, replayed = self.rollback.settle(self.tokens, n_past + len(verified))
-        llama_t += spent
+        self.stats.llama_seconds += spent
         self.stats.rollback_seconds += spent
         self.stats.replayed_tokens += replayed + len(pre)
         self.id_last = emitted[-1]
         self.stats.steps += 1
-        self.stats.llama_seconds += llama_t
+        dt = _clock() - t_step
+        if self.bd is not None:
+            self.bd.steps += dt
+            self.bd.reused += self._reused() - reused0
+        if self.adaptive is not None:
+            self.adaptive.observe(len(drafts), dt)
         return emitted
+
+    def use_sampler(self, sampler: Sampler) -> None:
+        """Sample the target with ``sampler`` from now on; a seeded chain starts from its seed again when
+        ``sampler`` is a new one (a generation, a server job), not when the same one is passed again."""
+        if sampler is self._sampler:
+            return
+        self._sampler = sampler
+        self.tsampler.use(None if sampler.greedy else sampler.cfg, device=self.device_sampling and sampler.device,
+                          on_logits=sampler.on_logits)
+
+    def before_batched_step(self) -> None:
+        """A step batched with other sequences (multistep.py) decodes the head itself: send out this engine's
+        queue first, and forget the cache tail it pads with (the batched step does not keep it)."""
+        if self.mtp is not None:
+            self._flush()
+            self._held.clear()
 
     def generate(self, sampler: Sampler, max_tokens: int, is_eog: Callable[[int], bool],
                  should_stop: Callable[[], bool] = lambda: False) -> Iterator[int]:
         """Emit up to ``max_tokens`` tokens, stopping after an end-of-generation token."""
         n = 0
-        t0 = time.perf_counter()
+        t0 = _clock()
+        self.use_sampler(sampler)
         try:
             while n < max_tokens and not should_stop():
-                for t in self.step(sampler):
+                for t in self.step():
                     n += 1
                     self.stats.emitted += 1
                     yield t
                     if is_eog(t) or n >= max_tokens:
                         return
         finally:
-            self.stats.decode_seconds += time.perf_counter() - t0
+            self.stats.decode_seconds += _clock() - t0
 
-    # -- adaptive draft length ---------------------------------------------------------------
-    EXPLORE_ROUNDS = 3  # each draft length 1..n_draft_max is tried this many times before choosing
-
+    # -- draft length ------------------------------------------------------------------------
     def _next_k(self) -> int:
-        """Draft length for the next step: measured round-robin first, then the best expected rate."""
-        if not self.adaptive:
+        """Draft length for the next step: fixed, or chosen by the measured rate (``adaptive.py``)."""
+        if self.adaptive is None:
             return self.k
-        n = self.stats.steps
-        if n < self.EXPLORE_ROUNDS * self.n_draft_max:
-            return 1 + n % self.n_draft_max
-        if n % 8 == 0:
-            self.k = self._best_k()
+        self.k = self.adaptive.next(self.stats)
         return self.k
 
-    def _learn(self, k: int, verify_seconds: float, draft_seconds: float) -> None:
-        c = self._verify_cost
-        c[k] = verify_seconds if k not in c else 0.8 * c[k] + 0.2 * verify_seconds
-        per_step = draft_seconds / max(1, k)
-        self._draft_cost = per_step if not self._draft_cost else 0.8 * self._draft_cost + 0.2 * per_step
-
-    def _best_k(self) -> int:
-        """argmax_k E[tokens | k] / (verify(k) + k * draft), with E[tokens | k] = 1 + sum_i prod_{m<=i} a_m from
-        the measured acceptance at each draft position and the measured verify and draft times."""
-        acc = self.stats.acceptance_at
-        best, best_rate = self.k, -1.0
-        for k in sorted(self._verify_cost):
-            expected, run = 1.0, 1.0
-            for m in range(k):
-                run *= acc[m] if m < len(acc) else 0.0
-                expected += run
-            rate = expected / (self._verify_cost[k] + k * self._draft_cost)
-            if rate > best_rate:
-                best, best_rate = k, rate
-        return best
+    def adopt_stats(self, stats: Stats) -> None:
+        """Carry on counting into ``stats`` (a session changing the draft length keeps its totals)."""
+        self.stats = stats
+        if self.bd is not None:
+            if stats.breakdown is None:
+                stats.breakdown = self.bd
+            self.bd = stats.breakdown
 
 
 class ContextFull(GgufMtpError):

@@ -1,8 +1,57 @@
-"""Speculative-decoding statistics: drafted and accepted per draft position, speeds, our own overhead."""
+"""Speculative-decoding statistics: drafted and accepted per draft position, speeds, our own overhead, and
+(with timings on) where each decode step's time goes."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Breakdown:
+    """Seconds summed over decode steps, by phase. Every llama_decode whose results are read is followed by a
+    wait for the device, so ``launch`` (inside llama_decode: graph build or reuse, input upload, enqueue) plus
+    the wait is the phase's llama.cpp time; ``read`` is taking the results on the host (sampled ids or logits
+    and the host pick, hidden rows); ``python`` is the rest of the step. ``d2h_bytes``: what llama.cpp copies
+    from the device for us (logits or sampled ids, hidden rows); ``h2d_bytes``: hidden rows we upload."""
+
+    steps: float = 0.0  # wall time of the steps
+    verify: float = 0.0  # target decode of [last, drafts]
+    draft: list[float] = field(default_factory=list)  # MTP decode per draft position (0: with the merged feed)
+    feed: float = 0.0  # MTP decodes that only feed (several heads; very long queues)
+    read: float = 0.0
+    launch: float = 0.0  # part of verify + draft + feed spent inside llama_decode before the wait
+    d2h_bytes: int = 0
+    h2d_bytes: int = 0
+    decodes: int = 0  # llama_decode calls
+    reused: int = 0  # of those, how many reused the previous compute graph of their context
+
+    def add_draft(self, i: int, seconds: float) -> None:
+        while len(self.draft) <= i:
+            self.draft.append(0.0)
+        self.draft[i] += seconds
+
+    @property
+    def python(self) -> float:
+        return max(0.0, self.steps - self.verify - sum(self.draft) - self.feed - self.read)
+
+    def merge(self, o: "Breakdown", sign: int = 1) -> None:
+        for k in ("steps", "verify", "feed", "read", "launch", "d2h_bytes", "h2d_bytes", "decodes", "reused"):
+            setattr(self, k, getattr(self, k) + sign * getattr(o, k))
+        for i, x in enumerate(o.draft):
+            self.add_draft(i, sign * x)
+
+    def per_step(self, n_steps: int) -> dict:
+        """Milliseconds (and bytes, calls) per step."""
+        n = max(1, n_steps)
+        ms = lambda x: round(1000 * x / n, 3)  # noqa: E731
+        draft = list(self.draft)
+        while draft and draft[-1] <= 0:  # positions this span never drafted
+            draft.pop()
+        return {"step_ms": ms(self.steps), "verify_ms": ms(self.verify), "draft_ms": [ms(x) for x in draft],
+                "feed_ms": ms(self.feed), "read_ms": ms(self.read), "python_ms": ms(self.python),
+                "launch_ms": ms(self.launch), "d2h_bytes": round(self.d2h_bytes / n),
+                "h2d_bytes": round(self.h2d_bytes / n), "decodes": round(self.decodes / n, 2),
+                "reused": round(self.reused / n, 2)}
 
 
 @dataclass
@@ -19,6 +68,7 @@ class Stats:
     drafted_at: list[int] = field(default_factory=list)   # drafts offered at position i (0-based)
     accepted_at: list[int] = field(default_factory=list)  # of those, accepted
     draft_lengths: dict[int, int] = field(default_factory=dict)  # chosen k -> steps (adaptive)
+    breakdown: Breakdown | None = None  # with timings on (SessionConfig.timings, GGUF_MTP_TIMINGS=1)
 
     def record(self, n_drafted: int, n_accepted: int) -> None:
         while len(self.drafted_at) < n_drafted:
@@ -85,6 +135,10 @@ class Stats:
             self.accepted_at[i] += a
         for k, v in o.draft_lengths.items():
             self.draft_lengths[k] = self.draft_lengths.get(k, 0) + v
+        if o.breakdown is not None:
+            if self.breakdown is None:
+                self.breakdown = Breakdown()
+            self.breakdown.merge(o.breakdown)
 
     def copy(self) -> "Stats":
         c = Stats(n_draft_max=self.n_draft_max)
@@ -102,10 +156,16 @@ class Stats:
         d.accepted_at = [a - b for a, b in zip(self.accepted_at, pad(before.accepted_at))]
         d.draft_lengths = {k: v - before.draft_lengths.get(k, 0) for k, v in self.draft_lengths.items()
                            if v - before.draft_lengths.get(k, 0)}
+        if self.breakdown is not None:
+            d.breakdown = Breakdown()
+            d.breakdown.merge(self.breakdown)
+            if before.breakdown is not None:
+                d.breakdown.merge(before.breakdown, -1)
         return d
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["breakdown"] = self.breakdown.per_step(self.steps) if self.breakdown is not None else None
         d.update(drafted=self.drafted, accepted=self.accepted, acceptance=round(self.acceptance, 4),
                  acceptance_at=[round(x, 4) for x in self.acceptance_at],
                  mean_accepted_length=round(self.mean_accepted_length, 3), decode_tps=round(self.decode_tps, 2),
@@ -119,4 +179,10 @@ class Stats:
             per = "/".join(f"{x * 100:.0f}" for x in self.acceptance_at)
             line += (f" | drafted {self.drafted} accepted {self.accepted} ({self.acceptance * 100:.0f}%), "
                      f"by position {per}% | {self.mean_accepted_length:.2f} tok/step")
+        if self.breakdown is not None and self.steps:
+            b = self.breakdown.per_step(self.steps)
+            drafts = "/".join(f"{x:.2f}" for x in b["draft_ms"])
+            line += (f" | step {b['step_ms']:.2f} ms: verify {b['verify_ms']:.2f}"
+                     + (f", drafts {drafts}" if drafts else "") + f", read {b['read_ms']:.2f}, "
+                     f"python {b['python_ms']:.2f}")
         return line

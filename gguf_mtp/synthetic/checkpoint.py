@@ -84,7 +84,12 @@ class _Rand:
     def f32(self, n: int) -> np.ndarray:
         start = int(self.rng.integers(0, self.pool.size))
         reps = -(-(start + n) // self.pool.size)
-        return np.tile(self.pool, reps)[start:start + n] if reps > 1 else self.pool[start:start + n].copy()
+        if reps == 1:
+            return self.pool[start:start + n].copy()
+        # Longer than the pool: each further copy rotated by one more element. Plain repeats would make rows
+        # of a large matrix identical (an LM head with rows repeating every pool/hidden tokens), so logits tie
+        # exactly, and which of the tied tokens greedy decoding picks is decided by tie-breaking, not the model.
+        return np.concatenate([np.roll(self.pool, c) for c in range(reps)])[start:start + n]
 
 
 def _config(s: SyntheticSpec, vocab_tokens: int) -> dict:

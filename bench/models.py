@@ -1,0 +1,172 @@
+"""Benchmark models: Qwen3.5-shaped GGUFs whose MTP head is right a known share of the time.
+
+The trunk is a bigram model (``trunk_scale=0``: every block adds nothing, the LM head reads the token's own
+embedding) and the head computes the same function one token later (``oracle_head``), so it is always right.
+``noisy_head`` then writes random values (std ``0.02 * noise``) into the head block's two output projections
+(``attn_output``, ``ffn_down``): the head's answer drifts and acceptance drops with ``noise``, while the
+trunk, its speed and its output stay exactly the same. One checkpoint thus gives the whole set:
+
+    python bench/models.py --workdir /tmp/m --layers 12 --vocab 248320 --noise 0.015 --quant Q4_K_M
+
+How much noise gives what acceptance depends on the widths (the trunk's greedy path soon cycles, so acceptance
+moves in steps): at Qwen3.5-9B widths 0.02 gave 64% at every position and 0.04 56/56/44% (4 layers, 32k
+vocabulary, CPU); at hidden 256, 0.3 gives 96/92/92% and 3 gives 71/60/51%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import gguf_mtp  # noqa: F401  (llama.cpp's libraries before numpy: see README, CUDA pitfall)
+import numpy as np
+
+WIDTHS = {  # Qwen3.5-9B's widths
+    "9b": dict(hidden=4096, heads=16, kv_heads=4, head_dim=256, intermediate=12288, lin_k_heads=16, lin_v_heads=32,
+               lin_head_dim=128),
+    "small": dict(hidden=1024, heads=8, kv_heads=2, head_dim=128, intermediate=3072, lin_k_heads=8, lin_v_heads=16,
+                  lin_head_dim=64),
+    "tiny": dict(hidden=256, heads=4, kv_heads=2, head_dim=64, intermediate=768, lin_k_heads=2, lin_v_heads=4,
+                 lin_head_dim=64),
+}
+NOISY = ("attn_output.weight", "ffn_down.weight")  # the head block's output projections
+
+
+def checkpoint(work: Path, *, widths: str, layers: int, vocab: int, seed: int = 0) -> Path:
+    from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+
+    ck = work / f"ckpt-{widths}-{layers}L-{vocab}"
+    if not (ck / "config.json").exists():
+        spec = SyntheticSpec("qwen35", layers=layers, **WIDTHS[widths], vocab_size=vocab, oracle_head=True,
+                             trunk_scale=0.0, head_noise=0.0, n_shards=4, seed=seed)
+        write_checkpoint(ck, spec)
+    return ck
+
+
+def convert(ck: Path, out: Path, outtype: str, threads: int) -> Path:
+    from gguf_mtp import convert as _convert
+
+    if not out.exists():
+        _convert(ck, outfile=out, outtype=outtype, layout="bundled", progress=False, threads=threads)
+    return out
+
+
+def noisy_head(src: Path, out: Path, noise: float, seed: int = 1) -> Path:
+    """``src`` (bundled) with random ``attn_output`` / ``ffn_down`` in its MTP block, encoded as they were."""
+    from gguf_mtp.ggufio.atomic import atomic_paths
+    from gguf_mtp.ggufio.model import GGUFModel
+    from gguf_mtp.ggufio.writer import OutTensor, write_all, write_gguf
+    from gguf_mtp.quant import encode
+    from gguf_mtp.surgery import _copy
+
+    if out.exists():
+        return out
+    m = GGUFModel(src)
+    n_trunk = int(m.arch_get("{arch}.block_count", 0)) - int(m.arch_get("{arch}.nextn_predict_layers", 0))
+    rng = np.random.default_rng(seed)
+    tensors = []
+    for name, t in m.tensors.items():
+        if name.startswith(f"blk.{n_trunk}.") and name.endswith(NOISY):
+            info = t.info
+
+            def write(fh, progress, info=info):  # type: ignore[no-untyped-def]
+                x = (rng.standard_normal(int(np.prod(info.shape)), dtype=np.float32) * (0.02 * noise))
+                write_all(fh, encode(x, info.ggml_type))
+                progress(info.nbytes)
+
+            tensors.append(OutTensor(name, info.shape, info.ggml_type, write))
+        else:
+            tensors.append(_copy(t))
+    with atomic_paths([out]) as (tmp,):
+        write_gguf(tmp, m.model_kvs(), tensors)
+    return out
+
+
+def tie_rows(src: Path, out: Path, period: int) -> Path:
+    """``src`` with its LM head's rows repeating every ``period`` tokens (row v = row v % period, bytes copied,
+    any type): exact logit ties at every step, as the synthetic checkpoints made before rows were rotated had
+    (a pool of 2^22 values tiled, so rows repeated every 2^22 / hidden tokens). For the tie-breaking report."""
+    from gguf_mtp.ggufio.atomic import atomic_paths
+    from gguf_mtp.ggufio.model import GGUFModel
+    from gguf_mtp.ggufio.writer import OutTensor, write_all, write_gguf
+    from gguf_mtp.surgery import _copy
+
+    m = GGUFModel(src)
+    name = "output.weight" if "output.weight" in m.tensors else "token_embd.weight"
+    tensors = []
+    for n, t in m.tensors.items():
+        if n != name:
+            tensors.append(_copy(t))
+            continue
+        info = t.info
+        rows = int(info.shape[1])
+        row_bytes = info.nbytes // rows
+
+        def write(fh, progress, t=t, info=info, rows=rows, row_bytes=row_bytes):  # type: ignore[no-untyped-def]
+            base = np.frombuffer(t.file.read_tensor_bytes(info.name), np.uint8)[: min(period, rows) * row_bytes]
+            for r0 in range(0, rows, period):
+                write_all(fh, base[: min(period, rows - r0) * row_bytes])
+            progress(info.nbytes)
+
+        tensors.append(OutTensor(n, info.shape, info.ggml_type, write))
+    with atomic_paths([out]) as (tmp,):
+        write_gguf(tmp, m.model_kvs(), tensors)
+    return out
+
+
+def quantize(src: Path, out: Path, ftype: str) -> Path:
+    from gguf_mtp.quantize import quantize_model
+
+    if not out.exists():
+        quantize_model(src, out, ftype)  # the head stays Q8_0
+    return out
+
+
+def make(work: Path, *, widths: str = "9b", layers: int = 12, vocab: int = 248320, noise: float = 0.015,
+         quant: str | None = "Q4_K_M", threads: int | None = None, stage: str = "all") -> dict[str, Path]:
+    """label -> model. ``stage``: "python" (checkpoint and conversions: no llama.cpp needed), "llama" (what
+    needs llama.cpp's quantizer), or "all"."""
+    work.mkdir(parents=True, exist_ok=True)
+    threads = threads or os.cpu_count() or 2
+    tag = f"{widths}-{layers}L-{vocab // 1000}k"
+    ck = checkpoint(work, widths=widths, layers=layers, vocab=vocab)
+    q8 = work / f"{tag}-Q8_0.gguf"
+    bf16 = work / f"{tag}-BF16.gguf"
+    out: dict[str, Path] = {}
+    convert(ck, q8, "q8_0", threads)  # made once: a later stage finds them
+    out["Q8_0, perfect head"] = q8
+    if noise > 0:
+        out[f"Q8_0, noisy head ({noise})"] = noisy_head(q8, work / f"{tag}-Q8_0-noise{noise}.gguf", noise)
+    if quant:
+        convert(ck, bf16, "bf16", threads)
+    if stage in ("llama", "all") and quant:
+        qm = quantize(bf16, work / f"{tag}-{quant}.gguf", quant)
+        out[f"{quant} + Q8_0 head, noisy ({noise})" if noise > 0 else f"{quant} + Q8_0 head"] = (
+            noisy_head(qm, work / f"{tag}-{quant}-noise{noise}.gguf", noise) if noise > 0 else qm)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/gguf-mtp-bench"))
+    ap.add_argument("--widths", choices=sorted(WIDTHS), default="9b")
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--vocab", type=int, default=248320)
+    ap.add_argument("--noise", type=float, default=0.015, help="0: a head that is always right")
+    ap.add_argument("--quant", default="Q4_K_M", help="also a trunk at this type with the Q8_0 head ('' to skip)")
+    ap.add_argument("--stage", choices=["python", "llama", "all"], default="all")
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--manifest", type=Path, help="write LABEL=PATH lines (side_by_side.py --model arguments)")
+    a = ap.parse_args()
+    made = make(a.workdir, widths=a.widths, layers=a.layers, vocab=a.vocab, noise=a.noise, quant=a.quant or None,
+                threads=a.threads, stage=a.stage)
+    for label, p in made.items():
+        print(f"{label}\t{p}\t{p.stat().st_size / 1e9:.2f} GB", file=sys.stderr)
+    if a.manifest:
+        a.manifest.write_text("".join(f"{label}={p}\n" for label, p in made.items()))
+
+
+if __name__ == "__main__":
+    main()
