@@ -10,7 +10,7 @@ second sequence, restore it and re-decode the accepted tokens after a rejection)
 ``state-device`` (a, through llama_state_seq_get/set_data_ext PARTIAL_ONLY [| ON_DEVICE]), ``replay:every=4,...``
 (b: save every 4th step, re-decode back to the save), ``replay:merge=16`` (c: re-decode the accepted tokens
 ahead of the next verify batch instead of in a decode of their own); ``native`` where llama.cpp keeps snapshots
-(a patched build: docs/upstream/qwen3next-rs-rollback.md). Per row: t/s, x plain, tokens per step, acceptance
+(a patched build: docs/upstream/qwen3next-rs-rollback.md); ``auto`` (the default: (c), merging up to 8). Per row: t/s, x plain, tokens per step, acceptance
 by draft position, the rollback's own time per step (restore + separate re-decode; merged tokens ride in the
 verify batch and show in the step time instead), tokens decoded again per step, and the step time.
 
@@ -36,7 +36,8 @@ from common import machine, save, table  # noqa: E402
 
 PROMPT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n"
           "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n") * 4
-ROLLBACKS = ["replay", "replay:store=state-device", "replay:store=state-device,every=4", "replay:merge=16"]
+# auto: what gguf-mtp picks (native where llama.cpp keeps snapshots, else (c) with the second-sequence store)
+ROLLBACKS = ["auto", "replay", "replay:store=state-device", "replay:store=state-device,every=4"]
 
 
 def spec_for(size: str):  # type: ignore[no-untyped-def]

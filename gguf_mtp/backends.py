@@ -179,6 +179,12 @@ def files_present(libdir: Path) -> list[str]:
     return [b.name for b in (CPU, *BACKENDS) if _lib_file(libdir, b.lib)]
 
 
+def local_gpu(names: Sequence[str]) -> list[str]:
+    """The backends among ``names`` that offload to a device on this machine. RPC is left out: its devices
+    exist only once servers are named (``--rpc``), so a CPU+RPC build runs on the CPU until then."""
+    return [b.name for b in BACKENDS if b.gpu and b.name != "RPC" and b.name in names]
+
+
 def _loaded_from_elsewhere(libdir: Path) -> list[str]:
     """libggml*/libllama* mapped into this process from outside ``libdir`` (LD_LIBRARY_PATH or a preload
     won over the wheel's RUNPATH)."""

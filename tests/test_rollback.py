@@ -45,8 +45,9 @@ def native(q3n) -> bool:
         return c.n_rs_seq() == 2
 
 
-def expected(native: bool, k: int) -> str:
-    return f"native (n_rs_seq={k})" if native else "replay (store=seq, every=1, merge=8)"
+def expected(native: bool, k: int, slots: bool = False) -> str:
+    store = "state-device" if slots else "seq"
+    return f"native (n_rs_seq={k})" if native else f"replay (store={store}, every=1, merge=8)"
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +77,7 @@ def test_greedy_and_seeded_output_is_identical_to_plain_decoding(q3n, reference,
 
 
 @pytest.mark.parametrize("spec", ["replay", "replay:store=state", "replay:every=3",
-                                  "replay:store=state,every=2,merge=4"])
+                                  "replay:store=state-device,every=2,merge=4"])
 def test_every_replay_variant_is_lossless(q3n, reference, spec: str) -> None:
     model, mtp = q3n["bundled"]
     with session(model, mtp, n_draft=3, rollback=spec) as s:
@@ -142,6 +143,35 @@ def test_a_rewind_inside_the_last_step_keeps_the_saved_state(q3n, spec: str, bra
         assert truncated == [True]  # no restart from scratch
     with session(model, False) as plain:
         assert got == plain.generate(edited, max_tokens=16).tokens
+
+
+@pytest.mark.parametrize("spec", ["auto", "replay:store=state"])
+def test_slots_stepped_together_roll_back_their_own_state(q3n, native, spec: str) -> None:
+    """Server slots (one sequence each, stepped together by MultiStep): each keeps its own saved state and its
+    own tokens to decode again, and each answer equals its plain decoding."""
+    from gguf_mtp.runtime.multistep import MultiStep
+    from gguf_mtp.runtime.sampling import Sampler
+
+    model, mtp = q3n["bundled"]
+    n = 32
+    with session(model, mtp, n_draft=3, n_parallel=2, n_ctx=2048, rollback=spec) as s:
+        if spec == "auto":  # slots keep their own KV streams: the copy goes through the state API
+            assert [e.rollback.name for e in s.engines] == [expected(native, 3, slots=True)] * 2
+        prompts = [s.model.tokenize(LONG), s.model.tokenize(CHAT_TURNS[1])]
+        for e, p in zip(s.engines, prompts):
+            e.reset()
+            e.feed(p)
+        multi, samplers = MultiStep(s.engines), [Sampler(SamplerConfig()) for _ in prompts]
+        outs: list[list[int]] = [[], []]
+        while min(map(len, outs)) < n:
+            for o, emitted in zip(outs, multi.step(s.engines, samplers)):
+                o.extend(emitted)
+        st = [e.stats for e in s.engines]
+        assert all(0 < x.accepted < x.drafted for x in st)
+        assert native or all(x.replayed_tokens > 0 for x in st)
+    with session(model, False, n_ctx=2048) as plain:
+        refs = [plain.generate(p, max_tokens=n).tokens for p in prompts]
+    assert [o[:len(r)] for o, r in zip(outs, refs)] == refs
 
 
 @pytest.mark.parametrize("layout", ["bundled", "head-only"])

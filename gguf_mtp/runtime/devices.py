@@ -68,11 +68,11 @@ def offload_note(n_gpu_layers: int, devices: list[B.Device] | None = None) -> st
     devs = available() if devices is None else devices
     if any(d.type in ("GPU", "IGPU") for d in devs):
         return None
-    built = [b for b in B.BACKENDS if b.gpu and b.name != "RPC" and b.name in B.files_present(lib_dir())]
+    built = B.local_gpu(B.files_present(lib_dir()))
     if built:
-        names = "/".join(b.name for b in built)
+        names = "/".join(built)
         why = next((s.strip() for s in reversed(L._log)
-                    if any(re.search(b.name[:4], s, re.I) for b in built) and s.strip()), "")
+                    if any(re.search(b[:4], s, re.I) for b in built) and s.strip()), "")
         return (f"-ngl {n_gpu_layers}: the {names} backend found no device" + (f" ({why[-160:]})" if why else "")
                 + "; running on the CPU")
     return (f"-ngl {n_gpu_layers}: this llama-cpp-python build has no GPU backend, running on the CPU; "

@@ -232,8 +232,8 @@ class Context:
         if n_outputs_max:
             p.n_outputs_max = n_outputs_max
             p.n_outputs_max_per_seq = min(n_outputs_per_seq or n_outputs_max, n_outputs_max)
-        # server slots: each sequence gets its own KV stream and recurrent state; a store sequence for rollback
-        # (rollback.py, one conversation) shares one stream, so its seq_cp is bookkeeping, not a buffer copy
+        # server slots: each sequence gets its own KV stream and recurrent state; with rollback's spare sequences
+        # (rollback.SeqStore) all share one stream, so their seq_cp is bookkeeping, not a buffer copy
         p.kv_unified = bool(kv_unified)
         if n_threads:
             p.n_threads = p.n_threads_batch = n_threads
@@ -337,16 +337,16 @@ class Context:
         arch (it clamps the request rather than failing), so this is the probe for native rollback."""
         return int(_ll.llama_n_rs_seq(self.ptr))
 
-    def state_size(self, flags: int) -> int:
-        return int(_ll.llama_state_seq_get_size_ext(self.ptr, 0, flags))
+    def state_size(self, flags: int, seq: int = 0) -> int:
+        return int(_ll.llama_state_seq_get_size_ext(self.ptr, seq, flags))
 
-    def state_get(self, buf: "ctypes.Array[ctypes.c_uint8]", flags: int) -> int:
-        """Save sequence 0's state (what ``flags`` select) into ``buf``; bytes written, 0 on failure."""
-        return int(_ll.llama_state_seq_get_data_ext(self.ptr, buf, len(buf), 0, flags))
+    def state_get(self, buf: "ctypes.Array[ctypes.c_uint8]", flags: int, seq: int = 0) -> int:
+        """Save sequence ``seq``'s state (what ``flags`` select) into ``buf``; bytes written, 0 on failure."""
+        return int(_ll.llama_state_seq_get_data_ext(self.ptr, buf, len(buf), seq, flags))
 
-    def state_set(self, buf: "ctypes.Array[ctypes.c_uint8]", n: int, flags: int) -> int:
-        """Restore sequence 0's state saved by ``state_get``; bytes read, 0 on failure."""
-        return int(_ll.llama_state_seq_set_data_ext(self.ptr, buf, n, 0, flags))
+    def state_set(self, buf: "ctypes.Array[ctypes.c_uint8]", n: int, flags: int, seq: int = 0) -> int:
+        """Restore sequence ``seq``'s state saved by ``state_get``; bytes read, 0 on failure."""
+        return int(_ll.llama_state_seq_set_data_ext(self.ptr, buf, n, seq, flags))
 
     def clear(self, seq: int | None = None) -> None:
         """Forget everything (``seq`` None or a one-sequence context), or only sequence ``seq``."""

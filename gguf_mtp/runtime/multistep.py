@@ -4,8 +4,9 @@ verifications in one target batch, all MTP feeds in one batch), as llama-server 
 
 The result for each engine is what :meth:`Engine.step` would have emitted: the same drafts are proposed, the
 target's sampler picks every token from that sequence's own rows, and each sequence rolls back its own
-rejected drafts (per-sequence KV cells and recurrent snapshots). Each sequence samples with its engine's
-llama.cpp sampler chains (one per sequence and context, inside the decode graph where the back-end can).
+rejected drafts through its engine's rollback (per-sequence KV cells and recurrent snapshots, or a saved
+recurrent state whose accepted tokens ride ahead of that sequence's next verify). Each sequence samples with its
+engine's llama.cpp sampler chains (one per sequence and context, inside the decode graph where the back-end can).
 Engines with several chained heads (mimo2, step35) step one after another.
 """
 
@@ -26,14 +27,9 @@ class MultiStep:
 
     def __init__(self, engines: Sequence[Engine]) -> None:
         e0 = engines[0]
-        if e0.mtp is not None and not e0.rollback.per_sequence:
-            # the batched step rolls back with seq_rm; a replayed state (qwen3next) is undone by its engine only
-            raise GgufMtpError(f"{e0.tgt.model.path}: serving with MTP needs a target whose recurrent state rolls "
-                               f"back natively ({e0.rollback.name} is used here); serve it with --no-mtp, or use "
-                               "gguf-mtp run")
         self.tgt, self.mtp = e0.tgt, e0.mtp
         n = len(engines) * (e0.n_draft_max + 1)
-        self.tbatch = Batch(n)
+        self.tbatch = Batch(n + sum(e.rollback.max_prefix for e in engines))  # + tokens re-decoded (rollback.py)
         self.mbatch = Batch(n, e0.tgt.model.n_embd_out) if self.mtp is not None else None
 
     @staticmethod
@@ -62,8 +58,11 @@ class MultiStep:
         # verify: every sequence's [id_last, drafts] in one target batch
         tb = self.tbatch
         tb.clear()
-        offs = []
+        offs, pres = [], []
         for e, n, d in zip(engines, n_past, drafts):
+            pres.append(len(pre := e.rollback.prefix(e.tokens)))  # accepted tokens to decode again first
+            for i, t in enumerate(pre):
+                tb.add(t, n - len(pre) + i, logits=False, seq=e.seq)
             offs.append(tb.n)
             tb.add(e.id_last, n, logits=True, seq=e.seq)  # type: ignore[arg-type]
             for i, t in enumerate(d):
@@ -97,17 +96,16 @@ class MultiStep:
                 e.pending_h = r[j].copy()
                 if d:
                     e.stats.record(len(d), j)
-        for e, n, d, emitted, j in zip(engines, n_past, drafts, out, accepted):
-            if j < len(d):
-                if not self.tgt.seq_rm(n + j + 1, seq=e.seq):
-                    raise GgufMtpError("the target context cannot roll back rejected drafts (recurrent state "
-                                       "without snapshots); run with --no-mtp")
-                if self.mtp is not None:
-                    self.mtp.seq_rm(n + j + 1, seq=e.seq)
+        for e, n, d, emitted, j, p in zip(engines, n_past, drafts, out, accepted, pres):
+            if j < len(d) and self.mtp is not None:
+                self.mtp.seq_rm(n + j + 1, seq=e.seq)
             e.tokens.extend(([e.id_last] + d)[: j + 1])  # type: ignore[list-item]
+            spent, replayed = e.rollback.settle(e.tokens, n + len(d) + 1)
+            e.stats.rollback_seconds += spent
+            e.stats.replayed_tokens += replayed + p
             e.id_last = emitted[-1]
             e.stats.steps += 1
-            e.stats.llama_seconds += (draft_t + tv + feed_t) * share
+            e.stats.llama_seconds += (draft_t + tv + feed_t) * share + spent
         step_s = time.perf_counter() - t_step
         for e, d in zip(engines, drafts):
             if e.adaptive is not None:

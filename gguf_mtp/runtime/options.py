@@ -102,6 +102,10 @@ def check_session(cfg: "SessionConfig", *, speculative: bool = True) -> tuple["S
     window = _int("--spec-draft-prompt-window", cfg.prompt_window)
     if window < 0:
         raise _fail("--spec-draft-prompt-window", window, "must be 0 (the whole prompt) or more")
+    if cfg.rollback != "auto":
+        from .rollback import parse  # needs llama.cpp: only for a non-default choice
+
+        parse(cfg.rollback)
     return replace(cfg, n_threads=threads), notes
 
 

@@ -7,9 +7,10 @@
   last point where every token was accepted is kept; after a rejection it is restored, the attention KV cache
   drops everything after that point, and the accepted tokens are decoded again, either at once or
   (``merge``) ahead of the next verify batch, where on a GPU they cost next to nothing. Options:
-  ``store``: ``seq`` keeps the copy in a second sequence through llama.cpp's copy-on-write of recurrent cells
-  (saving is bookkeeping; the copy is a row gather inside the next decode's graph), ``state`` and
-  ``state-device`` through ``llama_state_seq_get/set_data_ext(PARTIAL_ONLY [| ON_DEVICE])``;
+  ``store``: ``seq`` keeps the copy in a spare sequence through llama.cpp's copy-on-write of recurrent cells
+  (saving is bookkeeping; the copy is a row gather inside the next decode's graph; it needs a unified KV cache,
+  so sessions with several slots use ``state-device``), ``state`` and ``state-device`` through
+  ``llama_state_seq_get/set_data_ext(PARTIAL_ONLY [| ON_DEVICE])``;
   ``every``: save only every n-th step (a rejection then re-decodes back to the last save);
   ``merge``: re-decode up to this many tokens with the next verify batch instead of in a decode of their own.
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import GgufMtpError
 from .archs import arch_facts
@@ -35,10 +36,9 @@ ON_DEVICE = _ll.LLAMA_STATE_SEQ_FLAGS_ON_DEVICE  # tensor bytes stay in a device
 
 
 class Rollback:
-    """``kv`` / ``native``: the target's memory steps back by itself."""
+    """``kv`` / ``native``: the target's memory steps back by itself. One per sequence (server slot)."""
 
-    #: whether several sequences (server slots) can each have one of these; Replay keeps a store sequence
-    per_sequence = True
+    max_prefix = 0  # the most tokens ``prefix`` returns (room the verify batches keep for them)
 
     def __init__(self, ctx: Context, name: str, seq: int = 0) -> None:
         self.ctx, self.name, self.seq = ctx, name, seq
@@ -68,55 +68,57 @@ class Rollback:
 
 
 class SeqStore:
-    """The recurrent state kept in sequence 1: ``seq_cp`` makes both sequences share sequence 0's cell, and the
-    next decode of sequence 0 reads the shared cell and writes its new state to a free one (llama.cpp's
-    copy-on-write), so saving costs no copy of its own. The empty position range leaves the attention KV alone."""
+    """The recurrent state kept in a spare sequence: ``seq_cp`` makes both sequences share the cell, and the next
+    decode of ``seq`` reads the shared cell and writes its new state to a free one (llama.cpp's copy-on-write),
+    so saving costs no copy of its own. The empty position range leaves the attention KV alone, which holds only
+    in a unified KV cache (across streams llama.cpp copies whole buffers)."""
 
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: Context, seq: int, spare: int) -> None:
+        self.ctx, self.seq, self.spare = ctx, seq, spare
 
     def save(self) -> None:
-        self.ctx.seq_cp(0, 1, 0, 0)
+        self.ctx.seq_cp(self.seq, self.spare, 0, 0)
 
     def restore(self) -> None:
-        self.ctx.seq_cp(1, 0, 0, 0)
+        self.ctx.seq_cp(self.spare, self.seq, 0, 0)
 
 
 class StateStore:
     """The recurrent state copied out with ``llama_state_seq_get_data_ext(PARTIAL_ONLY)`` and back with
     ``set_data_ext``; ``ON_DEVICE`` keeps the tensor bytes in a device buffer (only metadata comes to the host)."""
 
-    def __init__(self, ctx: Context, on_device: bool = False) -> None:
-        self.ctx, self.flags = ctx, PARTIAL | (ON_DEVICE if on_device else 0)
+    def __init__(self, ctx: Context, seq: int, on_device: bool = False) -> None:
+        self.ctx, self.seq, self.flags = ctx, seq, PARTIAL | (ON_DEVICE if on_device else 0)
         self.buf: ctypes.Array[ctypes.c_uint8] | None = None
         self.n = 0
 
     def save(self) -> None:
-        size = self.ctx.state_size(self.flags)
+        size = self.ctx.state_size(self.flags, self.seq)
         if self.buf is None or len(self.buf) < size:
             self.buf = (ctypes.c_uint8 * size)()
-        self.n = self.ctx.state_get(self.buf, self.flags)
+        self.n = self.ctx.state_get(self.buf, self.flags, self.seq)
         if not self.n:
             raise GgufMtpError(f"{self.ctx.model.path}: llama.cpp could not save the recurrent state")
 
     def restore(self) -> None:
         assert self.buf is not None
-        if not self.ctx.state_set(self.buf, self.n, self.flags):
+        if not self.ctx.state_set(self.buf, self.n, self.flags, self.seq):
             raise GgufMtpError(f"{self.ctx.model.path}: llama.cpp could not restore the recurrent state")
 
 
 class Replay(Rollback):
     """Restore a saved recurrent state and decode the accepted tokens again (see the module docstring)."""
 
-    per_sequence = False  # sequence 0 and its store (sequence 1 or a host buffer of sequence 0's state)
-
-    def __init__(self, ctx: Context, k: int, store: str = "seq", every: int = 1, merge: int = 0) -> None:
-        super().__init__(ctx, "replay")
-        self.store = SeqStore(ctx) if store == "seq" else StateStore(ctx, on_device=store == "state-device")
-        # merged tokens ride in the verify batch, which holds n_batch tokens
-        self.every, self.merge = max(1, every), max(0, min(merge, ctx.n_batch - 1 - k))
+    def __init__(self, ctx: Context, k: int, store: str = "seq", every: int = 1, merge: int = 0, seq: int = 0,
+                 spare: int = 1, n_seq: int = 1) -> None:
+        super().__init__(ctx, "replay", seq)
+        self.store: SeqStore | StateStore = (SeqStore(ctx, seq, spare) if store == "seq"
+                                             else StateStore(ctx, seq, on_device=store == "state-device"))
+        # merged tokens ride in the verify batch, which holds n_batch tokens for all n_seq sequences
+        self.every, self.merge = max(1, every), max(0, min(merge, ctx.n_batch // n_seq - 1 - k))
+        self.max_prefix = self.merge
         self.name = f"replay (store={store}, every={self.every}, merge={self.merge})"
-        self.batch = Batch(ctx.n_batch)
+        self.batch = Batch(ctx.n_batch, seq=seq)
         self.pending = 0  # trailing tokens the target's memory does not hold
         self.snap: int | None = None  # the saved state holds this many tokens
         self.since = 0  # steps since the save
@@ -141,7 +143,7 @@ class Replay(Rollback):
         assert self.snap is not None
         t = time.perf_counter() - saved
         self.store.restore()
-        self.ctx.seq_rm(self.snap)  # the attention KV cache; the recurrent part is already back at snap
+        self.ctx.seq_rm(self.snap, seq=self.seq)  # the attention KV cache; the recurrent part is already back
         self.pending = n_keep - self.snap
         replayed = 0
         if self.pending > self.merge:
@@ -161,7 +163,7 @@ class Replay(Rollback):
             return True
         if self.snap is not None and self.snap <= n_keep:  # back to the saved state, re-decode from there
             self.store.restore()
-            self.ctx.seq_rm(self.snap)
+            self.ctx.seq_rm(self.snap, seq=self.seq)
             self.pending = n_keep - self.snap
             return True
         return False  # before the saved state: the engine starts over
@@ -210,35 +212,45 @@ def parse(spec: str) -> Choice:
 DEFAULT_REPLAY = Choice("replay", store="seq", every=1, merge=8)
 
 
-def open_target(model: Model, arch: str, k: int, make: Callable[[int, int], Context],
-                spec: str = "auto") -> tuple[Context, Rollback, str]:
-    """Make the target context (``make(n_rs_seq, n_seq_max)``) and its rollback, plus a note for the user when
-    rollback needs a workaround. The fact table predicts whether llama.cpp keeps snapshots; the context's
-    ``n_rs_seq`` decides, so a llama.cpp that keeps them for more archs is used natively."""
+def open_target(model: Model, arch: str, k: int, make: Callable[[int, int, bool], Context], spec: str = "auto",
+                n_seq: int = 1) -> tuple[Context, list[Rollback], str]:
+    """Make the target context (``make(n_rs_seq, n_seq_max, kv_unified)``) for ``n_seq`` sequences and one
+    rollback per sequence, plus a note for the user when rollback needs a workaround. The fact table predicts
+    whether llama.cpp keeps snapshots; the context's ``n_rs_seq`` decides, so a llama.cpp that keeps them for
+    more archs is used natively."""
     want = parse(spec)
     if not model.recurrent:
-        if want.kind == "native" or want.kind == "replay":
+        if want.kind in ("native", "replay"):
             raise GgufMtpError(f"rollback {spec!r}: {arch} has no recurrent state; its KV cache rolls back by itself")
-        ctx = make(0, 1)
-        return ctx, Rollback(ctx, "kv"), ""
+        ctx = make(0, n_seq, False)
+        return ctx, [Rollback(ctx, "kv", s) for s in range(n_seq)], ""
     facts = arch_facts(arch, model.recurrent)
+    choice = want if want.kind == "replay" else DEFAULT_REPLAY
+    if n_seq > 1 and choice.store == "seq" and want.kind != "replay":
+        # slots keep their own KV streams, where a seq_cp copies whole buffers: save through the state API
+        choice = replace(choice, store="state-device")
+    spares = choice.store == "seq"  # a spare sequence per slot, in a unified KV cache
+
+    def replay(ctx: Context) -> list[Rollback]:
+        return [Replay(ctx, k, choice.store, choice.every, choice.merge, seq=s, spare=n_seq + s, n_seq=n_seq)
+                for s in range(n_seq)]
+
     if want.kind == "replay":
-        ctx = make(0, 2 if want.store == "seq" else 1)
-        return ctx, Replay(ctx, k, want.store, want.every, want.merge), ""
-    seqs = 1 if want.kind == "native" or facts.rs_rollback else 2 if DEFAULT_REPLAY.store == "seq" else 1
-    ctx = make(k, seqs)
+        ctx = make(0, 2 * n_seq if spares else n_seq, spares)
+        return ctx, replay(ctx), ""
+    predict_native = want.kind == "native" or facts.rs_rollback
+    ctx = make(k, n_seq if predict_native or not spares else 2 * n_seq, not predict_native and spares)
     if ctx.n_rs_seq() >= k:
-        if seqs > 1:  # the table expected no snapshots, but this llama.cpp keeps them: drop the spare sequence
+        if not predict_native and spares:  # the table expected no snapshots, but this llama.cpp keeps them
             ctx.close()
-            ctx = make(k, 1)
-        return ctx, Rollback(ctx, f"native (n_rs_seq={k})"), ""
+            ctx = make(k, n_seq, False)
+        return ctx, [Rollback(ctx, f"native (n_rs_seq={k})", s) for s in range(n_seq)], ""
+    why = facts.why or f"llama.cpp keeps no rollback snapshots of {arch}'s recurrent state"
     if want.kind == "native":
         ctx.close()
-        raise GgufMtpError(f"rollback 'native': {facts.why or 'llama.cpp keeps no rollback snapshots for ' + arch}")
-    d = DEFAULT_REPLAY
-    if seqs != (2 if d.store == "seq" else 1):
+        raise GgufMtpError(f"rollback 'native': {why}")
+    if predict_native and spares:
         ctx.close()
-        ctx = make(0, 2 if d.store == "seq" else 1)
-    rb = Replay(ctx, k, d.store, d.every, d.merge)
-    why = facts.why or f"llama.cpp keeps no rollback snapshots of {arch}'s recurrent state"
-    return ctx, rb, f"{arch}: {why}; rejected drafts are undone from a saved copy of that state (lossless, {rb.name})"
+        ctx = make(0, 2 * n_seq, True)
+    rbs = replay(ctx)
+    return ctx, rbs, f"{arch}: {why}; rejected drafts are undone from a saved copy of that state (lossless, {rbs[0].name})"

@@ -185,22 +185,20 @@ class MTPSession:
         # outputs per decode: a verify step (draft + 1 rows) of every sequence; this also bounds a device sampler
         per_seq = k + 1 if mtp_on else 1
 
-        def make(n_rs_seq: int, n_seq_max: int) -> Context:
-            # n_seq_max > n_seq only for rollback's store sequence (one conversation): then one shared KV stream
+        def make(n_rs_seq: int, n_seq_max: int, kv_unified: bool) -> Context:
+            # n_seq_max > n_seq: rollback's spare sequences (rollback.SeqStore), in one shared KV stream
             return Context(target, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, n_rs_seq=n_rs_seq,
-                           embeddings_nextn=mtp_on, n_seq_max=max(n_seq, n_seq_max), kv_unified=n_seq_max > n_seq,
+                           embeddings_nextn=mtp_on, n_seq_max=n_seq_max, kv_unified=kv_unified,
                            n_outputs_max=n_seq * per_seq, n_outputs_per_seq=per_seq)
 
-        rollback: Rollback | None = None
+        rollbacks: list[Rollback | None] = [None] * n_seq  # one per sequence (server slot)
         if mtp_on:
-            tctx, rollback, note = open_target(target, p.model.arch, k, make, c.rollback)
+            tctx, rbs, note = open_target(target, p.model.arch, k, make, c.rollback, n_seq)
+            rollbacks = list(rbs)
             if note:
                 self.notices.append(note)
-            if n_seq > 1 and not rollback.per_sequence:
-                raise GgufMtpError(f"{p.model.path}: {rollback.name} rollback keeps one conversation; "
-                                   "use -np 1 (one slot) or --no-mtp")
         else:
-            tctx = make(0, 1)
+            tctx = make(0, n_seq, False)
         self._contexts.append(tctx)
         mctx = None
         if mtp_on:
@@ -213,8 +211,7 @@ class MTPSession:
                            n_seq_max=n_seq, n_outputs_max=n_seq, n_outputs_per_seq=1)  # one draft per sequence
             self._contexts.append(mctx)
         #: one engine per sequence; ``engine`` (sequence 0) is the one generate() and chat() use
-        self.engines = [self._engine(tctx, mctx, k, c.adaptive, seq=i, rollback=rollback if i == 0 else None)
-                        for i in range(n_seq)]
+        self.engines = [self._engine(tctx, mctx, k, c.adaptive, seq=i, rollback=rollbacks[i]) for i in range(n_seq)]
         self.engine = self.engines[0]
 
     def _engine(self, tctx: Context, mctx: Context | None, k: int, adaptive: bool, *, seq: int = 0,
