@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gguf_mtp  # noqa: E402,F401  (llama.cpp's libraries before numpy)
+import gguf_mtp.runtime  # noqa: E402,F401  (loads llama.cpp's libraries before numpy)
 import llamacpp  # noqa: E402
 from common import machine, save, table  # noqa: E402
 

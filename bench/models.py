@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-import gguf_mtp  # noqa: F401  (llama.cpp's libraries before numpy: see README, CUDA pitfall)
+import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
 import numpy as np
 
 WIDTHS = {  # Qwen3.5-9B's widths

@@ -32,6 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+import gguf_mtp.runtime  # noqa: E402,F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
 
 PROMPT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n"
           "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n") * 8
@@ -93,7 +94,6 @@ def placements(d0: str, d1: str, big: bool) -> list[tuple[str, dict]]:
 
 def worker(job: dict) -> dict:
     """One placement in this process: load, warm up, generate ``repeats`` times; timings per context."""
-    import gguf_mtp.runtime  # noqa: F401  (llama.cpp before numpy)
     from gguf_mtp.runtime import MTPSession, SessionConfig
     from gguf_mtp.runtime.speculative import Engine
 

@@ -164,8 +164,6 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "qwen3next.json")
     a = ap.parse_args()
-    import gguf_mtp  # noqa: F401 - llama.cpp's libraries before numpy (see README, CUDA)
-
     a.workdir.mkdir(parents=True, exist_ok=True)
     threads = a.threads or os.cpu_count() or 2
     t0 = time.perf_counter()

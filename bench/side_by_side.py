@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gguf_mtp  # noqa: E402,F401  (llama.cpp's libraries load before numpy: see README, CUDA pitfall)
+import gguf_mtp.runtime  # noqa: E402,F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
 import llamacpp  # noqa: E402
 from common import machine, table  # noqa: E402
 from roofline import gpu_name, peak_gbs, roofline, step_bytes  # noqa: E402
