@@ -82,11 +82,33 @@ def test_rebuild_outliers_do_not_move_the_choice() -> None:
 def test_exploration_is_short_and_in_blocks() -> None:
     c, st = DraftLength(4), Stats(n_draft_max=4)
     ks = []
-    for _ in range(8):
+    for _ in range(14):
         ks.append(c.next(st))
         st.record(ks[-1], ks[-1])
         st.steps += 1
         c.observe(ks[-1], 1.0 + 0.1 * ks[-1])
-    assert ks[:6] == [4, 4, 4, 1, 1, 1]  # two shapes, so two graph rebuilds
-    assert ks[6:] == [4, 4]
+    # k_max, 1, then the best (4, measured) and its untried neighbour; blocks, so one rebuild per length
+    assert ks[:9] == [4, 4, 4, 1, 1, 1, 3, 3, 3]
+    assert ks[9:] == [4] * 5  # 4 is best, its neighbour 3 measured: done
     assert DraftLength(1).next(st) == 1
+
+
+# Measured on an H100 (bench/reference/side-by-side-h100): acceptance by position at k=4 and the median step
+# time at each k (ms). The cost bends upwards, so a line through k=1 and k=4 picks k=4 where k=3 is best.
+H100 = {
+    "perfect head": ([1.0, 1.0, 1.0, 1.0], {1: 3.564, 2: 4.698, 3: 5.802, 4: 7.431}),
+    "noisy head": ([0.94, 0.89, 0.83, 0.71], {1: 3.842, 2: 4.788, 3: 5.976, 4: 7.6}),
+    "Q4_K_M trunk": ([0.93, 0.87, 0.78, 0.71], {1: 3.776, 2: 5.005, 3: 6.493, 4: 7.88}),
+}
+
+
+@pytest.mark.parametrize("name", H100)
+@pytest.mark.parametrize("steps", [30, 200])  # 128 tokens at ~4 a step is ~30 steps
+def test_auto_on_measured_h100_costs(name: str, steps: int) -> None:
+    acc, ms = H100[name]
+    cost = ms.__getitem__
+    k_best, _ = best_fixed(acc, cost, 4)
+    c, st, rate = simulate(acc, cost, 4, steps=steps, noise=0.05)
+    rate_best = simulate(acc, cost, 4, steps=steps, noise=0.05, fixed=k_best)[2]
+    assert c.best(st) == k_best
+    assert rate >= (0.95 if steps >= 200 else 0.90) * rate_best, (rate / rate_best)

@@ -2,16 +2,18 @@
 
 Expected tokens of a step that drafts k: ``E(k) = 1 + sum_{i<k} a_i``, where ``a_i`` is the share of steps whose
 first i+1 drafts were all accepted (``Stats.acceptance_at``: already a prefix probability, so it is summed, not
-multiplied again). Cost of a step: ``T(k) = c + d * k``, a straight line fitted to the median wall time of
-recent whole steps at each length tried (verify, drafts, feed and our own work all included: a per-step cost
-left out of the model would favour short drafts). The choice is ``argmax_k E(k) / T(k)`` over 1..k_max, never
-below one draft.
+multiplied again). Cost of a step ``T(k)``: the median wall time of recent whole steps at length k (verify, drafts,
+feed and our own work all included: a per-step cost left out would favour short drafts); for a length not
+measured yet, a straight line ``c + d * k`` through the lengths that are. The choice is ``argmax_k E(k) / T(k)``
+over 1..k_max, never below one draft.
 
 Why it is shaped so: every change of length makes llama.cpp build the target's graph (and CUDA capture it)
 again, and the first step at a new length pays for that. So exploration is short and in blocks: k_max first
-(it also measures acceptance at every position), then 1 (the other end of the line); the first step of each
-block is not timed, and medians drop other outliers; later, one probe at each end every ``PROBE_EVERY`` steps
-keeps the deep acceptance current.
+(it also measures acceptance at every position), then 1, then the best length and its neighbours until each of
+them is measured. The line alone is not enough: on an H100 a step's cost bends upwards (k=4 costs more than the
+line through k=1 and k=3 predicts), so a choice made on the line alone sat 9-18% below the best fixed length.
+The first step of each block is not timed, and medians drop other outliers; later, one probe at each neighbour
+of the choice every ``PROBE_EVERY`` steps keeps the times and the deep acceptance current.
 """
 
 from __future__ import annotations
@@ -33,23 +35,36 @@ class DraftLength:
         self.n = 0  # steps seen
         self.k = self.k_max
         self._last = -1  # draft length of the previous step
+        self._block: list[int] = [self.k_max] * self.BLOCK  # lengths still to run in the current exploration block
+        self._explored: set[int] = set()
 
     def next(self, stats: Stats) -> int:
         """Draft length for the next step."""
-        n, b = self.n, self.BLOCK
         if self.k_max == 1:
             return 1
-        if n < b:
-            return self.k_max
-        if n < 2 * b:
-            return 1
-        phase = (n - 2 * b) % self.PROBE_EVERY
-        if phase == self.PROBE_EVERY - 2 and self.k != self.k_max:
-            return self.k_max
-        if phase == self.PROBE_EVERY - 1 and self.k != 1:
-            return 1
+        if self._block:
+            return self._block.pop()
+        if self._explored != set(range(1, self.k_max + 1)):
+            k = self._unexplored(stats)
+            if k is not None:  # one more block: the first step rebuilds the graph, the others are timed
+                self._explored.add(k)
+                self._block = [k] * (self.BLOCK - 1)
+                return k
         self.k = self.best(stats)
+        phase = self.n % self.PROBE_EVERY
+        if phase == self.PROBE_EVERY - 2 and self.k < self.k_max:
+            return self.k + 1  # also refreshes the acceptance of the next position
+        if phase == self.PROBE_EVERY - 1 and self.k > 1:
+            return self.k - 1
         return self.k
+
+    def _unexplored(self, stats: Stats) -> int | None:
+        """The next length to measure: 1 after k_max, then the current best or a neighbour of it."""
+        self._explored.add(self.k_max)
+        if 1 not in self._explored:
+            return 1
+        b = self.best(stats)
+        return next((k for k in (b, b - 1, b + 1) if 1 <= k <= self.k_max and k not in self._explored), None)
 
     def observe(self, k: int, seconds: float) -> None:
         """A step that drafted ``k`` tokens took ``seconds`` of wall time. The first step after a change of
@@ -71,17 +86,23 @@ class DraftLength:
         d = max(d, 0.0)  # a longer draft never costs less; noise must not make it look free or cheaper
         return mt - d * mk, d
 
+    def step_time(self, k: int, line: tuple[float, float] | None) -> float | None:
+        """Median measured time of a step at length ``k``, or the line's prediction where none is measured."""
+        v = self.times.get(k)
+        if v:
+            return median(v)
+        return None if line is None else line[0] + line[1] * k
+
     def best(self, stats: Stats) -> int:
         line = self.cost()
         if line is None:
             return self.k
-        c, d = line
         acc = stats.acceptance_at
         best, best_rate, expected = 1, -1.0, 1.0
         for k in range(1, self.k_max + 1):
             expected += acc[k - 1] if k - 1 < len(acc) else 0.0
-            t = c + d * k
-            if t <= 0:
+            t = self.step_time(k, line)
+            if t is None or t <= 0:
                 continue
             rate = expected / t
             if rate > best_rate * 1.0001:  # ties go to the shorter draft
