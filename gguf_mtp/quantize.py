@@ -19,7 +19,7 @@ from .errors import GgufMtpError, UnsupportedError
 from .ggufio.atomic import check_output
 from .ggufio.model import GGUFModel
 from .imatrix import load_imatrix
-from .inspect import FileReport, inspect_file
+from .file_report import FileReport, inspect_file
 from .surgery import find_head
 
 #: types that cannot be made without an importance matrix (llama.cpp refuses them otherwise)

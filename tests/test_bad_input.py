@@ -169,7 +169,7 @@ def test_cli_errors_are_one_line(checkpoint, capsys, argv: list[str], needle: st
 
 
 def test_safetensors_header_garbage(tmp_path: Path) -> None:
-    from gguf_mtp.checkpoint.safetensors import read_header
+    from gguf_mtp.checkpoint.shards import read_header
 
     p = tmp_path / "x.safetensors"
     p.write_bytes(struct.pack("<Q", 10) + b"not json!!")

@@ -32,7 +32,7 @@ from ..errors import FormatError, GgufMtpError
 from ..paths import component, confined, relative_name, shown
 from .folder import INDEX_NAME, load_json, shard_name
 from .hub import SMALL_FILES, RemoteFile, blob_problem, endpoint, one_line, repo_snapshot
-from .safetensors import header_length, parse_header
+from .shards import header_length, parse_header
 
 GAP = 1 << 20  # ranges closer than this are fetched in one request
 CHUNK = 1 << 20  # bytes per step when reading a small file or re-hashing a cached range
