@@ -17,13 +17,13 @@ from .encode import out_tensor
 from .errors import MissingTensorError, UnsupportedError
 from .families import family_class
 from .families.base import Family, ModelPlan
+from .ggml_types import FILE_TYPES, choose_type, parse_type, type_name
 from .ggufio import keys as K
 from .ggufio.atomic import atomic_paths, check_output
-from .ggufio.format import KV, type_name
+from .ggufio.format import KV
 from .ggufio.writer import OutTensor, write_gguf
 from .layout import MTP_SUFFIX, Layout, borrowed_tensors
 from .progress import Progress
-from .quant import FILE_TYPES, choose_type, parse_outtype
 
 QUANT_VERSION = 2
 PARTIAL_MARKER = ".gguf-mtp-ranges.json"  # written by checkpoint.remote in head-only fetches
@@ -136,7 +136,7 @@ def convert(
     layout = Layout(layout)
     if layout not in (Layout.BUNDLED, Layout.TRUNK_ONLY, Layout.MTP_ONLY, Layout.HEAD_ONLY):
         raise UnsupportedError(f"layout {layout.value!r} cannot be written")
-    trunk_t, mtp_t = parse_outtype(outtype), parse_outtype(mtp_type, "--mtp-type")
+    trunk_t, mtp_t = parse_type(outtype), parse_type(mtp_type, "--mtp-type")
     notes: list[str] = []
     sidecar = layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY)
     out = Path(outfile) if outfile else default_outfile(model, outtype, layout)

@@ -13,7 +13,7 @@ from gguf import GGMLQuantizationType
 
 from .families.base import PlannedTensor, Source
 from .ggufio.writer import OutTensor, Progress, write_all
-from .quant import encode
+from .ggml_types import encode
 
 T = GGMLQuantizationType
 CHUNK_ELEMS = 1 << 21  # 2 Mi elements: 8 MiB of float32 per chunk in flight

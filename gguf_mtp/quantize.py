@@ -13,13 +13,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf import GGMLQuantizationType
-
 from .errors import GgufMtpError, UnsupportedError
+from .file_report import FileReport, inspect_file
+from .ggml_types import parse_type
 from .ggufio.atomic import check_output
 from .ggufio.model import GGUFModel
 from .imatrix import load_imatrix
-from .file_report import FileReport, inspect_file
 from .surgery import find_head
 
 #: types that cannot be made without an importance matrix (llama.cpp refuses them otherwise)
@@ -34,13 +33,6 @@ class QuantizeResult:
     report: FileReport
     seconds: float
     notes: list[str]
-
-
-def parse_ggml_type(name: str, option: str = "--mtp-type") -> GGMLQuantizationType:
-    try:
-        return GGMLQuantizationType[name.upper()]
-    except KeyError:
-        raise UnsupportedError(f"{option} {name!r} is not a ggml type (e.g. q8_0, q6_k, f16)") from None
 
 
 def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *,
@@ -65,7 +57,7 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
     overrides: list[tuple[str, int]] = []
     mt = None
     if head is not None and mtp_type is not None:
-        mt = parse_ggml_type(mtp_type)
+        mt = parse_type(mtp_type, "--mtp-type", writable=False)
         layers = "|".join(str(head.n_trunk + i) for i in range(head.n_mtp))
         overrides.append((rf"^blk\.({layers})\.", int(mt)))
     elif head is None:

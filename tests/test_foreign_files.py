@@ -19,7 +19,7 @@ from gguf_mtp.errors import CompatibilityError
 from gguf_mtp.ggufio.model import GGUFModel
 from gguf_mtp.ggufio.shape import ggml_shape, same_ggml_shape
 from gguf_mtp.file_report import inspect_file
-from gguf_mtp.quant import choose_type
+from gguf_mtp.ggml_types import choose_type
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.pairing import HeadSource, resolve
 from gguf_mtp.runtime.quantize import quantize
