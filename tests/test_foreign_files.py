@@ -22,7 +22,7 @@ from gguf_mtp.file_report import inspect_file
 from gguf_mtp.ggml_types import choose_type
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.pairing import HeadSource, resolve
-from gguf_mtp.runtime.quantize import quantize
+from gguf_mtp.quantize import llama_quantize as quantize
 from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
 
 REF = Path(__file__).parent / "data" / "ref"
