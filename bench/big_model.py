@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gguf import GGMLQuantizationType as T  # noqa: E402
 
 from gguf_mtp.ggufio import keys as K  # noqa: E402
-from gguf_mtp.ggufio.format import KV, GGUFValueType, tensor_nbytes  # noqa: E402
+from gguf_mtp.ggml_types import tensor_nbytes  # noqa: E402
+from gguf_mtp.ggufio.format import KV, GGUFValueType  # noqa: E402
 from gguf_mtp.ggufio.model import GGUFModel  # noqa: E402
 from gguf_mtp.ggufio.writer import OutTensor, copy_range, write_gguf  # noqa: E402
 

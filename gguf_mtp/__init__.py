@@ -27,7 +27,7 @@ from .errors import GgufMtpError
 __version__ = "0.1.0"
 __all__ = ["convert", "ConvertResult", "inspect_file", "FileReport", "Layout", "GgufMtpError", "__version__"]
 
-_LAZY = {"convert": ".convert", "ConvertResult": ".convert", "inspect_file": ".inspect", "FileReport": ".inspect",
+_LAZY = {"convert": ".convert", "ConvertResult": ".convert", "inspect_file": ".file_report", "FileReport": ".file_report",
          "Layout": ".layout"}
 
 

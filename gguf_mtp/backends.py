@@ -15,7 +15,7 @@ import os
 import sys
 
 if __name__ == "__main__" and sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
-    del sys.path[0]  # run by path: this folder's inspect.py would shadow the standard library's
+    del sys.path[0]  # run by path: no module of this folder may shadow one of the standard library
 
 import argparse  # noqa: E402
 import ctypes  # noqa: E402

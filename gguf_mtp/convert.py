@@ -1,32 +1,39 @@
-"""Checkpoint -> GGUF: pick the family, plan the tensors of the requested layout, stream them to a file."""
+"""Checkpoint -> GGUF: pick the family, plan the tensors of the requested layout, stream them to a file.
+
+Each plan entry becomes GGUF bytes (:func:`out_tensor`): exact byte copies where nothing changes, otherwise
+chunked decode -> transform -> encode on a small thread pool (numpy releases the GIL), in bounded memory."""
 
 from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
 
+import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
 from .checkpoint.folder import Checkpoint
 from .checkpoint.hub import looks_like_repo_id, resolve_model
 from .checkpoint.tokenizer import tokenizer_kvs
-from .encode import out_tensor
 from .errors import MissingTensorError, UnsupportedError
 from .families import family_class
-from .families.base import Family, ModelPlan
+from .families.base import Family, ModelPlan, PlannedTensor, Source
+from .ggml_types import FILE_TYPES, choose_type, encode, parse_type, type_name
 from .ggufio import keys as K
 from .ggufio.atomic import atomic_paths, check_output
-from .ggufio.format import KV, type_name
-from .ggufio.writer import OutTensor, write_gguf
+from .ggufio.format import KV
+from .ggufio.writer import OutTensor, write_all, write_gguf
 from .layout import MTP_SUFFIX, Layout, borrowed_tensors
 from .progress import Progress
-from .quant import FILE_TYPES, choose_type, parse_outtype
 
 QUANT_VERSION = 2
 PARTIAL_MARKER = ".gguf-mtp-ranges.json"  # written by checkpoint.remote in head-only fetches
+T = GGMLQuantizationType
 
 
 @dataclass
@@ -136,7 +143,7 @@ def convert(
     layout = Layout(layout)
     if layout not in (Layout.BUNDLED, Layout.TRUNK_ONLY, Layout.MTP_ONLY, Layout.HEAD_ONLY):
         raise UnsupportedError(f"layout {layout.value!r} cannot be written")
-    trunk_t, mtp_t = parse_outtype(outtype), parse_outtype(mtp_type, "--mtp-type")
+    trunk_t, mtp_t = parse_type(outtype), parse_type(mtp_type, "--mtp-type")
     notes: list[str] = []
     sidecar = layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY)
     out = Path(outfile) if outfile else default_outfile(model, outtype, layout)
@@ -204,6 +211,85 @@ def convert(
     bar.close()
     return ConvertResult(out, layout, plan.arch, len(tensors), bytes_in, out.stat().st_size,
                          time.perf_counter() - t0, notes)
+
+
+# -- plan entry -> GGUF bytes ---------------------------------------------------------------
+CHUNK_ELEMS = 1 << 21  # 2 Mi elements: 8 MiB of float32 per chunk in flight
+_RAW_COPY = {"BF16": T.BF16, "F16": T.F16, "F32": T.F32}
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+def ordered_map(pool: Executor | None, fn: Callable[[A], R], items: Iterable[A], ahead: int = 4) -> Iterator[R]:
+    """``map`` over a pool keeping at most ``ahead`` results in flight, yielding in order."""
+    if pool is None:
+        yield from map(fn, items)
+        return
+    q: deque[Future[R]] = deque()
+    for it in items:
+        q.append(pool.submit(fn, it))
+        if len(q) >= ahead:
+            yield q.popleft().result()
+    while q:
+        yield q.popleft().result()
+
+
+def _chunks(src: Source, row: int) -> Iterator[tuple[Source, int, int]]:
+    step = max(1, CHUNK_ELEMS // row) * row
+    for off in range(0, src.n, step):
+        yield src, src.start + off, min(step, src.n - off)
+
+
+def out_tensor(pt: PlannedTensor, ggml_type: int, pool: Executor | None) -> OutTensor:
+    """The writer-side tensor for a plan entry stored as ``ggml_type``."""
+    raw_ok = pt.whole is None and pt.elementwise is None and all(
+        _RAW_COPY.get(s.ref.dtype) == ggml_type for s in pt.sources
+    )
+    if raw_ok:
+        def write(fh: BinaryIO, progress: Callable[[int], None]) -> None:
+            for s in pt.sources:
+                s.ref.write_raw(fh, s.start, s.n, progress)
+        return OutTensor(pt.name, pt.ggml_shape, ggml_type, write)
+
+    if pt.whole is None:
+        row = pt.np_shape[-1]
+
+        def work(job: tuple[Source, int, int]) -> tuple[Any, int]:
+            s, start, count = job
+            x = s.ref.read_f32(start, count)
+            if pt.elementwise is not None:
+                x = pt.elementwise(x)
+            return encode(x, ggml_type), count * s.ref.itemsize
+
+        def write(fh: BinaryIO, progress: Callable[[int], None]) -> None:
+            jobs = (j for s in pt.sources for j in _chunks(s, row))
+            for data, nin in ordered_map(pool, work, jobs):
+                write_all(fh, data)
+                progress(nin)
+        return OutTensor(pt.name, pt.ggml_shape, ggml_type, write)
+
+    if pt.elementwise is None and all(_RAW_COPY.get(s.ref.dtype) == ggml_type for s in pt.sources):
+        # whole-tensor transforms only move values (reorders, splits): apply them to the stored
+        # bits, no float round trip
+        def write_layout(fh: BinaryIO, progress: Callable[[int], None]) -> None:
+            x = np.concatenate([s.ref.read_raw(s.start, s.n) for s in pt.sources])
+            write_all(fh, np.ascontiguousarray(pt.whole(x.reshape(pt.src_shape))))  # type: ignore[misc]
+            progress(pt.src_bytes)
+        return OutTensor(pt.name, pt.ggml_shape, ggml_type, write_layout)
+
+    def write_whole(fh: BinaryIO, progress: Callable[[int], None]) -> None:
+        x = np.concatenate([s.ref.read_f32(s.start, s.n) for s in pt.sources])
+        if pt.elementwise is not None:
+            x = pt.elementwise(x)
+        y = np.ascontiguousarray(pt.whole(x.reshape(pt.src_shape)), dtype=np.float32).reshape(-1)  # type: ignore[misc]
+        del x
+        row = pt.np_shape[-1]
+        step = max(1, CHUNK_ELEMS // row) * row
+        for data in ordered_map(pool, lambda off: encode(y[off:off + step], ggml_type), range(0, y.size, step)):
+            write_all(fh, data)
+        progress(pt.src_bytes)
+    return OutTensor(pt.name, pt.ggml_shape, ggml_type, write_whole)
 
 
 __all__ = ["convert", "ConvertResult", "default_outfile", "type_name"]

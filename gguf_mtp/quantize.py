@@ -1,5 +1,8 @@
 """``gguf-mtp quantize``: llama.cpp's quantizer (any type, K-quants included) with the MTP head pinned.
 
+:func:`llama_quantize` is the quantizer itself (atomic output, tensor-type overrides, importance matrix);
+:func:`quantize_model` pins the head through it.
+
 The head's blocks get ``mtp_type`` (Q8_0 by default) through tensor-type overrides, not a fork of the
 quantizer; an importance matrix without entries for the head (the usual case: imatrix runs do not reach
 the MTP block) is fine because the pinned type needs none. The layout is kept: a bundled model stays
@@ -12,15 +15,18 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-from gguf import GGMLQuantizationType
+from typing import TYPE_CHECKING
 
 from .errors import GgufMtpError, UnsupportedError
-from .ggufio.atomic import check_output
+from .file_report import FileReport, inspect_file
+from .ggml_types import parse_type
+from .ggufio.atomic import atomic_paths, check_output
 from .ggufio.model import GGUFModel
 from .imatrix import load_imatrix
-from .inspect import FileReport, inspect_file
 from .surgery import find_head
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: types that cannot be made without an importance matrix (llama.cpp refuses them otherwise)
 NEEDS_IMATRIX = {"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S"}
@@ -36,11 +42,27 @@ class QuantizeResult:
     notes: list[str]
 
 
-def parse_ggml_type(name: str, option: str = "--mtp-type") -> GGMLQuantizationType:
-    try:
-        return GGMLQuantizationType[name.upper()]
-    except KeyError:
-        raise UnsupportedError(f"{option} {name!r} is not a ggml type (e.g. q8_0, q6_k, f16)") from None
+def llama_quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *, threads: int = 0,
+                   force: bool = False, tensor_types: list[tuple[str, int]] | None = None,
+                   imatrix: dict[str, np.ndarray] | None = None,
+                   inputs: list[Path] | None = None) -> Path:
+    """Quantize ``src`` into ``dst`` as ``ftype`` (e.g. ``"Q4_K_M"``) with llama.cpp's quantizer, atomically.
+
+    ``tensor_types``: ``(regex, ggml type)`` pairs that override the type of matching tensors (as
+    llama-quantize's ``--tensor-type``); ``imatrix``: per-tensor importance (see :mod:`gguf_mtp.imatrix`);
+    ``inputs``: every file the caller read (default ``[src]``), none of which ``dst`` may be.
+    """
+    from .runtime import llama
+
+    names = llama.file_types()
+    key = ftype.upper()
+    if key not in names:
+        raise UnsupportedError(f"unknown quantization type {ftype!r}; known: {', '.join(sorted(names))}")
+    dst = Path(dst)
+    check_output(dst, force=force, inputs=inputs if inputs is not None else [Path(src)])
+    with atomic_paths([dst], force=force) as (tmp,):
+        llama.quantize_file(src, tmp, key, threads=threads, tensor_types=tensor_types or (), imatrix=imatrix)
+    return dst
 
 
 def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *,
@@ -51,8 +73,8 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
     Example:
         >>> quantize_model("Qwen3.5-9B-BF16.gguf", "Qwen3.5-9B-Q4_K_M.gguf", "Q4_K_M")   # doctest: +SKIP
     """
+    from .runtime import llama  # noqa: F401  (loads llama.cpp first: a missing build fails before any work)
     from .runtime.options import check_threads
-    from .runtime.quantize import quantize
 
     t0 = time.perf_counter()
     n_threads, notes = check_threads(threads, "--threads", zero_means_all=True)  # llama.cpp aborts on -t 100000
@@ -65,7 +87,7 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
     overrides: list[tuple[str, int]] = []
     mt = None
     if head is not None and mtp_type is not None:
-        mt = parse_ggml_type(mtp_type)
+        mt = parse_type(mtp_type, "--mtp-type", writable=False)
         layers = "|".join(str(head.n_trunk + i) for i in range(head.n_mtp))
         overrides.append((rf"^blk\.({layers})\.", int(mt)))
     elif head is None:
@@ -81,8 +103,8 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
                                    "needs; keep the head at --mtp-type q8_0")
     if im is None and ftype.upper() in NEEDS_IMATRIX:
         raise GgufMtpError(f"{ftype} needs an importance matrix: pass --imatrix FILE (from llama-imatrix)")
-    out = quantize(m.path, dst, ftype, threads=n_threads or 0, force=force, tensor_types=overrides, imatrix=im,
-                   inputs=inputs)
+    out = llama_quantize(m.path, dst, ftype, threads=n_threads or 0, force=force, tensor_types=overrides,
+                         imatrix=im, inputs=inputs)
     report = inspect_file(out)
     before = inspect_file(m.path)
     if report.layout != before.layout:

@@ -17,16 +17,17 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
 from .errors import CompatibilityError, GgufMtpError, MissingTensorError, UnsupportedError
+from .ggml_types import can_decode, choose_type, dequantize, encode, type_name
+from .ggml_types import parse_type as parse_outtype
 from .ggufio import keys as K
 from .ggufio.atomic import atomic_paths, check_output
-from .ggufio.format import KV, type_name
+from .ggufio.format import KV
 from .ggufio.model import GGUFModel, Tensor, model_stem, split_path, split_prefix
 from .ggufio.shape import ggml_shape, same_ggml_shape
 from .ggufio.validate import LLAMA_MAX_LAYERS, check_tensor_types
 from .ggufio.writer import OutTensor, Progress, copy_range, write_all, write_gguf
 from .layout import EMBEDDING_TENSORS, MODEL_TENSORS, block_index, borrowed_tensors
 from .progress import Progress as Bar
-from .quant import can_decode, choose_type, dequantize, encode, parse_outtype
 
 _BLK = re.compile(r"^blk\.(\d+)\.(.*)$")
 

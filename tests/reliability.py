@@ -23,14 +23,15 @@ import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job may inherit SIGINT ignored
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
 signal.signal(signal.SIGHUP, signal.SIG_DFL)
-import gguf_mtp.encode as enc
+import importlib
+conv = importlib.import_module("gguf_mtp.convert")  # the module (gguf_mtp.convert is the function)
 import gguf_mtp.ggufio.writer as w
 real = w.write_all
 delay = float(os.environ.get("SLOW_WRITE_S", "0.02"))
 def slow(fh, data):
     time.sleep(delay)
     real(fh, data)
-w.write_all = enc.write_all = slow
+w.write_all = conv.write_all = slow
 from gguf_mtp_cli.main import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import struct
@@ -144,7 +145,7 @@ def test_interrupted_write_leaves_nothing(checkpoint, tmp_path: Path, monkeypatc
         real(fh, data)
 
     monkeypatch.setattr(w, "write_all", flaky)
-    monkeypatch.setattr("gguf_mtp.encode.write_all", flaky)
+    monkeypatch.setattr(importlib.import_module("gguf_mtp.convert"), "write_all", flaky)  # the module, not the function
     out = tmp_path / "o.gguf"
     with pytest.raises(KeyboardInterrupt):
         convert(checkpoint("qwen35"), outfile=out, outtype="q8_0", progress=False)
@@ -169,7 +170,7 @@ def test_cli_errors_are_one_line(checkpoint, capsys, argv: list[str], needle: st
 
 
 def test_safetensors_header_garbage(tmp_path: Path) -> None:
-    from gguf_mtp.checkpoint.safetensors import read_header
+    from gguf_mtp.checkpoint.shards import read_header
 
     p = tmp_path / "x.safetensors"
     p.write_bytes(struct.pack("<Q", 10) + b"not json!!")

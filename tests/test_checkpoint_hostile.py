@@ -18,7 +18,7 @@ import pytest
 
 from gguf_mtp import convert
 from gguf_mtp.checkpoint.folder import Checkpoint
-from gguf_mtp.checkpoint.safetensors import read_header
+from gguf_mtp.checkpoint.shards import read_header
 from gguf_mtp.errors import FormatError, GgufMtpError
 from gguf_mtp.paths import component, confined, relative_name
 from gguf_mtp.synthetic.safetensors_writer import write_safetensors

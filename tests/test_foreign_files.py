@@ -18,11 +18,11 @@ from gguf_mtp import convert, surgery
 from gguf_mtp.errors import CompatibilityError
 from gguf_mtp.ggufio.model import GGUFModel
 from gguf_mtp.ggufio.shape import ggml_shape, same_ggml_shape
-from gguf_mtp.inspect import inspect_file
-from gguf_mtp.quant import choose_type
+from gguf_mtp.file_report import inspect_file
+from gguf_mtp.ggml_types import choose_type
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.pairing import HeadSource, resolve
-from gguf_mtp.runtime.quantize import quantize
+from gguf_mtp.quantize import llama_quantize as quantize
 from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
 
 REF = Path(__file__).parent / "data" / "ref"

@@ -38,7 +38,7 @@ def test_fp8_converts_like_its_dequantized_twin(fp8_pair, tmp_path: Path, outtyp
 
 
 def test_fp8_decoding_table() -> None:
-    from gguf_mtp.checkpoint.safetensors import E4M3
+    from gguf_mtp.checkpoint.shards import E4M3
 
     assert E4M3[0x00] == 0 and E4M3[0x38] == 1.0 and E4M3[0x7E] == 448.0 and E4M3[0xFE] == -448.0
     assert E4M3[0x01] == 2.0 ** -9 and np.isnan(E4M3[0x7F]) and np.isnan(E4M3[0xFF])

@@ -121,7 +121,7 @@ def test_closed_stdout_is_141_without_a_message(capsys, monkeypatch) -> None:
     def closed(*a, **k):  # type: ignore[no-untyped-def]
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr(importlib.import_module("gguf_mtp.inspect"), "inspect_file", closed)
+    monkeypatch.setattr(importlib.import_module("gguf_mtp.file_report"), "inspect_file", closed)
     assert main(["inspect", "x.gguf"]) == 141
     assert capsys.readouterr().err == ""
 

@@ -13,7 +13,7 @@ from gguf_mtp.errors import CompatibilityError, FormatError, GgufMtpError, Missi
 from gguf_mtp.ggufio.model import GGUFModel
 from gguf_mtp.layout import Layout
 from gguf_mtp.runtime.llama import Context, Model
-from gguf_mtp.runtime.quantize import quantize
+from gguf_mtp.quantize import llama_quantize as quantize
 
 PROMPT = "The quick brown fox jumps over the lazy dog."
 FAMILIES = ("qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2")

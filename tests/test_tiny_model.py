@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gguf_mtp import convert
-from gguf_mtp.checkpoint.safetensors import read_header
+from gguf_mtp.checkpoint.shards import read_header
 from gguf_mtp.quantize import quantize_model
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Context, Model

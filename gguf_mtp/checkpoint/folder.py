@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import FormatError, GgufMtpError, MissingTensorError, UnsupportedError
 from ..files import open_input
 from ..paths import confined, relative_name, shown
-from .safetensors import TensorRef, attach_fp8_scales, read_header
+from .shards import TensorRef, attach_fp8_scales, read_header
 from .schema import check_config
 
 INDEX_NAME = "model.safetensors.index.json"

@@ -69,6 +69,65 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0].strip()[:160]}" if lines else type(e).__name__
 
 
+def hub_error(e: Exception, subject: str, request: str, *, where: str = "", revision: str | None = None,
+              offline: bool = False) -> GgufMtpError:
+    """The one-line error for ``e``, raised by huggingface_hub or the HTTP session under it while ``subject``
+    (a repo id, or ``repo/file``) was read; every Hub failure is worded here. ``request`` picks the wording:
+
+    - ``"model info"``: the commit and file list of a repo at ``revision`` from the endpoint ``where``;
+    - ``"snapshot download"``: the files of a repo (``offline``: HF_HUB_OFFLINE was set);
+    - ``"HEAD request"``: a file's size and ETag;
+    - ``"download"``: a whole small file (fetched again from the start);
+    - anything else, e.g. ``"range 0-4096"``: a range GET (a run again resumes).
+    """
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    no_repo = f"{subject}: no such repository on the Hub (or it is private: set HF_TOKEN)"
+    code = (e.response.status_code if e.response is not None else "?") if isinstance(e, HfHubHTTPError) else None
+    if request == "model info":
+        if isinstance(e, RepositoryNotFoundError):
+            return GgufMtpError(no_repo)
+        if isinstance(e, RevisionNotFoundError):
+            return GgufMtpError(f"{subject}: revision {shown(revision)} not found")
+        if isinstance(e, HfHubHTTPError):
+            return GgufMtpError(f"{subject}: the Hub ({where}) answered {code}; retry later")
+        if isinstance(e, (KeyError, TypeError, ValueError, AttributeError)):
+            return GgufMtpError(f"{subject}: the Hub's answer ({where}) is malformed ({one_line(e)})")
+        # connection refused, DNS, TLS, timeouts, offline mode
+        return GgufMtpError(f"{subject}: could not reach the Hub at {where} ({one_line(e)}); check the network, "
+                            "HF_ENDPOINT and HF_HUB_OFFLINE")
+    if request == "snapshot download":
+        if isinstance(e, RepositoryNotFoundError):
+            return GgufMtpError(no_repo)
+        if isinstance(e, LocalEntryNotFoundError):
+            if offline:
+                return GgufMtpError(f"{subject}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+                                    "download it first or pass a local folder")
+            cause = e.__cause__ or e.__context__
+            why = (f"the Hub answered {cause.response.status_code}" if isinstance(cause, HfHubHTTPError)
+                   and cause.response is not None else "the Hub answered with an error or could not be reached")
+            return GgufMtpError(f"{subject}: download failed ({why}); run again to resume: files already downloaded "
+                                "are kept")
+        if isinstance(e, HfHubHTTPError):
+            return GgufMtpError(f"{subject}: download failed (the Hub answered {code}); retry, the download resumes")
+        if isinstance(e, ValueError):  # huggingface_hub refuses unsafe names and inconsistent answers with ValueError
+            return FormatError(f"{subject}: the Hub's answer was refused ({one_line(e)}); nothing was used")
+        return GgufMtpError(f"{subject}: download failed ({one_line(e)}); run again to resume")
+    if request == "HEAD request":
+        if isinstance(e, HfHubHTTPError):
+            return GgufMtpError(f"{subject}: the Hub answered {code} to a HEAD request; retry later "
+                                "(fetched ranges are kept)")
+        return GgufMtpError(f"{subject}: HEAD request failed ({one_line(e)}); retry later")
+    if request == "download":
+        return GgufMtpError(f"{subject}: download failed ({one_line(e)}); run again")
+    return GgufMtpError(f"{subject}: {request} failed ({one_line(e)}); run again to resume")
+
+
 @dataclass(frozen=True)
 class RemoteFile:
     """One file of a repo at a commit, as the Hub describes it. ``etag`` is what the Hub sends as the
@@ -104,23 +163,12 @@ def repo_snapshot(repo_id: str, revision: str | None = None) -> RepoSnapshot:
     if problem:
         raise GgufMtpError(f"{repo_id}: not a valid Hub repo id ({problem})")
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     where = endpoint()
     try:
         info = HfApi(endpoint=where).model_info(repo_id, revision=revision, files_metadata=True)
-    except RepositoryNotFoundError:
-        raise GgufMtpError(f"{repo_id}: no such repository on the Hub (or it is private: set HF_TOKEN)") from None
-    except RevisionNotFoundError:
-        raise GgufMtpError(f"{repo_id}: revision {shown(revision)} not found") from None
-    except HfHubHTTPError as e:
-        code = e.response.status_code if e.response is not None else "?"
-        raise GgufMtpError(f"{repo_id}: the Hub ({where}) answered {code}; retry later") from None
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise GgufMtpError(f"{repo_id}: the Hub's answer ({where}) is malformed ({one_line(e)})") from None
-    except Exception as e:  # noqa: BLE001 - connection refused, DNS, TLS, timeouts, offline mode: one line
-        raise GgufMtpError(f"{repo_id}: could not reach the Hub at {where} ({one_line(e)}); check the network, "
-                           "HF_ENDPOINT and HF_HUB_OFFLINE") from None
+    except Exception as e:  # noqa: BLE001 - whatever went wrong becomes one line
+        raise hub_error(e, repo_id, "model info", where=where, revision=revision) from None
     commit = info.sha
     if not isinstance(commit, str) or not _COMMIT.match(commit):
         raise FormatError(f"{repo_id}: the Hub ({where}) gave {shown(commit)} as the commit id of revision "
@@ -194,7 +242,6 @@ def resolve_model(model: str | Path, *, revision: str | None = None, local_dir: 
         return p
     try:
         from huggingface_hub import constants, snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
     except ImportError:  # pragma: no cover - dependency of the package
         raise GgufMtpError("huggingface_hub is not installed; pip install huggingface_hub") from None
 
@@ -207,24 +254,8 @@ def resolve_model(model: str | Path, *, revision: str | None = None, local_dir: 
                                             allow_patterns=include or CONVERT_PATTERNS,
                                             force_download=force_download,
                                             endpoint=os.environ.get("HF_ENDPOINT") or None))
-    except RepositoryNotFoundError:
-        raise GgufMtpError(f"{text}: no such repository on the Hub (or it is private: set HF_TOKEN)") from None
-    except LocalEntryNotFoundError as e:
-        if offline:
-            raise GgufMtpError(f"{text}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
-                               "download it first or pass a local folder") from None
-        cause = e.__cause__ or e.__context__
-        why = (f"the Hub answered {cause.response.status_code}" if isinstance(cause, HfHubHTTPError)
-               and cause.response is not None else "the Hub answered with an error or could not be reached")
-        raise GgufMtpError(f"{text}: download failed ({why}); run again to resume: files already downloaded "
-                           "are kept") from None
-    except HfHubHTTPError as e:
-        code = e.response.status_code if e.response is not None else "?"
-        raise GgufMtpError(f"{text}: download failed (the Hub answered {code}); retry, the download resumes") from None
-    except ValueError as e:  # huggingface_hub refuses unsafe names and inconsistent answers with ValueError
-        raise FormatError(f"{text}: the Hub's answer was refused ({one_line(e)}); nothing was used") from None
     except Exception as e:  # noqa: BLE001 - network errors of any kind become one line
-        raise GgufMtpError(f"{text}: download failed ({one_line(e)}); run again to resume") from None
+        raise hub_error(e, text, "snapshot download", offline=offline) from None
     if snap is not None:
         verify_download(folder, snap)
     return folder

@@ -31,8 +31,8 @@ from typing import Any
 from ..errors import FormatError, GgufMtpError
 from ..paths import component, confined, relative_name, shown
 from .folder import INDEX_NAME, load_json, shard_name
-from .hub import SMALL_FILES, RemoteFile, blob_problem, endpoint, one_line, repo_snapshot
-from .safetensors import header_length, parse_header
+from .hub import SMALL_FILES, RemoteFile, blob_problem, endpoint, hub_error, one_line, repo_snapshot
+from .shards import header_length, parse_header
 
 GAP = 1 << 20  # ranges closer than this are fetched in one request
 CHUNK = 1 << 20  # bytes per step when reading a small file or re-hashing a cached range
@@ -101,16 +101,11 @@ class RemoteRepo:
         if f.size is not None and f.etag is not None:
             return f
         from huggingface_hub import get_hf_file_metadata
-        from huggingface_hub.errors import HfHubHTTPError
 
         try:
             m = get_hf_file_metadata(self.url(filename))
-        except HfHubHTTPError as e:
-            code = e.response.status_code if e.response is not None else "?"
-            raise GgufMtpError(f"{self.label(filename)}: the Hub answered {code} to a HEAD request; retry later "
-                               "(fetched ranges are kept)") from None
         except Exception as e:  # noqa: BLE001 - network errors become one line
-            raise GgufMtpError(f"{self.label(filename)}: HEAD request failed ({one_line(e)}); retry later") from None
+            raise hub_error(e, self.label(filename), "HEAD request") from None
         if m.commit_hash is not None and m.commit_hash != self.commit:
             raise FetchCheckError(f"{self.label(filename)}: the Hub answered for commit {shown(m.commit_hash)} "
                                   f"instead of {self.commit}; retry later")
@@ -219,7 +214,7 @@ class RemoteRepo:
         except (GgufMtpError, _Cut):
             raise
         except Exception as e:  # noqa: BLE001 - connection refused, timeouts, TLS: one line
-            raise GgufMtpError(f"{label}: {what} failed ({one_line(e)}); run again to resume") from None
+            raise hub_error(e, label, what) from None
         if got < want:
             raise _Cut(got, f"returned {got} bytes instead of {want}")
 
@@ -243,7 +238,7 @@ class RemoteRepo:
         except GgufMtpError:
             raise
         except Exception as e:  # noqa: BLE001 - network errors become one line
-            raise GgufMtpError(f"{label}: download failed ({one_line(e)}); run again") from None
+            raise hub_error(e, label, "download") from None
         why = blob_problem(bytes(buf), f)
         if why:
             raise FetchCheckError(f"{label}: the downloaded file has {why}; nothing was kept, run again")

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..checkpoint.folder import Checkpoint
-from ..checkpoint.safetensors import Ref, TensorRef
+from ..checkpoint.shards import Ref, TensorRef
 from ..errors import FormatError, MissingTensorError
 from ..ggufio.format import KV
 

@@ -20,7 +20,7 @@ from gguf import GGUFValueType
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
-from ..checkpoint.safetensors import TensorRef
+from ..checkpoint.shards import TensorRef
 from .base import Family, ModelPlan, PlannedTensor, Source, Transform
 
 _MTP_LAYER = re.compile(r"^(?:model\.)?mtp\.layers\.(\d+)\.")

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from gguf import GGUFValueType
 
-from ..checkpoint.safetensors import ArrayRef
+from ..checkpoint.shards import ArrayRef
 from ..errors import FormatError, UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV

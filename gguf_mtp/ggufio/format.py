@@ -1,7 +1,6 @@
-"""GGUF container facts: magic, versions, value types and tensor type sizes.
+"""GGUF container facts: magic, versions, value types, alignment and metadata entries.
 
-Type enums and block sizes come from the ``gguf`` package so that every ggml type it knows
-(K-quants, IQ types, ...) is sized correctly, including types we cannot decode.
+Tensor types (names, block sizes) are in :mod:`gguf_mtp.ggml_types`.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from gguf import GGUFValueType
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -34,35 +33,11 @@ SCALAR_DTYPES: dict[GGUFValueType, np.dtype] = {
 }
 
 
-def type_name(ggml_type: int) -> str:
-    """``Q8_0``-style name of a ggml type id (``TYPE_<id>`` when unknown)."""
-    try:
-        return GGMLQuantizationType(ggml_type).name
-    except ValueError:
-        return f"TYPE_{ggml_type}"
-
-
-def is_known_type(ggml_type: int) -> bool:
-    try:
-        return GGMLQuantizationType(ggml_type) in GGML_QUANT_SIZES
-    except ValueError:
-        return False
-
-
 def n_elements(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape:
         n *= d
     return n
-
-
-def tensor_nbytes(shape: tuple[int, ...], ggml_type: int) -> int:
-    """Bytes of a tensor of ``shape`` (ggml order, ne0 first) stored as ``ggml_type``."""
-    block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
-    n = n_elements(shape)
-    if shape and shape[0] % block:
-        raise ValueError(f"row length {shape[0]} is not a multiple of the {type_name(ggml_type)} block ({block})")
-    return n // block * size
 
 
 def align(n: int, alignment: int) -> int:

@@ -18,6 +18,7 @@ from gguf import GGUFValueType
 
 from ..errors import FormatError, GgufMtpError
 from ..files import open_input_fd
+from ..ggml_types import is_known_type, tensor_nbytes, type_name
 from .format import (
     DEFAULT_ALIGNMENT,
     GGML_MAX_DIMS,
@@ -25,10 +26,7 @@ from .format import (
     KV,
     SCALAR_DTYPES,
     SUPPORTED_VERSIONS,
-    is_known_type,
     n_elements,
-    tensor_nbytes,
-    type_name,
 )
 
 
@@ -250,7 +248,7 @@ class GGUFFile:
 
     def read_tensor(self, name: str) -> np.ndarray:
         """Dequantized float32 values of a tensor, numpy shape (reversed ggml order)."""
-        from ..quant import dequantize
+        from ..ggml_types import dequantize
 
         t = self.tensors[name]
         return dequantize(self.read_tensor_bytes(name), t.ggml_type, t.shape)

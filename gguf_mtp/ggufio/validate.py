@@ -23,7 +23,8 @@ from gguf import GGMLQuantizationType, GGUFValueType
 
 from ..errors import FormatError, UnsupportedError
 from . import keys as K
-from .format import KV, type_name
+from ..ggml_types import type_name
+from .format import KV
 
 V = GGUFValueType
 T = GGMLQuantizationType

@@ -13,7 +13,8 @@ from typing import BinaryIO
 import numpy as np
 from gguf import GGUFValueType
 
-from .format import DEFAULT_ALIGNMENT, GGUF_MAGIC, KV, SCALAR_DTYPES, WRITE_VERSION, align, tensor_nbytes
+from ..ggml_types import tensor_nbytes
+from .format import DEFAULT_ALIGNMENT, GGUF_MAGIC, KV, SCALAR_DTYPES, WRITE_VERSION, align
 
 Progress = Callable[[int], None]
 COPY_CHUNK = 64 << 20

@@ -60,6 +60,54 @@ def last_error() -> str:
     return _log[-1].strip() if _log else "no log output"
 
 
+def file_types() -> dict[str, int]:
+    """``{"Q4_K_M": 15, ...}``: llama.cpp's file types by their llama-quantize names."""
+    pre = "LLAMA_FTYPE_MOSTLY_"
+    names = {k[len(pre):]: int(v) for k, v in vars(_ll).items() if k.startswith(pre) and isinstance(v, int)}
+    names.update({"F32": int(_ll.LLAMA_FTYPE_ALL_F32)})
+    return names
+
+
+def quantize_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *, threads: int = 0,
+                  tensor_types: Sequence[tuple[str, int]] = (), imatrix: dict[str, np.ndarray] | None = None) -> None:
+    """llama.cpp's quantizer (``llama_model_quantize``): write ``dst`` (as is, not atomically) from ``src`` as
+    ``ftype``, a key of :func:`file_types`.
+
+    ``tensor_types``: ``(regex, ggml type)`` pairs that override the type of matching tensors (as
+    llama-quantize's ``--tensor-type``); ``imatrix``: per-tensor importance (see :mod:`gguf_mtp.imatrix`).
+    """
+    _init()
+    params = _ll.llama_model_quantize_default_params()
+    params.ftype = file_types()[ftype]
+    params.nthread = threads
+    keep: list[object] = []  # ctypes buffers that must outlive the call
+    if tensor_types:
+        arr = (_ll.llama_model_tensor_override * (len(tensor_types) + 1))()
+        for i, (pattern, gtype) in enumerate(tensor_types):
+            b = ctypes.create_string_buffer(pattern.encode())
+            keep.append(b)
+            arr[i].pattern = ctypes.cast(b, ctypes.c_char_p)
+            arr[i].type = int(gtype)
+        arr[len(tensor_types)].pattern = None
+        params.tt_overrides = arr
+        keep.append(arr)
+    if imatrix:
+        data = (_ll.llama_model_imatrix_data * (len(imatrix) + 1))()
+        for i, (name, values) in enumerate(imatrix.items()):
+            v = np.ascontiguousarray(values, dtype=np.float32)
+            nb = ctypes.create_string_buffer(name.encode())
+            keep += [v, nb]
+            data[i].name = ctypes.cast(nb, ctypes.c_char_p)
+            data[i].data = v.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            data[i].size = v.size
+        data[len(imatrix)].name = None
+        params.imatrix = data
+        keep.append(data)
+    rc = _ll.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise GgufMtpError(f"{src}: llama.cpp could not quantize to {ftype}: {last_error()}")
+
+
 class Model:
     """A loaded llama.cpp model. ``load_mtp`` must be true whenever an MTP context will be made on it."""
 

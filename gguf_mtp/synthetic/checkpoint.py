@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..quant import f32_to_bf16
+from ..ggml_types import f32_to_bf16
 from .kimi import kimi_config, write_tiktoken
 from .multihead import mimo_config, mimo_shapes, step_config, step_shapes
 from .safetensors_writer import write_safetensors
@@ -479,7 +479,7 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
 
 def _to_fp8(entries: list) -> tuple[list, list]:
     """Matrices -> (F8_E4M3 codes, F32 weight_scale_inv); the rest unchanged. Also the exact float32 twin."""
-    from ..quant import bf16_to_f32
+    from ..ggml_types import bf16_to_f32
 
     out, twin = [], []
     for name, shape, dtype, make in entries:

@@ -1,4 +1,8 @@
-"""Tensor-type policy and numpy codecs (no torch).
+"""ggml tensor types: names and the one parser of type names, block sizes, the output-type policy and numpy codecs
+(no torch).
+
+Type enums and block sizes come from the ``gguf`` package so that every ggml type it knows (K-quants, IQ types,
+...) is named and sized correctly, including types we cannot decode.
 
 Policy (matches llama.cpp's converter so stock llama.cpp reads our files as it reads its own):
 1-D tensors, norms, routers, conv kernels and non-``.weight`` tensors stay F32; other matrices take
@@ -8,6 +12,8 @@ low-bit heads collapse draft acceptance.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
@@ -16,7 +22,7 @@ from .ggufio.shape import ggml_shape
 
 T = GGMLQuantizationType
 
-#: ``--outtype`` / ``--mtp-type`` names and what they map to
+#: the types our encoders write (``--outtype`` / ``--mtp-type`` of convert and extract), by name
 OUTTYPES: dict[str, GGMLQuantizationType] = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0}
 FILE_TYPES: dict[GGMLQuantizationType, LlamaFileType] = {
     T.F32: LlamaFileType.ALL_F32,
@@ -25,15 +31,62 @@ FILE_TYPES: dict[GGMLQuantizationType, LlamaFileType] = {
     T.Q8_0: LlamaFileType.MOSTLY_Q8_0,
 }
 
+
+# -- names and sizes --------------------------------------------------------------------------
+def parse_type(name: str, option: str = "--outtype", *, writable: bool = True) -> GGMLQuantizationType:
+    """The ggml type named ``name`` (any case), as given to ``option``.
+
+    ``writable``: only the types our encoders write (:data:`OUTTYPES`); otherwise any ggml type (what
+    llama.cpp's quantizer can make, e.g. ``q6_k``).
+    """
+    if writable:
+        try:
+            return OUTTYPES[name.lower()]
+        except KeyError:
+            raise UnsupportedError(f"{option} {name!r} is not supported; choose one of {', '.join(OUTTYPES)}") from None
+    try:
+        return GGMLQuantizationType[name.upper()]
+    except KeyError:
+        raise UnsupportedError(f"{option} {name!r} is not a ggml type (e.g. q8_0, q6_k, f16)") from None
+
+
+def type_name(ggml_type: int) -> str:
+    """``Q8_0``-style name of a ggml type id (``TYPE_<id>`` when unknown)."""
+    try:
+        return GGMLQuantizationType(ggml_type).name
+    except ValueError:
+        return f"TYPE_{ggml_type}"
+
+
+def is_known_type(ggml_type: int) -> bool:
+    try:
+        return GGMLQuantizationType(ggml_type) in GGML_QUANT_SIZES
+    except ValueError:
+        return False
+
+
+def tensor_nbytes(shape: tuple[int, ...], ggml_type: int) -> int:
+    """Bytes of a tensor of ``shape`` (ggml order, ne0 first) stored as ``ggml_type``."""
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    n = math.prod(shape)
+    if shape and shape[0] % block:
+        raise ValueError(f"row length {shape[0]} is not a multiple of the {type_name(ggml_type)} block ({block})")
+    return n // block * size
+
+
+def file_type_name(v: object) -> str | None:
+    """``Q8_0``-style name of a ``general.file_type`` value (None when it is not an integer)."""
+    if not isinstance(v, int):
+        return None
+    try:
+        return LlamaFileType(v).name.replace("MOSTLY_", "").replace("ALL_", "")
+    except ValueError:
+        return f"type {v}"
+
+
+# -- output-type policy -----------------------------------------------------------------------
 # GGUF name fragments that llama.cpp wants in F32 whatever the file type
 _ALWAYS_F32 = ("_norm.weight", ".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight", ".ssm_conv1d.weight")
-
-
-def parse_outtype(name: str, option: str = "--outtype") -> GGMLQuantizationType:
-    try:
-        return OUTTYPES[name.lower()]
-    except KeyError:
-        raise UnsupportedError(f"{option} {name!r} is not supported; choose one of {', '.join(OUTTYPES)}") from None
 
 
 def choose_type(gguf_name: str, shape: tuple[int, ...], wanted: GGMLQuantizationType) -> GGMLQuantizationType:

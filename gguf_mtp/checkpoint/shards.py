@@ -17,7 +17,7 @@ from ..files import open_input
 from ..ggufio.format import n_elements
 from ..ggufio.writer import Progress, copy_range, write_all
 from ..paths import shown
-from ..quant import bf16_to_f32
+from ..ggml_types import bf16_to_f32
 
 # safetensors dtype -> (bytes per element, numpy storage dtype)
 DTYPES: dict[str, tuple[int, np.dtype]] = {

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .families import mtp_archs
-from .ggufio.format import type_name
+from .ggml_types import file_type_name, type_name
 from .ggufio.model import GGUFModel
 from .layout import Layout, detect
 from .progress import human_bytes
@@ -74,17 +74,6 @@ class FileReport:
         return "\n".join(lines)
 
 
-def _file_type_name(v: object) -> str | None:
-    if not isinstance(v, int):
-        return None
-    try:
-        from gguf import LlamaFileType
-
-        return LlamaFileType(v).name.replace("MOSTLY_", "").replace("ALL_", "")
-    except ValueError:
-        return f"type {v}"
-
-
 def inspect_file(path: str | os.PathLike[str]) -> FileReport:
     """Read ``path``'s header (no tensor data) and report its layout and MTP head.
 
@@ -103,7 +92,7 @@ def inspect_file(path: str | os.PathLike[str]) -> FileReport:
     shown = str(Path(path)) + (f" (+{len(m.shards) - 1} more shards)" if m.is_split else "")
     return FileReport(
         path=shown, architecture=info.arch, layout=info.layout,
-        file_type=_file_type_name(m.get("general.file_type")), block_count=info.block_count,
+        file_type=file_type_name(m.get("general.file_type")), block_count=info.block_count,
         trunk_layers=info.n_trunk, mtp_layers=info.n_mtp, has_embeddings=info.has_embeddings,
         tensor_count=len(m.tensors), file_size=m.total_bytes, mtp_bytes=sum(t.nbytes for t in mtp),
         mtp_tensors=mtp, problems=list(info.problems),
