@@ -1,10 +1,11 @@
 # Two commands do everything on a fresh machine:
 #   make demo   - convert the embedded default (a tiny trained Qwen3.5 + MTP head) and run it with llama.cpp
 #   make test   - the test suite (what CI runs)
+#   make test-fast - the tests that need no llama.cpp (about 2 min, before the llama.cpp build; CI runs it first)
 VENV ?= .venv
 STAMP := $(VENV)/.gguf-mtp-installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test test-fast bench clean
 setup: $(STAMP)
 $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -19,8 +20,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
+FAST_VENV := .venv-fast
+$(FAST_VENV)/.gguf-mtp-installed: pyproject.toml scripts/setup-fast.sh
+	VENV=$(FAST_VENV) bash scripts/setup-fast.sh
+	touch $@
+
+test-fast: $(FAST_VENV)/.gguf-mtp-installed
+	$(FAST_VENV)/bin/python -m pytest -q -p no:cacheprovider
+
 bench: $(STAMP)
 	$(VENV)/bin/python bench/convert.py
 
 clean:
-	rm -rf out build *.egg-info .pytest_cache
+	rm -rf out build *.egg-info .pytest_cache $(FAST_VENV)

@@ -58,7 +58,7 @@ def noisy_head(src: Path, out: Path, noise: float, seed: int = 1) -> Path:
     from gguf_mtp.ggufio.atomic import atomic_paths
     from gguf_mtp.ggufio.model import GGUFModel
     from gguf_mtp.ggufio.writer import OutTensor, write_all, write_gguf
-    from gguf_mtp.quant import encode
+    from gguf_mtp.ggml_types import encode
     from gguf_mtp.surgery import _copy
 
     if out.exists():

@@ -6,9 +6,28 @@ from pathlib import Path
 
 import pytest
 
-import gguf_mtp.runtime  # noqa: F401  (llama.cpp before numpy, as on a CUDA build)
+try:
+    import gguf_mtp.runtime  # noqa: F401  (llama.cpp before numpy, as on a CUDA build)
+
+    HAVE_LLAMA = True
+except ImportError:  # the fast tier (make test-fast) runs without llama-cpp-python
+    HAVE_LLAMA = False
 from gguf_mtp import convert
 from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+
+# The fast tier: `make test-fast` runs these modules in .venv-fast, which has no llama-cpp-python, in about two
+# minutes and before the llama.cpp build (converters, readers, tensor values, hostile checkpoints and Hub servers).
+# They never load llama.cpp; `make test` runs them again with everything else.
+FAST_TIER = {"test_bad_checkpoint", "test_bad_input", "test_checkpoint_hostile", "test_fp8", "test_gguf_reader",
+             "test_hub", "test_hub_hostile", "test_tensor_values"}
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Without llama-cpp-python only the fast tier is collected (the others import the runtime)."""
+    if not HAVE_LLAMA and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return collection_path.stem not in FAST_TIER
+    return None
+
 
 FAMILIES = ("qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2")
 ARCH = {"qwen35": "qwen35", "qwen35moe": "qwen35moe", "qwen3next": "qwen3next"}

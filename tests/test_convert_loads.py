@@ -11,6 +11,7 @@ from gguf_mtp.layout import Layout
 from gguf_mtp.runtime.llama import Context, Model
 
 from .conftest import FAMILIES
+from .mtp_smoke import assert_head_drafts
 
 PROMPT = "The quick brown fox jumps over the lazy dog."
 
@@ -44,7 +45,7 @@ def test_mtp_context_on_bundled_and_self_contained_sidecar(converted, family: st
     with Model(converted(family, layout), load_mtp=True) as m:
         assert m.n_nextn == 1
         with Context(m, mtp=True) as ctx:
-            assert ctx.ptr
+            assert_head_drafts(m, ctx)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

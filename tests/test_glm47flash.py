@@ -22,6 +22,7 @@ from gguf_mtp.synthetic import SyntheticSpec
 
 from .test_surgery import same_model
 from .test_tensor_values import gguf_values
+from .mtp_smoke import assert_head_drafts
 
 FAMILY = "glm47flash"
 S = SyntheticSpec()
@@ -43,7 +44,7 @@ def test_layouts_convert_and_load(converted) -> None:
         with Model(converted(FAMILY, layout), load_mtp=True) as m:
             assert m.n_nextn == 1
             with Context(m, mtp=True) as ctx:
-                assert ctx.ptr
+                assert_head_drafts(m, ctx)
     with pytest.raises(GgufMtpError, match="token_embd"):  # a head-only sidecar needs its target
         Model(converted(FAMILY, "head-only"), load_mtp=True)
 

@@ -17,6 +17,7 @@ from gguf_mtp.layout import Layout
 from gguf_mtp.runtime.llama import Context, Model
 from gguf_mtp.synthetic.kimi import KIMI_SPECIALS, N_RESERVED
 from gguf_mtp.synthetic.tokenizer import DEFAULT_CORPUS
+from .mtp_smoke import assert_head_drafts
 
 FAMILY = "kimik2"
 VOCAB = 640  # 384 base ranks (256 bytes + 128 merges) + 256 special slots
@@ -155,7 +156,8 @@ def test_with_an_mtp_head(checkpoint, tmp_path: Path) -> None:
     r = convert(src, outfile=tmp_path / "b.gguf", outtype="q8_0", progress=False)
     assert r.layout == Layout.BUNDLED
     with Model(r.path, load_mtp=True) as m, Context(m, mtp=True) as ctx:
-        assert m.n_nextn == 1 and ctx.ptr
+        assert m.n_nextn == 1
+        assert_head_drafts(m, ctx)
 
 
 def test_yarn_betas_reach_the_context(checkpoint, tmp_path: Path) -> None:

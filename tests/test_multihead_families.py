@@ -21,6 +21,7 @@ from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
 
 from .test_surgery import same_model
 from .test_tensor_values import gguf_values
+from .mtp_smoke import assert_head_drafts
 
 FAMILIES = ("mimo2", "step35")
 S = SyntheticSpec()
@@ -50,7 +51,7 @@ def test_layouts_convert_and_load(converted, family: str) -> None:
         with Model(converted(family, layout), load_mtp=True) as m:
             assert m.n_nextn == NX
             with Context(m, mtp=True) as ctx:
-                assert ctx.ptr
+                assert_head_drafts(m, ctx)
     with pytest.raises(GgufMtpError, match="token_embd"):  # a head-only sidecar needs its target
         Model(converted(family, "head-only"), load_mtp=True)
 

@@ -24,6 +24,7 @@ from gguf_mtp.runtime.llama import Batch, Context, Model
 from gguf_mtp.synthetic import SyntheticSpec
 
 from .test_surgery import same_model
+from .mtp_smoke import assert_head_drafts
 
 S = SyntheticSpec("step35", llama3_rope=True)
 L, NX, D = S.layers, S.mtp_heads, S.head_dim
@@ -113,7 +114,8 @@ def test_layouts_convert_and_load(converted) -> None:
         assert ctx.greedy(m.tokenize(PROMPT), 12) == ref
     for lay in ("bundled", "mtp-only"):
         with Model(paths[lay], load_mtp=True) as m, Context(m, mtp=True) as ctx:
-            assert m.n_nextn == NX and ctx.ptr
+            assert m.n_nextn == NX
+            assert_head_drafts(m, ctx)
     plan = surgery.plan_graft(paths["head-only"], paths["trunk-only"])  # what the runtime serves for head-only
     assert "rope_freqs.weight" in {t.name for g in plan.groups for t in g}
 
