@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import llama_cpp as _ll
-
-from .llama import Context
+from .llama import Context  # first: it turns a missing or broken llama-cpp-python into one clear error
 from .options import check_sampling
+
+import llama_cpp as _ll  # noqa: E402,I001
 
 
 @dataclass
