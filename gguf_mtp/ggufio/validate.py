@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gguf import GGMLQuantizationType, GGUFValueType
 
+from ..archs import arch as arch_row
 from ..errors import FormatError, UnsupportedError
 from . import keys as K
 from .format import KV, type_name
@@ -34,8 +35,6 @@ LLAMA_MAX_EXPERTS = 1024
 #: token ids are int32 in llama.cpp; no released vocabulary is near this (the largest are ~260k)
 MAX_VOCAB = 1 << 24
 U32_MAX = (1 << 32) - 1
-#: architectures llama.cpp gives a sliding-window cache (swa_type STANDARD), which asserts some layer uses it
-SWA_ARCHS = ("mimo2", "step35")
 #: llama.cpp's rope scaling names (llama_rope_scaling_type_from_string); anything else aborts the load
 ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
 
@@ -244,7 +243,8 @@ def check_metadata(path: Path, kv: Mapping[str, KV]) -> None:
     if st is not None and st.value not in ROPE_SCALING_TYPES:
         raise _bad(path, st.key, f"is {st.value!r:.40}; llama.cpp knows {', '.join(ROPE_SCALING_TYPES)}")
     swa = kv.get(a(K.K_SLIDING_WINDOW_PATTERN))
-    if arch in SWA_ARCHS and swa is not None and swa.vtype == V.ARRAY and not any(swa.scalar()):
+    row = arch_row(arch)
+    if row is not None and row.swa and swa is not None and swa.vtype == V.ARRAY and not any(swa.scalar()):
         raise _bad(path, swa.key, "marks no layer as sliding-window; llama.cpp's cache for this architecture needs "
                                   "at least one (it asserts)")
     tokens, types = kv.get(K.TOK_TOKENS), kv.get(K.TOK_TYPES)
@@ -253,13 +253,8 @@ def check_metadata(path: Path, kv: Mapping[str, KV]) -> None:
 
 
 # -- tensors the graph needs ----------------------------------------------------------------------
-#: per-block tensor sets llama.cpp's loader leaves optional but its graph then uses: a file without them loads and
-#: crashes at the first decode (src/models/<arch>.cpp). Each entry: any one of the alternatives must be complete.
-RECURRENT_NEEDS = {"qwen35": (("attn_qkv.weight", "attn_gate.weight"),),
-                   "qwen35moe": (("attn_qkv.weight", "attn_gate.weight"),),
-                   "qwen3next": (("attn_qkv.weight", "attn_gate.weight"), ("ssm_in.weight",))}
-#: archs whose blocks are MoE exactly when they have a router, and dense otherwise
-FFN_BY_ROUTER = {"mimo2", "step35"}
+# per-block tensor sets llama.cpp's loader leaves optional but its graph then uses (a file without them loads and
+# crashes at the first decode, src/models/<arch>.cpp) are the arch table's ``recurrent_needs`` and ``ffn_by_router``
 _FFN = {True: ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"),
         False: ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")}
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
@@ -302,11 +297,13 @@ def check_tensor_set(path: Path, kv: Mapping[str, KV], names: Iterable[str]) -> 
             if "nextn.eh_proj.weight" not in blocks.get(il, ()):
                 raise missing(il, f"nextn.eh_proj.weight, but the file has MTP tensors and declares {n_mtp} MTP "
                                   "layers")
-    if arch in RECURRENT_NEEDS:
+    row = arch_row(arch)
+    needs = row.recurrent_needs if row is not None else ()
+    if needs:
         for il, recurrent in enumerate(_recurrent(kv, arch, n_trunk)):
-            if recurrent and il in blocks and not any(set(alt) <= blocks[il] for alt in RECURRENT_NEEDS[arch]):
-                raise missing(il, " + ".join(RECURRENT_NEEDS[arch][0]) + " (a linear-attention block)")
-    if arch in FFN_BY_ROUTER:
+            if recurrent and il in blocks and not any(set(alt) <= blocks[il] for alt in needs):
+                raise missing(il, " + ".join(needs[0]) + " (a linear-attention block)")
+    if row is not None and row.ffn_by_router:
         for il, have in blocks.items():
             need = _FFN["ffn_gate_inp.weight" in have]
             if not set(need) <= have:
