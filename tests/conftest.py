@@ -8,10 +8,14 @@ import pytest
 
 import gguf_mtp.runtime  # noqa: F401  (llama.cpp before numpy, as on a CUDA build)
 from gguf_mtp import convert
+from gguf_mtp.archs import ARCHS
 from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
 
-FAMILIES = ("qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2")
-ARCH = {"qwen35": "qwen35", "qwen35moe": "qwen35moe", "qwen3next": "qwen3next"}
+# one synthetic checkpoint per GGUF arch of the table (SyntheticSpec.family names them alike)
+#: archs with one MTP layer
+FAMILIES = tuple(a for a, row in ARCHS.items() if row.max_heads == 1)
+#: archs with chained MTP heads, one per draft step
+MULTIHEAD_FAMILIES = tuple(a for a, row in ARCHS.items() if row.max_heads is None)
 
 
 @pytest.fixture(scope="session")

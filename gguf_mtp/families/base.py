@@ -14,12 +14,21 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..archs import ARCHS
 from ..checkpoint.folder import Checkpoint
 from ..checkpoint.safetensors import Ref, TensorRef
 from ..errors import FormatError, MissingTensorError
+from ..ggufio import keys as K
 from ..ggufio.format import KV
 
 Transform = Callable[[np.ndarray], np.ndarray]
+#: how a tensor's bytes are cut into sources (a permutation of row blocks, say); the whole tensor by default
+Split = Callable[[TensorRef], "list[Source]"]
+
+
+def plus_one(x: np.ndarray) -> np.ndarray:
+    """Zero-centred norm weights -> the plain weights llama.cpp multiplies by."""
+    return x + np.float32(1)
 
 
 @dataclass(frozen=True)
@@ -75,16 +84,36 @@ class ModelPlan:
 
 
 class Family:
-    """Base class of a model family. Subclasses are registered in :mod:`gguf_mtp.families`."""
+    """Base class of a model family. A subclass sets ``arch``; the arch table's row (:mod:`gguf_mtp.archs`)
+    fills ``tokenizer_pre``, ``max_heads`` and ``norm_offset`` unless the subclass sets them itself."""
 
     arch: ClassVar[str]
-    hf_architectures: ClassVar[tuple[str, ...]]
     tokenizer_pre: ClassVar[str]
+    #: MTP layers llama.cpp's graph for the arch runs (None: any number, one per draft step)
+    max_heads: ClassVar[int | None] = 1
+    #: checkpoint norms are zero-centred: every GGUF ``*norm.weight`` is written as ``w + 1``...
+    norm_offset: ClassVar[bool] = False
+    #: ...except these (GGUF name suffixes), which the checkpoint stores as plain weights
+    plain_norms: ClassVar[tuple[str, ...]] = ()
+    #: checkpoint tensors may carry extra size-1 axes (same bytes; upstream's converter squeezes them)
+    singleton_axes: ClassVar[bool] = False
+    #: config keys for the context length, first present wins
+    context_keys: ClassVar[tuple[str, ...]] = ("max_position_embeddings",)
     #: (type, token) special tokens llama.cpp's converter sets for the family beyond what the tokenizer files say
     extra_specials: ClassVar[tuple[tuple[str, str], ...]] = ()
     #: checkpoint tensors consumed implicitly or not needed (never reported as unmapped)
     skip: ClassVar[re.Pattern[str]] = re.compile(r"rotary_emb\.inv_freq$|weight_scale_inv$")
     vocab: int  # rows of the embedding matrix, set by subclasses
+    L: int  # trunk layers
+    H: int  # hidden size
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        row = ARCHS.get(cls.__dict__.get("arch", ""))
+        if row is not None:
+            for name in ("tokenizer_pre", "max_heads", "norm_offset"):
+                if name not in cls.__dict__:
+                    setattr(cls, name, getattr(row, name))
 
     def __init__(self, ck: Checkpoint) -> None:
         self.ck = ck
@@ -108,6 +137,76 @@ class Family:
         self.nh = int(self.need("num_attention_heads"))
         self.nkv = int(self.hp.get("num_key_value_heads", self.nh))
         self.hd = int(self.hp.get("head_dim") or self.H // self.nh)
+
+    # -- metadata ---------------------------------------------------------------------------
+    def key(self, template: str) -> str:
+        """A per-arch GGUF key (``{arch}.block_count``...) for this family's arch."""
+        return K.arch_key(template, self.arch)
+
+    def arch_kvs(self, n_mtp: int) -> list[KV]:
+        """The arch's metadata: block count, context and embedding length, the family's own keys
+        (:meth:`hparam_kvs`), and last the MTP layer count when there are MTP layers."""
+        ctx = next((self.hp[k] for k in self.context_keys if k in self.hp), 4096)
+        kvs = [KV.u32(self.key(K.K_BLOCK_COUNT), self.L + n_mtp), KV.u32(self.key(K.K_CONTEXT_LENGTH), int(ctx)),
+               KV.u32(self.key(K.K_EMBEDDING_LENGTH), self.H), *self.hparam_kvs(n_mtp)]
+        if n_mtp:
+            kvs.append(KV.u32(self.key(K.K_NEXTN), n_mtp))
+        return kvs
+
+    def hparam_kvs(self, n_mtp: int) -> list[KV]:
+        """The family's metadata between the common leading keys and ``nextn_predict_layers``."""
+        raise NotImplementedError
+
+    def attention_kvs(self, eps: float) -> list[KV]:
+        """Plain GQA attention: head counts, key/value length ``hd``, RMS epsilon, RoPE base and dims."""
+        return [KV.u32(self.key(K.K_HEAD_COUNT), self.nh), KV.u32(self.key(K.K_HEAD_COUNT_KV), self.nkv),
+                KV.u32(self.key(K.K_KEY_LENGTH), self.hd), KV.u32(self.key(K.K_VALUE_LENGTH), self.hd),
+                KV.f32(self.key(K.K_RMS_EPS), float(self.hp.get("rms_norm_eps", eps))),
+                KV.f32(self.key(K.K_ROPE_FREQ_BASE), self.rope_theta),
+                KV.u32(self.key(K.K_ROPE_DIM_COUNT), self.rope_dims)]
+
+    # -- tensors ----------------------------------------------------------------------------
+    def put(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool,
+            np_shape: tuple[int, ...] | None = None, whole: Transform | None = None, *,
+            elementwise: Transform | None = None, split: Split | None = None) -> None:
+        """Plan GGUF tensor ``gguf`` from checkpoint tensor ``hf`` of ``shape``: ``np_shape`` and ``whole`` when a
+        transform reshapes it, ``elementwise`` for a numeric one (the norm offset is added by itself),
+        ``split`` to take its bytes as several ranges."""
+        ref = self.source_tensor(hf, shape)
+        if elementwise is None and self.norm_offset and gguf.endswith("norm.weight") \
+                and not gguf.endswith(self.plain_norms):
+            elementwise = plus_one
+        sources = split(ref) if split else [Source(ref)]
+        out.append(PlannedTensor(gguf, np_shape or shape, sources, mtp, elementwise, whole, shape if whole else None))
+
+    def opt(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool) -> None:
+        """:meth:`put` when the checkpoint has ``hf`` (the loader treats the GGUF tensor as optional)."""
+        if self.ck.has(hf):
+            self.put(out, hf, gguf, shape, mtp)
+
+    def source_tensor(self, name: str, shape: tuple[int, ...]) -> TensorRef:
+        """:meth:`tensor`, tolerating size-1 axes when the family's checkpoints have them."""
+        if self.singleton_axes:
+            ref = self.ck.tensor(name)
+            if tuple(d for d in ref.shape if d != 1) == tuple(d for d in shape if d != 1):
+                return ref
+        return self.tensor(name, shape)
+
+    def ffn_triple(self, out: list[PlannedTensor], p: str, b: str, suffix: str, ff: int, mtp: bool) -> None:
+        """``{p}{gate,up,down}_proj.weight`` -> ``{b}ffn_{gate,up,down}{suffix}.weight``: a SwiGLU MLP of width
+        ``ff`` (``suffix`` "" for a dense FFN, "_shexp" for a shared expert)."""
+        H = self.H
+        for proj, gg, shape in (("gate_proj", "ffn_gate", (ff, H)), ("up_proj", "ffn_up", (ff, H)),
+                                ("down_proj", "ffn_down", (H, ff))):
+            self.put(out, f"{p}{proj}.weight", f"{b}{gg}{suffix}.weight", shape, mtp)
+
+    def dense_ffn(self, out: list[PlannedTensor], p: str, b: str, mtp: bool) -> None:
+        """The dense MLP ``{p}mlp.*`` of width ``intermediate_size``."""
+        self.ffn_triple(out, p + "mlp.", b, "", int(self.need("intermediate_size")), mtp)
+
+    def shared_expert(self, out: list[PlannedTensor], p: str, b: str, ff: int, mtp: bool) -> None:
+        """A shared expert under HF prefix ``p`` (spelled differently per family) as ``ffn_*_shexp``."""
+        self.ffn_triple(out, p, b, "_shexp", ff, mtp)
 
     def expert_tensors(self, p: str, b: str, E: int, Ie: int, mtp: bool) -> list[PlannedTensor]:
         """``ffn_{gate,up,down}_exps`` of layer prefix ``p`` (HF) / ``b`` (GGUF): stacked per-expert tensors, or a

@@ -18,7 +18,6 @@ from ..checkpoint.safetensors import ArrayRef
 from ..errors import FormatError, UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
-from . import register
 from .base import PlannedTensor, Source
 from .multihead import MultiHeadFamily
 from .rope import llama3_freq_factors
@@ -30,12 +29,9 @@ ROTARY = {FULL: 0.5, SLIDING: 1.0}
 LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
-@register
 class Step35(MultiHeadFamily):
     arch = "step35"
-    hf_architectures = ("Step3p5ForCausalLM",)
-    tokenizer_pre = "deepseek-v3"
-    norm_offset = True
+    context_keys = ("max_position_embeddings", "max_seq_len")
     head_tensors = (("eh_proj.weight", "nextn.eh_proj.weight", "EH", True),
                     ("enorm.weight", "nextn.enorm.weight", "E", True),
                     ("hnorm.weight", "nextn.hnorm.weight", "E", True),
@@ -122,16 +118,12 @@ class Step35(MultiHeadFamily):
         ref = self.rope_freqs()
         return [] if ref is None else [PlannedTensor(ref.name, ref.shape, [Source(ref)])]
 
-    def arch_kvs(self, n_mtp: int) -> list[KV]:
-        a, hp, bc = self.arch, self.hp, self.L + n_mtp
-        k = lambda t: K.arch_key(t, a)  # noqa: E731
+    def hparam_kvs(self, n_mtp: int) -> list[KV]:
+        k, hp, bc = self.key, self.hp, self.L + n_mtp
         types = [self.layer_type(il) for il in range(bc)]
         base, base_swa = self.rope_bases()
         moe = [int(x) for x in str(hp.get("moe_layers_enum") or "").split(",") if x.strip()]
         kvs = [
-            KV.u32(k(K.K_BLOCK_COUNT), bc),
-            KV.u32(k(K.K_CONTEXT_LENGTH), int(hp.get("max_position_embeddings", hp.get("max_seq_len", 4096)))),
-            KV.u32(k(K.K_EMBEDDING_LENGTH), self.H),
             KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(hp.get("intermediate_size", 0))),
             self.per_layer(K.K_HEAD_COUNT, GGUFValueType.INT32, [self.heads[t][0] for t in types]),
             self.per_layer(K.K_HEAD_COUNT_KV, GGUFValueType.INT32, [self.heads[t][1] for t in types]),
@@ -149,7 +141,7 @@ class Step35(MultiHeadFamily):
             KV.u32(k(K.K_LEADING_DENSE_BLOCK_COUNT), min(moe) if moe else 0),  # not read by step35; as upstream
         ]
         if hp.get("moe_every_n_layer") is not None:  # not read by step35 either; written as llama.cpp's converter
-            kvs.append(KV.u32(f"{a}.moe_every_n_layers", int(hp["moe_every_n_layer"])))
+            kvs.append(KV.u32(k(K.K_MOE_EVERY_N_LAYERS), int(hp["moe_every_n_layer"])))
         optional = ((K.K_ROPE_FREQ_BASE_SWA, base_swa, KV.f32),
                     (K.K_EXPERT_WEIGHTS_SCALE, hp.get("moe_router_scaling_factor"), KV.f32),
                     (K.K_EXPERT_WEIGHTS_NORM, hp.get("norm_expert_weight"), KV.boolean))
@@ -159,14 +151,12 @@ class Step35(MultiHeadFamily):
             if hp.get(cfg) is not None:
                 vals = [0.0 if v is None else float(v) for v in hp[cfg]][: self.L] + [0.0] * bc
                 kvs.append(self.per_layer(key, GGUFValueType.FLOAT32, vals[:bc]))
-        if n_mtp:
-            kvs.append(KV.u32(k(K.K_NEXTN), n_mtp))
         return kvs
 
     def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
         p, b, H, D = f"model.layers.{il}.", f"blk.{il}.", self.H, self.hd
         nh, nkv = self.heads[self.layer_type(il)]
-        put, opt = self._put, self._opt
+        put, opt = self.put, self.opt
         put(out, p + "input_layernorm.weight", b + "attn_norm.weight", (H,), mtp)
         for proj, gg, rows in (("q_proj", "attn_q", nh * D), ("k_proj", "attn_k", nkv * D), ("v_proj", "attn_v", nkv * D)):
             put(out, f"{p}self_attn.{proj}.weight", f"{b}{gg}.weight", (rows, H), mtp)
@@ -176,10 +166,7 @@ class Step35(MultiHeadFamily):
         opt(out, p + "self_attn.g_proj.weight", b + "attn_gate.weight", (nh, H), mtp)
         put(out, p + "post_attention_layernorm.weight", b + "ffn_norm.weight", (H,), mtp)
         if not self.ck.has(p + "moe.gate.weight"):  # llama.cpp builds a layer as MoE iff it has a router
-            ff = int(self.need("intermediate_size"))
-            for proj, gg, shape in (("gate_proj", "ffn_gate", (ff, H)), ("up_proj", "ffn_up", (ff, H)),
-                                    ("down_proj", "ffn_down", (H, ff))):
-                put(out, f"{p}mlp.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+            self.dense_ffn(out, p, b, mtp)
             return
         X, Fe, Fs = int(self.need("moe_num_experts")), int(self.need("moe_intermediate_size")), \
             int(self.hp.get("share_expert_dim", 0))
@@ -190,6 +177,4 @@ class Step35(MultiHeadFamily):
                                 ("down_proj", "ffn_down_exps", (X, H, Fe))):
             put(out, f"{p}moe.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
         if Fs:  # the graph always adds the shared expert on MoE layers
-            for proj, gg, shape in (("gate_proj", "ffn_gate_shexp", (Fs, H)), ("up_proj", "ffn_up_shexp", (Fs, H)),
-                                    ("down_proj", "ffn_down_shexp", (H, Fs))):
-                put(out, f"{p}share_expert.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+            self.shared_expert(out, p + "share_expert.", b, Fs, mtp)
