@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import GgufMtpError
 from ..ggufio import keys as K
-from ..surgery import find_head, plan_graft
+from ..head import find_head, plan_graft
 from . import devices, placement
 from .chat import ChatTemplate
 from .llama import Context, Model
