@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from gguf import GGUFValueType
 
 from .errors import GgufMtpError, MissingTensorError
 from .ggufio import keys as K
-from .ggufio.atomic import atomic_paths, check_output
+from .ggufio.atomic import atomic_paths, check_output, scratch_path
 from .ggufio.format import KV, type_name
 from .ggufio.model import GGUFModel, Tensor, model_stem, split_path, split_prefix
 from .ggufio.validate import check_tensor_types
@@ -180,6 +181,47 @@ def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
                          sum(p.stat().st_size for p in paths), time.perf_counter() - t0, plan.notes)
 
 
+def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.PathLike[str] | None = None, *,
+                   replace: bool = False, mtp_type: str | None = None, force: bool = False,
+                   revision: str | None = None, force_download: bool = False, progress: bool = True,
+                   on_note: Callable[[str], None] | None = None) -> SurgeryResult:
+    """Fetch the MTP head of Hub checkpoint ``repo`` (only its byte ranges) and graft it onto ``target``.
+
+    The head is converted (at ``mtp_type``, q8_0 by default) to a scratch head-only sidecar next to the output,
+    removed on any exit. ``on_note`` hears the fetch's and the graft's notes as they come (they are in the
+    result's ``notes`` too).
+
+    Example:
+        >>> graft_from_hub("Qwen/Qwen3.5-27B", "Qwen3.5-27B-Q4_K_M.gguf")   # doctest: +SKIP
+    """
+    from .convert import convert  # the converter is only needed here: keep it out of surgery's imports
+
+    notes: list[str] = []
+
+    def note(text: str) -> None:
+        notes.append(text)
+        if on_note is not None:
+            on_note(text)
+
+    out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(Path(target))}-with-MTP.gguf"  # graft's default name
+    check_output(out, force=force, inputs=[Path(target)])  # before any download
+    # the fetched head is an intermediate named like the output's temp files: removed on any exit,
+    # SIGTERM included, and by the next run after a SIGKILL
+    with scratch_path(out) as head:
+        r = convert(repo, outfile=head, layout="head-only", mtp_type=mtp_type or "q8_0", force=True,
+                    revision=revision, progress=progress, force_download=force_download)
+        for text in r.notes:
+            note(text)
+        try:
+            g = graft(head, target, out, replace=replace, force=force, progress=progress)
+        except GgufMtpError as e:  # name the repo, not the scratch file
+            raise type(e)(str(e).replace(str(head), f"{repo} (its MTP head)")) from None
+    for text in g.notes:
+        note(text)
+    g.notes = notes
+    return g
+
+
 def reshard(source: str | os.PathLike[str], outfile: str | os.PathLike[str], *, shards: int,
             force: bool = False, progress: bool = False) -> SurgeryResult:
     """Rewrite a model as a split set of ``shards`` files (tensors in order, sizes balanced), as gguf-split does."""
@@ -202,5 +244,5 @@ def reshard(source: str | os.PathLike[str], outfile: str | os.PathLike[str], *, 
 
 
 # Head, find_head, check_compatible, plan_graft and GraftPlan are gguf_mtp.head's, re-exported (public API)
-__all__ = ["extract", "strip", "graft", "plan_graft", "GraftPlan", "check_compatible", "find_head", "Head",
+__all__ = ["extract", "strip", "graft", "graft_from_hub", "plan_graft", "GraftPlan", "check_compatible", "find_head", "Head",
            "SurgeryResult", "type_name"]
