@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gguf import GGMLQuantizationType, GGUFValueType
+from gguf import GGMLQuantizationType, GGUFValueType, Keys
 
 from .checkpoint.folder import Checkpoint
 from .checkpoint.hub import looks_like_repo_id, resolve_model
@@ -55,11 +55,11 @@ def default_outfile(model: str | Path, outtype: str, layout: Layout) -> Path:
 
 def general_kvs(arch: str, name: str, file_type: GGMLQuantizationType) -> list[KV]:
     return [
-        KV.string(K.GENERAL_ARCH, arch),
-        KV.string(K.GENERAL_TYPE, "model"),
-        KV.string(K.GENERAL_NAME, name),
-        KV.u32(K.GENERAL_FILE_TYPE, int(FILE_TYPES[file_type])),
-        KV.u32(K.GENERAL_QUANT_VERSION, QUANT_VERSION),
+        KV.string(Keys.General.ARCHITECTURE, arch),
+        KV.string(Keys.General.TYPE, "model"),
+        KV.string(Keys.General.NAME, name),
+        KV.u32(Keys.General.FILE_TYPE, int(FILE_TYPES[file_type])),
+        KV.u32(Keys.General.QUANTIZATION_VERSION, QUANT_VERSION),
     ]
 
 
@@ -185,7 +185,7 @@ def convert(
         kvs.append(KV.array(K.arch_key(K.K_SHARED_TARGET_TENSORS, plan.arch), GGUFValueType.STRING,
                             borrowed_tensors(t.name for t in family.generated())))
     kvs += tokenizer_kvs(root, family.hp, family.vocab, family.tokenizer_pre, family.extra_specials)
-    n_tokens = len(next(kv for kv in kvs if kv.key == K.TOK_TOKENS).value)
+    n_tokens = len(next(kv for kv in kvs if kv.key == Keys.Tokenizer.LIST).value)
     if n_tokens != family.vocab:
         raise UnsupportedError(f"{root}: tokenizer has {n_tokens} tokens but embed_tokens has "
                                f"{family.vocab} rows; llama.cpp needs them equal")

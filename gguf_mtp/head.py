@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFValueType
+from gguf import GGMLQuantizationType, GGUFValueType, Keys
 
 from .errors import CompatibilityError, GgufMtpError, MissingTensorError, UnsupportedError
 from .ggufio import keys as K
@@ -32,12 +32,13 @@ _BLK = re.compile(r"^blk\.(\d+)\.(.*)$")
 
 #: hparams a head and its target must share (beside the vocabulary and tensor shapes)
 COMPAT_KEYS = (
-    K.K_EMBEDDING_LENGTH, K.K_HEAD_COUNT, K.K_HEAD_COUNT_KV, K.K_KEY_LENGTH, K.K_VALUE_LENGTH, K.K_RMS_EPS,
-    K.K_ROPE_DIM_COUNT, K.K_ROPE_FREQ_BASE, K.K_EXPERT_COUNT, K.K_EXPERT_USED_COUNT, K.K_EXPERT_FF_LENGTH,
-    K.K_EXPERT_SHARED_FF_LENGTH, K.K_FEED_FORWARD_LENGTH,
+    Keys.LLM.EMBEDDING_LENGTH, Keys.Attention.HEAD_COUNT, Keys.Attention.HEAD_COUNT_KV, Keys.Attention.KEY_LENGTH,
+    Keys.Attention.VALUE_LENGTH, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Rope.DIMENSION_COUNT, Keys.Rope.FREQ_BASE,
+    Keys.LLM.EXPERT_COUNT, Keys.LLM.EXPERT_USED_COUNT, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH,
+    Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, Keys.LLM.FEED_FORWARD_LENGTH,
 )
 #: arrays whose length is fixed by the format, never per-layer (even when it happens to equal block_count)
-FIXED_LENGTH_ARRAYS = (K.K_ROPE_DIM_SECTIONS,)
+FIXED_LENGTH_ARRAYS = (Keys.Rope.DIMENSION_SECTIONS,)
 #: value of a per-layer array for an MTP layer when the head's file does not say
 MTP_LAYER_DEFAULTS = {K.K_RECURRENT_LAYERS: False}
 
@@ -58,10 +59,10 @@ class Head:
 
 def find_head(m: GGUFModel) -> Head | None:
     """The MTP blocks of ``m`` (``nextn_predict_layers`` of them after the trunk), or None when it has no head."""
-    n_mtp = int(m.arch_get(K.K_NEXTN, 0) or 0)
+    n_mtp = int(m.arch_get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0) or 0)
     if n_mtp <= 0:
         return None
-    n_trunk = int(m.arch_get(K.K_BLOCK_COUNT, 0) or 0) - n_mtp
+    n_trunk = int(m.arch_get(Keys.LLM.BLOCK_COUNT, 0) or 0) - n_mtp
     ts = [t for name, t in m.tensors.items() if (b := block_index(name)) is not None and b >= n_trunk]
     if not ts:
         raise GgufMtpError(f"{m.path}: nextn_predict_layers={n_mtp} but the file has no MTP block tensors "
@@ -116,7 +117,7 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
             same = a == b
         if not same:
             diffs.append(f"{K.arch_key(tmpl, target.arch).split('.', 1)[1]} {b} (target) vs {a} (head)")
-    ta, tb = src.get(K.TOK_TOKENS), target.get(K.TOK_TOKENS)
+    ta, tb = src.get(Keys.Tokenizer.LIST), target.get(Keys.Tokenizer.LIST)
     if ta is not None and tb is not None:
         if len(ta) != len(tb):  # type: ignore[arg-type]
             diffs.append(f"vocabulary {len(tb)} tokens (target) vs {len(ta)} (head)")  # type: ignore[arg-type]
@@ -204,7 +205,7 @@ def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.Path
     check_tensor_types(src.path, ((t.name, t.info.ggml_type) for t in head.tensors), "SOURCE")
     notes: list[str] = []
     old = find_head(tgt)
-    tgt_bc = int(tgt.arch_get(K.K_BLOCK_COUNT, 0) or 0)
+    tgt_bc = int(tgt.arch_get(Keys.LLM.BLOCK_COUNT, 0) or 0)
     tgt_trunk = old.n_trunk if old else tgt_bc
     if not has_trunk(tgt, tgt_trunk):
         raise GgufMtpError(f"{tgt.path}: TARGET is an MTP sidecar, not a model; graft onto a model file")
@@ -220,12 +221,12 @@ def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.Path
         notes.append(f"head renumbered from blk.{head.n_trunk} to blk.{tgt_trunk} (target has {tgt_trunk} trunk "
                      f"layers, the head's model {head.n_trunk})")
     a = tgt.arch
-    bc_key, nextn_key = K.arch_key(K.K_BLOCK_COUNT, a), K.arch_key(K.K_NEXTN, a)
+    bc_key, nextn_key = K.arch_key(Keys.LLM.BLOCK_COUNT, a), K.arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, a)
     src_per_layer = per_layer_keys(src, head.n_trunk + head.n_mtp)
     # an array is per-layer when its length follows block_count in both files
     tgt_per_layer = {k for k in per_layer_keys(tgt, tgt_bc)
                      if k in src_per_layer or k not in src.kv or src.kv[k].vtype != GGUFValueType.ARRAY}
-    nextn_kv = src.kv[K.arch_key(K.K_NEXTN, src.arch)]
+    nextn_kv = src.kv[K.arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, src.arch)]
     kvs: list[KV] = []
     for kv in tgt.model_kvs():
         if kv.key in (nextn_key, K.arch_key(K.K_SHARED_TARGET_TENSORS, a)):

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from gguf import Keys
+
 from .errors import FormatError
-from .ggufio.keys import K_BLOCK_COUNT, K_NEXTN, K_SHARED_TARGET_TENSORS, arch_key
+from .ggufio.keys import K_SHARED_TARGET_TENSORS, arch_key
 
 #: tensors a head-only sidecar borrows from its target
 SHARED_TARGET_TENSORS = ("token_embd.weight", "output_norm.weight", "output.weight")
@@ -89,12 +91,13 @@ def _count(kv: Mapping[str, object], key: str) -> int:
 
 def detect(kv: Mapping[str, object], tensor_names: Iterable[str], mtp_archs: Iterable[str] = ()) -> LayoutInfo:
     """Classify a file from its metadata values (key -> plain value) and tensor names."""
-    arch = str(kv.get("general.architecture", ""))
+    arch = str(kv.get(Keys.General.ARCHITECTURE, ""))
     names = list(tensor_names)
-    block_count = _count(kv, arch_key(K_BLOCK_COUNT, arch))
-    n_mtp = _count(kv, arch_key(K_NEXTN, arch))
+    block_count = _count(kv, arch_key(Keys.LLM.BLOCK_COUNT, arch))
+    n_mtp = _count(kv, arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, arch))
     if n_mtp > block_count:
-        raise FormatError(f"{arch_key(K_NEXTN, arch)} is {n_mtp}, more than block_count {block_count}")
+        raise FormatError(f"{arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, arch)} is {n_mtp}, more than block_count "
+                          f"{block_count}")
     n_trunk = block_count - n_mtp
     blocks = {b for b in (block_index(n) for n in names) if b is not None}
     mtp_names = tuple(n for n in names if (b := block_index(n)) is not None and b >= n_trunk and n_mtp > 0)

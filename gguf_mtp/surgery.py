@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gguf import GGUFValueType
+from gguf import GGUFValueType, Keys
 
 from .errors import GgufMtpError, MissingTensorError
 from .ggufio import keys as K
@@ -65,8 +65,8 @@ def _write(out: Path, kvs: list[KV], groups: list[list[OutTensor]], *, alignment
         for i, (tmp, group) in enumerate(zip(temps, groups)):
             shard_kvs = list(kvs) if i == 0 else []
             if len(groups) > 1:
-                shard_kvs += [KV.u16(K.SPLIT_NO, i), KV.u16(K.SPLIT_COUNT, len(groups)),
-                              KV.i32(K.SPLIT_TENSORS_COUNT, n_total)]
+                shard_kvs += [KV.u16(Keys.Split.LLM_KV_SPLIT_NO, i), KV.u16(Keys.Split.LLM_KV_SPLIT_COUNT, len(groups)),
+                              KV.i32(Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT, n_total)]
             write_gguf(tmp, shard_kvs, group, alignment=alignment, progress=bar.advance, on_tensor=bar.tensor_done)
     bar.close()
     return paths, total
@@ -137,7 +137,7 @@ def strip(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None
     head = require_head(m, "SOURCE")
     if not has_trunk(m, head.n_trunk):
         raise GgufMtpError(f"{m.path}: is an MTP sidecar, not a model; there is no trunk to keep")
-    bc_key, nextn_key = K.arch_key(K.K_BLOCK_COUNT, m.arch), K.arch_key(K.K_NEXTN, m.arch)
+    bc_key, nextn_key = K.arch_key(Keys.LLM.BLOCK_COUNT, m.arch), K.arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, m.arch)
     per_layer = per_layer_keys(m, head.n_trunk + head.n_mtp)
     kvs: list[KV] = []
     for kv in m.model_kvs():

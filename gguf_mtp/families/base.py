@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from gguf import Keys
+
 from ..archs import ARCHS
 from ..checkpoint.folder import Checkpoint
 from ..checkpoint.safetensors import Ref, TensorRef
@@ -147,10 +149,11 @@ class Family:
         """The arch's metadata: block count, context and embedding length, the family's own keys
         (:meth:`hparam_kvs`), and last the MTP layer count when there are MTP layers."""
         ctx = next((self.hp[k] for k in self.context_keys if k in self.hp), 4096)
-        kvs = [KV.u32(self.key(K.K_BLOCK_COUNT), self.L + n_mtp), KV.u32(self.key(K.K_CONTEXT_LENGTH), int(ctx)),
-               KV.u32(self.key(K.K_EMBEDDING_LENGTH), self.H), *self.hparam_kvs(n_mtp)]
+        k = self.key
+        kvs = [KV.u32(k(Keys.LLM.BLOCK_COUNT), self.L + n_mtp), KV.u32(k(Keys.LLM.CONTEXT_LENGTH), int(ctx)),
+               KV.u32(k(Keys.LLM.EMBEDDING_LENGTH), self.H), *self.hparam_kvs(n_mtp)]
         if n_mtp:
-            kvs.append(KV.u32(self.key(K.K_NEXTN), n_mtp))
+            kvs.append(KV.u32(self.key(Keys.LLM.NEXTN_PREDICT_LAYERS), n_mtp))
         return kvs
 
     def hparam_kvs(self, n_mtp: int) -> list[KV]:
@@ -159,11 +162,12 @@ class Family:
 
     def attention_kvs(self, eps: float) -> list[KV]:
         """Plain GQA attention: head counts, key/value length ``hd``, RMS epsilon, RoPE base and dims."""
-        return [KV.u32(self.key(K.K_HEAD_COUNT), self.nh), KV.u32(self.key(K.K_HEAD_COUNT_KV), self.nkv),
-                KV.u32(self.key(K.K_KEY_LENGTH), self.hd), KV.u32(self.key(K.K_VALUE_LENGTH), self.hd),
-                KV.f32(self.key(K.K_RMS_EPS), float(self.hp.get("rms_norm_eps", eps))),
-                KV.f32(self.key(K.K_ROPE_FREQ_BASE), self.rope_theta),
-                KV.u32(self.key(K.K_ROPE_DIM_COUNT), self.rope_dims)]
+        k = self.key
+        return [KV.u32(k(Keys.Attention.HEAD_COUNT), self.nh), KV.u32(k(Keys.Attention.HEAD_COUNT_KV), self.nkv),
+                KV.u32(k(Keys.Attention.KEY_LENGTH), self.hd), KV.u32(k(Keys.Attention.VALUE_LENGTH), self.hd),
+                KV.f32(self.key(Keys.Attention.LAYERNORM_RMS_EPS), float(self.hp.get("rms_norm_eps", eps))),
+                KV.f32(self.key(Keys.Rope.FREQ_BASE), self.rope_theta),
+                KV.u32(self.key(Keys.Rope.DIMENSION_COUNT), self.rope_dims)]
 
     # -- tensors ----------------------------------------------------------------------------
     def put(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool,

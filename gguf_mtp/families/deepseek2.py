@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from gguf import Keys
+
 from ..errors import FormatError, UnsupportedError
-from ..ggufio import keys as K
 from ..ggufio.format import KV
 from .base import PlannedTensor, Transform
 from .glm4moe import GLM_SPECIALS
@@ -70,32 +71,32 @@ class Deepseek2(NextnLayerFamily):
     def hparam_kvs(self, n_mtp: int) -> list[KV]:
         k, hp = self.key, self.hp
         kvs = [
-            KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),
-            KV.u32(k(K.K_HEAD_COUNT), self.nh),
-            KV.u32(k(K.K_HEAD_COUNT_KV), 1),  # MLA runs as MQA over the latent cache
-            KV.u32(k(K.K_Q_LORA_RANK), self.ql),
-            KV.u32(k(K.K_KV_LORA_RANK), self.kl),
-            KV.u32(k(K.K_KEY_LENGTH), self.kl + self.dr),
-            KV.u32(k(K.K_VALUE_LENGTH), self.kl),
-            KV.u32(k(K.K_KEY_LENGTH_MLA), self.dn + self.dr),
-            KV.u32(k(K.K_VALUE_LENGTH_MLA), self.dv),
-            KV.u32(k(K.K_ROPE_DIM_COUNT), self.dr),
-            KV.f32(k(K.K_ROPE_FREQ_BASE), float(rope_param(hp, "rope_theta", 10000.0))),
-            KV.f32(k(K.K_RMS_EPS), float(hp.get("rms_norm_eps", 1e-6))),
+            KV.u32(k(Keys.LLM.FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),
+            KV.u32(k(Keys.Attention.HEAD_COUNT), self.nh),
+            KV.u32(k(Keys.Attention.HEAD_COUNT_KV), 1),  # MLA runs as MQA over the latent cache
+            KV.u32(k(Keys.Attention.Q_LORA_RANK), self.ql),
+            KV.u32(k(Keys.Attention.KV_LORA_RANK), self.kl),
+            KV.u32(k(Keys.Attention.KEY_LENGTH), self.kl + self.dr),
+            KV.u32(k(Keys.Attention.VALUE_LENGTH), self.kl),
+            KV.u32(k(Keys.Attention.KEY_LENGTH_MLA), self.dn + self.dr),
+            KV.u32(k(Keys.Attention.VALUE_LENGTH_MLA), self.dv),
+            KV.u32(k(Keys.Rope.DIMENSION_COUNT), self.dr),
+            KV.f32(k(Keys.Rope.FREQ_BASE), float(rope_param(hp, "rope_theta", 10000.0))),
+            KV.f32(k(Keys.Attention.LAYERNORM_RMS_EPS), float(hp.get("rms_norm_eps", 1e-6))),
             *self.routed_kvs(shared=0, gating=2 if hp.get("scoring_func", "sigmoid") == "sigmoid" else 1, norm=False),
-            KV.u32(k(K.K_VOCAB_SIZE), self.vocab),
+            KV.u32(k(Keys.LLM.VOCAB_SIZE), self.vocab),
         ]
         rs = hp.get("rope_scaling") or hp.get("rope_parameters") or {}
         if (rs.get("type") or rs.get("rope_type")) == "yarn":
             absent = [key for key in ("factor", "original_max_position_embeddings") if key not in rs]
             if absent:
                 raise FormatError(f"{self.ck.root / 'config.json'}: yarn rope scaling without {absent[0]}")
-            kvs += [KV.string(k(K.K_ROPE_SCALING_TYPE), "yarn"),
-                    KV.f32(k(K.K_ROPE_SCALING_FACTOR), float(rs["factor"])),
-                    KV.u32(k(K.K_ROPE_SCALING_ORIG_CTX), int(rs["original_max_position_embeddings"])),
-                    KV.f32(k(K.K_ROPE_SCALING_YARN_LOG_MUL), 0.1 * float(rs.get("mscale_all_dim", 0.0))),
-                    KV.f32(k(K.K_ROPE_SCALING_YARN_BETA_FAST), float(rs.get("beta_fast", 32.0))),
-                    KV.f32(k(K.K_ROPE_SCALING_YARN_BETA_SLOW), float(rs.get("beta_slow", 1.0)))]
+            kvs += [KV.string(k(Keys.Rope.SCALING_TYPE), "yarn"),
+                    KV.f32(k(Keys.Rope.SCALING_FACTOR), float(rs["factor"])),
+                    KV.u32(k(Keys.Rope.SCALING_ORIG_CTX_LEN), int(rs["original_max_position_embeddings"])),
+                    KV.f32(k(Keys.Rope.SCALING_YARN_LOG_MUL), 0.1 * float(rs.get("mscale_all_dim", 0.0))),
+                    KV.f32(k(Keys.Rope.SCALING_YARN_BETA_FAST), float(rs.get("beta_fast", 32.0))),
+                    KV.f32(k(Keys.Rope.SCALING_YARN_BETA_SLOW), float(rs.get("beta_slow", 1.0)))]
         return kvs
 
     def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:

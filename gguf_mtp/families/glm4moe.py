@@ -6,7 +6,8 @@ Facts: docs/facts/glm4moe.md."""
 
 from __future__ import annotations
 
-from ..ggufio import keys as K
+from gguf import Keys
+
 from ..ggufio.format import KV
 from .base import PlannedTensor
 from .nextn_layer import NextnLayerFamily
@@ -32,7 +33,7 @@ class Glm4Moe(NextnLayerFamily):
 
     # -- metadata ---------------------------------------------------------------------------
     def hparam_kvs(self, n_mtp: int) -> list[KV]:
-        return [KV.u32(self.key(K.K_FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),
+        return [KV.u32(self.key(Keys.LLM.FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),
                 *self.attention_kvs(eps=1e-5),
                 *self.routed_kvs(shared=1, gating=2, norm=True)]  # gating 2: sigmoid
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from gguf import GGUFValueType
+from gguf import GGUFValueType, Keys
 
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
@@ -72,26 +72,28 @@ class Mimo2(MultiHeadFamily):
     def hparam_kvs(self, n_mtp: int) -> list[KV]:
         k, hp, bc = self.key, self.hp, self.L + n_mtp
         kvs = [
-            KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),  # dense layers and MTP heads
-            KV.u32(k(K.K_HEAD_COUNT), self.nh),
+            KV.u32(k(Keys.LLM.FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),  # dense layers and MTP heads
+            KV.u32(k(Keys.Attention.HEAD_COUNT), self.nh),
             # per-layer counts as INT32 arrays, as llama.cpp's converter writes them (gguf-py's int lists)
-            self.per_layer(K.K_HEAD_COUNT_KV, GGUFValueType.INT32, [self.kv_heads(il) for il in range(bc)]),
-            KV.u32(k(K.K_KEY_LENGTH), self.hd),
-            KV.u32(k(K.K_VALUE_LENGTH), self.dv),
-            KV.u32(k(K.K_ROPE_DIM_COUNT), self.rope_dims),
-            KV.f32(k(K.K_ROPE_FREQ_BASE), self.rope_theta),
-            KV.u32(k(K.K_SLIDING_WINDOW), int(self.need("sliding_window"))),
-            self.per_layer(K.K_SLIDING_WINDOW_PATTERN, GGUFValueType.INT32, [int(self.is_swa(il)) for il in range(bc)]),
-            KV.f32(k(K.K_RMS_EPS), float(hp.get("layernorm_epsilon", 1e-5))),
-            KV.u32(k(K.K_EXPERT_COUNT), int(self.need("n_routed_experts"))),
-            KV.u32(k(K.K_EXPERT_USED_COUNT), int(self.need("num_experts_per_tok"))),
-            KV.u32(k(K.K_EXPERT_FF_LENGTH), int(self.need("moe_intermediate_size"))),
-            KV.u32(k(K.K_EXPERT_GATING_FUNC), self.gating("scoring_func")),  # the graph routes sigmoid regardless
+            self.per_layer(Keys.Attention.HEAD_COUNT_KV, GGUFValueType.INT32, [self.kv_heads(il) for il in range(bc)]),
+            KV.u32(k(Keys.Attention.KEY_LENGTH), self.hd),
+            KV.u32(k(Keys.Attention.VALUE_LENGTH), self.dv),
+            KV.u32(k(Keys.Rope.DIMENSION_COUNT), self.rope_dims),
+            KV.f32(k(Keys.Rope.FREQ_BASE), self.rope_theta),
+            KV.u32(k(Keys.Attention.SLIDING_WINDOW), int(self.need("sliding_window"))),
+            self.per_layer(Keys.Attention.SLIDING_WINDOW_PATTERN, GGUFValueType.INT32,
+                           [int(self.is_swa(il)) for il in range(bc)]),
+            KV.f32(k(Keys.Attention.LAYERNORM_RMS_EPS), float(hp.get("layernorm_epsilon", 1e-5))),
+            KV.u32(k(Keys.LLM.EXPERT_COUNT), int(self.need("n_routed_experts"))),
+            KV.u32(k(Keys.LLM.EXPERT_USED_COUNT), int(self.need("num_experts_per_tok"))),
+            KV.u32(k(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH), int(self.need("moe_intermediate_size"))),
+            KV.u32(k(Keys.LLM.EXPERT_GATING_FUNC), self.gating("scoring_func")),  # the graph routes sigmoid regardless
         ]
         swa_theta = hp.get("swa_rope_theta", hp.get("local_rope_theta"))
-        optional = ((K.K_ROPE_FREQ_BASE_SWA, swa_theta, KV.f32), (K.K_EXPERT_GROUP_COUNT, hp.get("n_group"), KV.u32),
-                    (K.K_EXPERT_GROUP_USED_COUNT, hp.get("topk_group"), KV.u32),
-                    (K.K_EXPERT_WEIGHTS_SCALE, hp.get("routed_scaling_factor"), KV.f32),
+        optional = ((Keys.Rope.FREQ_BASE_SWA, swa_theta, KV.f32),
+                    (Keys.LLM.EXPERT_GROUP_COUNT, hp.get("n_group"), KV.u32),
+                    (Keys.LLM.EXPERT_GROUP_USED_COUNT, hp.get("topk_group"), KV.u32),
+                    (Keys.LLM.EXPERT_WEIGHTS_SCALE, hp.get("routed_scaling_factor"), KV.f32),
                     (K.K_VALUE_SCALE, hp.get("attention_value_scale"), KV.f32))
         kvs += [make(k(key), value) for key, value, make in optional if value is not None]  # type: ignore[operator]
         return kvs

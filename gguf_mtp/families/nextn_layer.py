@@ -4,8 +4,9 @@ and ``embed_tokens`` beside its block; norms are plain weights. Subclasses defin
 
 from __future__ import annotations
 
+from gguf import Keys
+
 from ..errors import UnsupportedError
-from ..ggufio import keys as K
 from ..ggufio.format import KV
 from .base import Family, ModelPlan, PlannedTensor
 
@@ -35,16 +36,16 @@ class NextnLayerFamily(Family):
         ``n_shared_experts`` and ``norm_topk_prob``)."""
         k, hp = self.key, self.hp
         return [
-            KV.u32(k(K.K_EXPERT_COUNT), int(self.need("n_routed_experts"))),
-            KV.u32(k(K.K_EXPERT_USED_COUNT), int(self.need("num_experts_per_tok"))),
-            KV.u32(k(K.K_EXPERT_GROUP_COUNT), int(hp.get("n_group", 1))),
-            KV.u32(k(K.K_EXPERT_GROUP_USED_COUNT), int(hp.get("topk_group", 1))),
-            KV.u32(k(K.K_EXPERT_FF_LENGTH), int(self.need("moe_intermediate_size"))),
-            KV.u32(k(K.K_EXPERT_SHARED_COUNT), int(hp.get("n_shared_experts", shared))),
-            KV.u32(k(K.K_LEADING_DENSE_BLOCK_COUNT), self.dense),
-            KV.u32(k(K.K_EXPERT_GATING_FUNC), gating),
-            KV.f32(k(K.K_EXPERT_WEIGHTS_SCALE), float(hp.get("routed_scaling_factor", 1.0))),
-            KV.boolean(k(K.K_EXPERT_WEIGHTS_NORM), bool(hp.get("norm_topk_prob", norm))),
+            KV.u32(k(Keys.LLM.EXPERT_COUNT), int(self.need("n_routed_experts"))),
+            KV.u32(k(Keys.LLM.EXPERT_USED_COUNT), int(self.need("num_experts_per_tok"))),
+            KV.u32(k(Keys.LLM.EXPERT_GROUP_COUNT), int(hp.get("n_group", 1))),
+            KV.u32(k(Keys.LLM.EXPERT_GROUP_USED_COUNT), int(hp.get("topk_group", 1))),
+            KV.u32(k(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH), int(self.need("moe_intermediate_size"))),
+            KV.u32(k(Keys.LLM.EXPERT_SHARED_COUNT), int(hp.get("n_shared_experts", shared))),
+            KV.u32(k(Keys.LLM.LEADING_DENSE_BLOCK_COUNT), self.dense),
+            KV.u32(k(Keys.LLM.EXPERT_GATING_FUNC), gating),
+            KV.f32(k(Keys.LLM.EXPERT_WEIGHTS_SCALE), float(hp.get("routed_scaling_factor", 1.0))),
+            KV.boolean(k(Keys.LLM.EXPERT_WEIGHTS_NORM), bool(hp.get("norm_topk_prob", norm))),
         ]
 
     def mtp_layers(self) -> int:

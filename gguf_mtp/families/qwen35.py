@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..ggufio import keys as K
+from gguf import Keys
+
 from ..ggufio.format import KV
 from .qwen3_hybrid import QwenHybrid
 
@@ -21,8 +22,8 @@ class Qwen35Moe(QwenHybrid):
     def ffn_kvs(self) -> list[KV]:
         k = self.key
         return [
-            KV.u32(k(K.K_EXPERT_COUNT), int(self.need("num_experts"))),
-            KV.u32(k(K.K_EXPERT_USED_COUNT), int(self.need("num_experts_per_tok"))),
-            KV.u32(k(K.K_EXPERT_FF_LENGTH), int(self.need("moe_intermediate_size"))),
-            KV.u32(k(K.K_EXPERT_SHARED_FF_LENGTH), int(self.need("shared_expert_intermediate_size"))),
+            KV.u32(k(Keys.LLM.EXPERT_COUNT), int(self.need("num_experts"))),
+            KV.u32(k(Keys.LLM.EXPERT_USED_COUNT), int(self.need("num_experts_per_tok"))),
+            KV.u32(k(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH), int(self.need("moe_intermediate_size"))),
+            KV.u32(k(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH), int(self.need("shared_expert_intermediate_size"))),
         ]

@@ -15,7 +15,7 @@ import re
 from typing import ClassVar
 
 import numpy as np
-from gguf import GGUFValueType
+from gguf import GGUFValueType, Keys
 
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
@@ -112,20 +112,20 @@ class QwenHybrid(Family):
         k, hp = self.key, self.hp
         kvs = []
         if "intermediate_size" in hp:
-            kvs.append(KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(hp["intermediate_size"])))
+            kvs.append(KV.u32(k(Keys.LLM.FEED_FORWARD_LENGTH), int(hp["intermediate_size"])))
         kvs += self.attention_kvs(eps=1e-6)
         if self.mrope_sections:
             sections = (self.mrope + [0, 0, 0, 0])[:4]
-            kvs.append(KV.array(k(K.K_ROPE_DIM_SECTIONS), GGUFValueType.INT32, sections))
+            kvs.append(KV.array(k(Keys.Rope.DIMENSION_SECTIONS), GGUFValueType.INT32, sections))
         kvs += [
-            KV.u32(k(K.K_SSM_CONV_KERNEL), self.kc),
-            KV.u32(k(K.K_SSM_STATE_SIZE), self.dk),
-            KV.u32(k(K.K_SSM_GROUP_COUNT), self.nk),
-            KV.u32(k(K.K_SSM_TIME_STEP_RANK), self.nv),
-            KV.u32(k(K.K_SSM_INNER_SIZE), self.dv * self.nv),
+            KV.u32(k(Keys.SSM.CONV_KERNEL), self.kc),
+            KV.u32(k(Keys.SSM.STATE_SIZE), self.dk),
+            KV.u32(k(Keys.SSM.GROUP_COUNT), self.nk),
+            KV.u32(k(Keys.SSM.TIME_STEP_RANK), self.nv),
+            KV.u32(k(Keys.SSM.INNER_SIZE), self.dv * self.nv),
             KV.array(k(K.K_RECURRENT_LAYERS), GGUFValueType.BOOL,
                      [t == "linear_attention" for t in self.layer_types] + [False] * n_mtp),
-            KV.u32(k(K.K_FULL_ATTN_INTERVAL), self.interval),
+            KV.u32(k(Keys.LLM.FULL_ATTENTION_INTERVAL), self.interval),
         ]
         return kvs + self.ffn_kvs()
 

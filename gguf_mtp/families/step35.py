@@ -12,11 +12,10 @@ import re
 from typing import Any
 
 import numpy as np
-from gguf import GGUFValueType
+from gguf import GGUFValueType, Keys
 
 from ..checkpoint.safetensors import ArrayRef
 from ..errors import FormatError, UnsupportedError
-from ..ggufio import keys as K
 from ..ggufio.format import KV
 from .base import PlannedTensor, Source
 from .multihead import MultiHeadFamily
@@ -124,30 +123,31 @@ class Step35(MultiHeadFamily):
         base, base_swa = self.rope_bases()
         moe = [int(x) for x in str(hp.get("moe_layers_enum") or "").split(",") if x.strip()]
         kvs = [
-            KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(hp.get("intermediate_size", 0))),
-            self.per_layer(K.K_HEAD_COUNT, GGUFValueType.INT32, [self.heads[t][0] for t in types]),
-            self.per_layer(K.K_HEAD_COUNT_KV, GGUFValueType.INT32, [self.heads[t][1] for t in types]),
-            KV.u32(k(K.K_KEY_LENGTH), self.hd),
-            KV.u32(k(K.K_VALUE_LENGTH), self.hd),
-            KV.f32(k(K.K_RMS_EPS), float(hp.get("rms_norm_eps", 1e-5))),
-            KV.f32(k(K.K_ROPE_FREQ_BASE), base),
-            KV.u32(k(K.K_SLIDING_WINDOW), int(self.need("sliding_window"))),
-            self.per_layer(K.K_SLIDING_WINDOW_PATTERN, GGUFValueType.BOOL, [t == SLIDING for t in types]),
-            KV.u32(k(K.K_EXPERT_COUNT), int(self.need("moe_num_experts"))),
-            KV.u32(k(K.K_EXPERT_USED_COUNT), int(self.need("moe_top_k"))),
-            KV.u32(k(K.K_EXPERT_FF_LENGTH), int(self.need("moe_intermediate_size"))),
-            KV.u32(k(K.K_EXPERT_SHARED_FF_LENGTH), int(hp.get("share_expert_dim", 0))),
-            KV.u32(k(K.K_EXPERT_GATING_FUNC), self.gating("moe_router_activation", "scoring_func")),
-            KV.u32(k(K.K_LEADING_DENSE_BLOCK_COUNT), min(moe) if moe else 0),  # not read by step35; as upstream
+            KV.u32(k(Keys.LLM.FEED_FORWARD_LENGTH), int(hp.get("intermediate_size", 0))),
+            self.per_layer(Keys.Attention.HEAD_COUNT, GGUFValueType.INT32, [self.heads[t][0] for t in types]),
+            self.per_layer(Keys.Attention.HEAD_COUNT_KV, GGUFValueType.INT32, [self.heads[t][1] for t in types]),
+            KV.u32(k(Keys.Attention.KEY_LENGTH), self.hd),
+            KV.u32(k(Keys.Attention.VALUE_LENGTH), self.hd),
+            KV.f32(k(Keys.Attention.LAYERNORM_RMS_EPS), float(hp.get("rms_norm_eps", 1e-5))),
+            KV.f32(k(Keys.Rope.FREQ_BASE), base),
+            KV.u32(k(Keys.Attention.SLIDING_WINDOW), int(self.need("sliding_window"))),
+            self.per_layer(Keys.Attention.SLIDING_WINDOW_PATTERN, GGUFValueType.BOOL, [t == SLIDING for t in types]),
+            KV.u32(k(Keys.LLM.EXPERT_COUNT), int(self.need("moe_num_experts"))),
+            KV.u32(k(Keys.LLM.EXPERT_USED_COUNT), int(self.need("moe_top_k"))),
+            KV.u32(k(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH), int(self.need("moe_intermediate_size"))),
+            KV.u32(k(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH), int(hp.get("share_expert_dim", 0))),
+            KV.u32(k(Keys.LLM.EXPERT_GATING_FUNC), self.gating("moe_router_activation", "scoring_func")),
+            KV.u32(k(Keys.LLM.LEADING_DENSE_BLOCK_COUNT), min(moe) if moe else 0),  # not read by step35; as upstream
         ]
         if hp.get("moe_every_n_layer") is not None:  # not read by step35 either; written as llama.cpp's converter
-            kvs.append(KV.u32(k(K.K_MOE_EVERY_N_LAYERS), int(hp["moe_every_n_layer"])))
-        optional = ((K.K_ROPE_FREQ_BASE_SWA, base_swa, KV.f32),
-                    (K.K_EXPERT_WEIGHTS_SCALE, hp.get("moe_router_scaling_factor"), KV.f32),
-                    (K.K_EXPERT_WEIGHTS_NORM, hp.get("norm_expert_weight"), KV.boolean))
+            kvs.append(KV.u32(k(Keys.LLM.MOE_EVERY_N_LAYERS), int(hp["moe_every_n_layer"])))
+        optional = ((Keys.Rope.FREQ_BASE_SWA, base_swa, KV.f32),
+                    (Keys.LLM.EXPERT_WEIGHTS_SCALE, hp.get("moe_router_scaling_factor"), KV.f32),
+                    (Keys.LLM.EXPERT_WEIGHTS_NORM, hp.get("norm_expert_weight"), KV.boolean))
         kvs += [make(k(key), value) for key, value, make in optional if value is not None]  # type: ignore[operator]
         # SwiGLU clamps per layer; None (no clamp) and the MTP layers are 0.0
-        for key, cfg in ((K.K_SWIGLU_CLAMP_EXP, "swiglu_limits"), (K.K_SWIGLU_CLAMP_SHEXP, "swiglu_limits_shared")):
+        for key, cfg in ((Keys.LLM.SWIGLU_CLAMP_EXP, "swiglu_limits"),
+                         (Keys.LLM.SWIGLU_CLAMP_SHEXP, "swiglu_limits_shared")):
             if hp.get(cfg) is not None:
                 vals = [0.0 if v is None else float(v) for v in hp[cfg]][: self.L] + [0.0] * bc
                 kvs.append(self.per_layer(key, GGUFValueType.FLOAT32, vals[:bc]))
