@@ -16,6 +16,8 @@ from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
 FAMILIES = tuple(a for a, row in ARCHS.items() if row.max_heads == 1)
 #: archs with chained MTP heads, one per draft step
 MULTIHEAD_FAMILIES = tuple(a for a, row in ARCHS.items() if row.max_heads is None)
+#: one-layer archs whose target memory drops rejected drafts natively (qwen3next's replay rollback: test_rollback)
+NATIVE_ROLLBACK_FAMILIES = tuple(a for a in FAMILIES if ARCHS[a].rs_rollback or not ARCHS[a].recurrent)
 
 
 @pytest.fixture(scope="session")
