@@ -20,8 +20,9 @@ from .families.base import Family, ModelPlan
 from .ggufio import keys as K
 from .ggufio.atomic import atomic_paths, check_output
 from .ggufio.format import KV, type_name
+from .ggufio.names import MT, w
 from .ggufio.writer import OutTensor, write_gguf
-from .layout import MTP_SUFFIX, Layout, borrowed_tensors
+from .layout import MTP_SUFFIX, OUTPUT, TOKEN_EMBD, Layout, borrowed_tensors
 from .progress import Progress
 from .quant import FILE_TYPES, choose_type, parse_outtype
 
@@ -64,7 +65,7 @@ def general_kvs(arch: str, name: str, file_type: GGMLQuantizationType) -> list[K
 
 
 #: MTP-layer copies that llama.cpp's graphs replace by the model's own tensor when absent
-SHARED_COPIES = {".nextn.embed_tokens.weight": "token_embd.weight", ".nextn.shared_head_head.weight": "output.weight"}
+SHARED_COPIES = {"." + w(MT.NEXTN_EMBED_TOKENS): TOKEN_EMBD, "." + w(MT.NEXTN_SHARED_HEAD_HEAD): OUTPUT}
 
 
 def _same_bytes(a, b, chunk: int = 64 << 20) -> bool:  # type: ignore[no-untyped-def]
@@ -84,8 +85,8 @@ def drop_shared_copies(plan: ModelPlan, family: Family) -> list[str]:
     sidecar shrinks by two vocab x hidden matrices."""
     full = family.plan(trunk=False, mtp=False, embeddings=True)
     base = {t.name: t for t in full.tensors}
-    if "output.weight" not in base and "token_embd.weight" in base:
-        base["output.weight"] = base["token_embd.weight"]  # tied embeddings
+    if OUTPUT not in base and TOKEN_EMBD in base:
+        base[OUTPUT] = base[TOKEN_EMBD]  # tied embeddings
     dropped = []
     for t in list(plan.tensors):
         for suffix, twin in SHARED_COPIES.items():

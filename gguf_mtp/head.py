@@ -22,7 +22,7 @@ from .ggufio.model import GGUFModel, Tensor
 from .ggufio.shape import ggml_shape, same_ggml_shape
 from .ggufio.validate import LLAMA_MAX_LAYERS, check_tensor_types
 from .ggufio.writer import OutTensor, Progress, copy_tensor, write_all
-from .layout import MODEL_TENSORS, block_index
+from .layout import MODEL_TENSORS, OUTPUT, TOKEN_EMBD, block_index
 from .quant import can_decode, choose_type, dequantize, encode, parse_outtype
 
 __all__ = ["Head", "find_head", "require_head", "has_trunk", "check_compatible", "GraftPlan", "plan_graft",
@@ -138,13 +138,13 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
             diffs.append(f"{m.group(2)} shape {list(by_suffix[m.group(2)][0])} (target) vs "
                          f"{list(ggml_shape(t.info.shape))} (head)")
             break
-    for name in ("token_embd.weight", "output.weight"):
+    for name in (TOKEN_EMBD, OUTPUT):
         if name in src.tensors and name in target.tensors and \
                 not same_ggml_shape(src.tensors[name].info.shape, target.tensors[name].info.shape):
             diffs.append(f"{name} shape {list(ggml_shape(target.tensors[name].info.shape))} (target) vs "
                          f"{list(ggml_shape(src.tensors[name].info.shape))} (head)")
     # model-level tensors (rope_freqs): a self-contained head carries its own, a head-only one lists what it borrows
-    head_only = "token_embd.weight" not in src.tensors
+    head_only = TOKEN_EMBD not in src.tensors
     borrowed = src.arch_get(K.K_SHARED_TARGET_TENSORS)
     for name in MODEL_TENSORS:
         if head_only and not isinstance(borrowed, list):

@@ -26,7 +26,7 @@ from .ggufio.validate import check_tensor_types
 from .ggufio.writer import OutTensor, copy_tensor, write_gguf
 from .head import GraftPlan, Head, check_compatible, find_head, has_trunk, head_tensor, per_layer_keys, plan_graft
 from .head import require_head, with_array
-from .layout import EMBEDDING_TENSORS, MODEL_TENSORS, borrowed_tensors
+from .layout import EMBEDDING_TENSORS, MODEL_TENSORS, OUTPUT_NORM, TOKEN_EMBD, borrowed_tensors
 from .progress import Progress as Bar
 from .quant import parse_outtype
 
@@ -110,7 +110,7 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
     mt = parse_outtype(mtp_type, "--mtp-type") if mtp_type else None
     tensors = [head_tensor(t, mt) for t in head.tensors]
     if not head_only:
-        missing = [n for n in ("token_embd.weight", "output_norm.weight") if n not in m.tensors]
+        missing = [n for n in (TOKEN_EMBD, OUTPUT_NORM) if n not in m.tensors]
         if missing:
             raise MissingTensorError(f"{m.path}: has no {missing[0]} (a head-only sidecar?); extract with "
                                      "--head-only, or from a bundled model")

@@ -10,7 +10,8 @@ Adding a family (``glm4moe.py`` has exactly this shape):
 2. One module ``gguf_mtp/families/<module>.py`` with ``<Class>``, a :class:`~gguf_mtp.families.base.Family`
    subclass (usually of a shared shape: :class:`~.nextn_layer.NextnLayerFamily`,
    :class:`~.multihead.MultiHeadFamily`, :class:`~.qwen3_hybrid.QwenHybrid`) that sets ``arch`` and defines
-   ``__init__`` (read the config), ``hparam_kvs`` (its metadata) and ``_block`` (its tensors, with ``put``).
+   ``__init__`` (read the config), ``hparam_kvs`` (its metadata, keys from ``gguf.Keys``) and ``_block`` (its
+   tensors: ``put(out, hf_name, b + w(MT.ATTN_NORM), shape, mtp)``, names from :mod:`gguf_mtp.ggufio.names`).
 3. A synthetic checkpoint in :mod:`gguf_mtp.synthetic`; the shared tests then cover the family.
 """
 

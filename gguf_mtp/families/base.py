@@ -22,6 +22,7 @@ from ..checkpoint.safetensors import Ref, TensorRef
 from ..errors import FormatError, MissingTensorError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
+from ..ggufio.names import MT, w
 
 Transform = Callable[[np.ndarray], np.ndarray]
 #: how a tensor's bytes are cut into sources (a permutation of row blocks, say); the whole tensor by default
@@ -108,6 +109,8 @@ class Family:
     vocab: int  # rows of the embedding matrix, set by subclasses
     L: int  # trunk layers
     H: int  # hidden size
+    rope_theta: float  # set by families that use attention_kvs
+    rope_dims: int
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -153,7 +156,7 @@ class Family:
         kvs = [KV.u32(k(Keys.LLM.BLOCK_COUNT), self.L + n_mtp), KV.u32(k(Keys.LLM.CONTEXT_LENGTH), int(ctx)),
                KV.u32(k(Keys.LLM.EMBEDDING_LENGTH), self.H), *self.hparam_kvs(n_mtp)]
         if n_mtp:
-            kvs.append(KV.u32(self.key(Keys.LLM.NEXTN_PREDICT_LAYERS), n_mtp))
+            kvs.append(KV.u32(k(Keys.LLM.NEXTN_PREDICT_LAYERS), n_mtp))
         return kvs
 
     def hparam_kvs(self, n_mtp: int) -> list[KV]:
@@ -161,13 +164,13 @@ class Family:
         raise NotImplementedError
 
     def attention_kvs(self, eps: float) -> list[KV]:
-        """Plain GQA attention: head counts, key/value length ``hd``, RMS epsilon, RoPE base and dims."""
+        """Plain GQA attention: head counts, key/value length ``hd``, RMS epsilon, RoPE base and dims (the family
+        sets ``rope_theta`` and ``rope_dims``)."""
         k = self.key
         return [KV.u32(k(Keys.Attention.HEAD_COUNT), self.nh), KV.u32(k(Keys.Attention.HEAD_COUNT_KV), self.nkv),
                 KV.u32(k(Keys.Attention.KEY_LENGTH), self.hd), KV.u32(k(Keys.Attention.VALUE_LENGTH), self.hd),
-                KV.f32(self.key(Keys.Attention.LAYERNORM_RMS_EPS), float(self.hp.get("rms_norm_eps", eps))),
-                KV.f32(self.key(Keys.Rope.FREQ_BASE), self.rope_theta),
-                KV.u32(self.key(Keys.Rope.DIMENSION_COUNT), self.rope_dims)]
+                KV.f32(k(Keys.Attention.LAYERNORM_RMS_EPS), float(self.hp.get("rms_norm_eps", eps))),
+                KV.f32(k(Keys.Rope.FREQ_BASE), self.rope_theta), KV.u32(k(Keys.Rope.DIMENSION_COUNT), self.rope_dims)]
 
     # -- tensors ----------------------------------------------------------------------------
     def put(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool,
@@ -196,21 +199,22 @@ class Family:
                 return ref
         return self.tensor(name, shape)
 
-    def ffn_triple(self, out: list[PlannedTensor], p: str, b: str, suffix: str, ff: int, mtp: bool) -> None:
-        """``{p}{gate,up,down}_proj.weight`` -> ``{b}ffn_{gate,up,down}{suffix}.weight``: a SwiGLU MLP of width
-        ``ff`` (``suffix`` "" for a dense FFN, "_shexp" for a shared expert)."""
+    def ffn_triple(self, out: list[PlannedTensor], p: str, b: str, gguf: tuple[MT, MT, MT], ff: int,
+                   mtp: bool) -> None:
+        """``{p}{gate,up,down}_proj.weight`` -> the ``gguf`` (gate, up, down) tensors of block ``b``: a SwiGLU MLP
+        of width ``ff``."""
         H = self.H
-        for proj, gg, shape in (("gate_proj", "ffn_gate", (ff, H)), ("up_proj", "ffn_up", (ff, H)),
-                                ("down_proj", "ffn_down", (H, ff))):
-            self.put(out, f"{p}{proj}.weight", f"{b}{gg}{suffix}.weight", shape, mtp)
+        for proj, t, shape in zip(("gate_proj", "up_proj", "down_proj"), gguf, ((ff, H), (ff, H), (H, ff))):
+            self.put(out, f"{p}{proj}.weight", b + w(t), shape, mtp)
 
     def dense_ffn(self, out: list[PlannedTensor], p: str, b: str, mtp: bool) -> None:
         """The dense MLP ``{p}mlp.*`` of width ``intermediate_size``."""
-        self.ffn_triple(out, p + "mlp.", b, "", int(self.need("intermediate_size")), mtp)
+        ff = int(self.need("intermediate_size"))
+        self.ffn_triple(out, p + "mlp.", b, (MT.FFN_GATE, MT.FFN_UP, MT.FFN_DOWN), ff, mtp)
 
     def shared_expert(self, out: list[PlannedTensor], p: str, b: str, ff: int, mtp: bool) -> None:
         """A shared expert under HF prefix ``p`` (spelled differently per family) as ``ffn_*_shexp``."""
-        self.ffn_triple(out, p, b, "_shexp", ff, mtp)
+        self.ffn_triple(out, p, b, (MT.FFN_GATE_SHEXP, MT.FFN_UP_SHEXP, MT.FFN_DOWN_SHEXP), ff, mtp)
 
     def expert_tensors(self, p: str, b: str, E: int, Ie: int, mtp: bool) -> list[PlannedTensor]:
         """``ffn_{gate,up,down}_exps`` of layer prefix ``p`` (HF) / ``b`` (GGUF): stacked per-expert tensors, or a
@@ -221,16 +225,17 @@ class Family:
             suffix = "" if self.ck.has(fused) else ".weight"
             gu = self.tensor(fused + suffix, (E, 2 * Ie, H))
             per = Ie * H
-            return [PlannedTensor(b + "ffn_gate_exps.weight", (E, Ie, H), [Source(gu, e * 2 * per, per) for e in range(E)], mtp),
-                    PlannedTensor(b + "ffn_up_exps.weight", (E, Ie, H),
+            return [PlannedTensor(b + w(MT.FFN_GATE_EXP), (E, Ie, H),
+                                  [Source(gu, e * 2 * per, per) for e in range(E)], mtp),
+                    PlannedTensor(b + w(MT.FFN_UP_EXP), (E, Ie, H),
                                   [Source(gu, e * 2 * per + per, per) for e in range(E)], mtp),
-                    PlannedTensor(b + "ffn_down_exps.weight", (E, H, Ie),
+                    PlannedTensor(b + w(MT.FFN_DOWN_EXP), (E, H, Ie),
                                   [Source(self.tensor(p + "mlp.experts.down_proj" + suffix, (E, H, Ie)))], mtp)]
         out = []
-        for proj, gg, shape in (("gate_proj", "ffn_gate_exps", (Ie, H)), ("up_proj", "ffn_up_exps", (Ie, H)),
-                                ("down_proj", "ffn_down_exps", (H, Ie))):
+        for proj, t, shape in (("gate_proj", MT.FFN_GATE_EXP, (Ie, H)), ("up_proj", MT.FFN_UP_EXP, (Ie, H)),
+                               ("down_proj", MT.FFN_DOWN_EXP, (H, Ie))):
             srcs = [Source(self.tensor(f"{p}mlp.experts.{e}.{proj}.weight", shape)) for e in range(E)]
-            out.append(PlannedTensor(f"{b}{gg}.weight", (E, *shape), srcs, mtp))
+            out.append(PlannedTensor(b + w(t), (E, *shape), srcs, mtp))
         return out
 
     def spelled(self, prefix: str, names: str | tuple[str, ...]) -> str:

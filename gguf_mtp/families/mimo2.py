@@ -14,6 +14,7 @@ from gguf import GGUFValueType, Keys
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
+from ..ggufio.names import MT, w
 from .base import PlannedTensor, Source
 from .multihead import MultiHeadFamily
 
@@ -22,10 +23,10 @@ class Mimo2(MultiHeadFamily):
     arch = "mimo2"
     default_heads = 3  # V2-Flash, V2.5 and V2.5-Pro all ship three; upstream hard-codes the count too
     # released heads: model.mtp.layers.{k}.{eh_proj,enorm,hnorm,final_layernorm,...} (docs/facts/mimo2.md, "Sources")
-    head_tensors = (("eh_proj.weight", "nextn.eh_proj.weight", "EH", True),
-                    ("enorm.weight", "nextn.enorm.weight", "E", True),
-                    ("hnorm.weight", "nextn.hnorm.weight", "E", True),
-                    ("final_layernorm.weight", "layer_output_norm.weight", "E", False))
+    head_tensors = (("eh_proj.weight", MT.NEXTN_EH_PROJ, "EH", True),
+                    ("enorm.weight", MT.NEXTN_ENORM, "E", True),
+                    ("hnorm.weight", MT.NEXTN_HNORM, "E", True),
+                    ("final_layernorm.weight", MT.LAYER_OUT_NORM, "E", False))
     #: the FFN norm: ``pre_mlp_layernorm`` in the released MTP heads, ``post_attention_layernorm`` in the trunk
     #: (and in SGLang's renamed heads); llama.cpp's tensor map reads both as ffn_norm
     FFN_NORM = ("post_attention_layernorm.weight", "pre_mlp_layernorm.weight")
@@ -101,28 +102,28 @@ class Mimo2(MultiHeadFamily):
     def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
         p = f"model.layers.{il}." if il < self.L else self.head_prefix(il - self.L)
         b, H, hd, dv, nh, kv = f"blk.{il}.", self.H, self.hd, self.dv, self.nh, self.kv_heads(il)
-        rows = (("q_proj", "attn_q", nh * hd), ("k_proj", "attn_k", kv * hd), ("v_proj", "attn_v", kv * dv))
-        self.put(out, p + "input_layernorm.weight", b + "attn_norm.weight", (H,), mtp)
+        rows = (("q_proj", MT.ATTN_Q, nh * hd), ("k_proj", MT.ATTN_K, kv * hd), ("v_proj", MT.ATTN_V, kv * dv))
+        self.put(out, p + "input_layernorm.weight", b + w(MT.ATTN_NORM), (H,), mtp)
         fused = p + "self_attn.qkv_proj.weight"
         if self.ck.has(fused):
             if self.ck.tensor(fused).dtype == "F8_E4M3":
                 # V2.5 / V2.5-Pro shard the fused FP8 qkv per tensor-parallel rank: plain block dequant is wrong
                 raise UnsupportedError(f"{self.ck.root}: {fused!r} is a tensor-parallel-sharded FP8 fused QKV "
                                        "(MiMo-V2.5); convert from a bf16 checkpoint")
-            self.put(out, fused, b + "attn_qkv.weight", (sum(r for _, _, r in rows), H), mtp)
+            self.put(out, fused, b + w(MT.ATTN_QKV), (sum(r for _, _, r in rows), H), mtp)
         elif mtp:  # the MTP graph reads one fused attn_qkv: stack the rows [Q | K | V]
             srcs = [Source(self.tensor(f"{p}self_attn.{proj}.weight", (r, H))) for proj, _, r in rows]
-            out.append(PlannedTensor(b + "attn_qkv.weight", (sum(r for _, _, r in rows), H), srcs, mtp))
+            out.append(PlannedTensor(b + w(MT.ATTN_QKV), (sum(r for _, _, r in rows), H), srcs, mtp))
         else:
-            for proj, gg, r in rows:
-                self.put(out, f"{p}self_attn.{proj}.weight", f"{b}{gg}.weight", (r, H), mtp)
-        self.put(out, p + "self_attn.o_proj.weight", b + "attn_output.weight", (H, nh * dv), mtp)
-        self.opt(out, p + "self_attn.attention_sink_bias", b + "attn_sinks.weight", (nh,), mtp)
-        self.put(out, self.spelled(p, self.FFN_NORM[::-1] if mtp else self.FFN_NORM), b + "ffn_norm.weight", (H,), mtp)
+            for proj, t, r in rows:
+                self.put(out, f"{p}self_attn.{proj}.weight", b + w(t), (r, H), mtp)
+        self.put(out, p + "self_attn.o_proj.weight", b + w(MT.ATTN_OUT), (H, nh * dv), mtp)
+        self.opt(out, p + "self_attn.attention_sink_bias", b + w(MT.ATTN_SINKS), (nh,), mtp)
+        self.put(out, self.spelled(p, self.FFN_NORM[::-1] if mtp else self.FFN_NORM), b + w(MT.FFN_NORM), (H,), mtp)
         if self.ck.has(p + "mlp.gate.weight"):  # llama.cpp builds a layer as MoE iff it has a router
             X, Fe = int(self.need("n_routed_experts")), int(self.need("moe_intermediate_size"))
-            self.put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (X, H), mtp)
-            self.opt(out, p + "mlp.gate.e_score_correction_bias", b + "exp_probs_b.bias", (X,), mtp)
+            self.put(out, p + "mlp.gate.weight", b + w(MT.FFN_GATE_INP), (X, H), mtp)
+            self.opt(out, p + "mlp.gate.e_score_correction_bias", b + w(MT.FFN_EXP_PROBS_B, ".bias"), (X,), mtp)
             out.extend(self.expert_tensors(p, b, X, Fe, mtp))
             return
         self.dense_ffn(out, p, b, mtp)

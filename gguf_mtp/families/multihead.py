@@ -15,6 +15,7 @@ from gguf import GGUFValueType
 
 from ..errors import MissingTensorError, UnsupportedError
 from ..ggufio.format import KV
+from ..ggufio.names import MT, tensor_name, w
 from .base import PlannedTensor
 from .nextn_layer import NextnLayerFamily
 
@@ -25,9 +26,9 @@ GATING = {"softmax": 1, "sigmoid": 2, "sqrtsoftplus": 4}
 class MultiHeadFamily(NextnLayerFamily):
     #: heads when config.json does not say (MiMo ships 3 and its config carries no count)
     default_heads: ClassVar[int] = 0
-    #: (HF name under a head's prefix, or a tuple of its real spellings; GGUF name under blk.{L+k}.; shape key;
+    #: (HF name under a head's prefix, or a tuple of its real spellings; GGUF tensor of block L+k; shape key;
     #: required) of the head's own tensors
-    head_tensors: ClassVar[tuple[tuple[str | tuple[str, ...], str, str, bool], ...]] = ()
+    head_tensors: ClassVar[tuple[tuple[str | tuple[str, ...], MT, str, bool], ...]] = ()
     # Step stores some matrices with a leading singleton axis that its converter squeezes (the bytes are the same)
     singleton_axes = True
 
@@ -70,15 +71,15 @@ class MultiHeadFamily(NextnLayerFamily):
     def _head(self, out: list[PlannedTensor], k: int) -> None:
         p, b = self.head_prefix(k), f"blk.{self.L + k}."
         shapes = self.shapes()
-        for hf, gg, shape, required in self.head_tensors:
-            (self.put if required else self.opt)(out, self.spelled(p, hf), b + gg, shapes[shape], True)
+        for hf, t, shape, required in self.head_tensors:
+            (self.put if required else self.opt)(out, self.spelled(p, hf), b + w(t), shapes[shape], True)
         self._block(out, self.L + k, True)
 
     def _output(self, out: list[PlannedTensor]) -> None:
-        self.put(out, "model.norm.weight", "output_norm.weight", (self.H,), False)
+        self.put(out, "model.norm.weight", tensor_name(MT.OUTPUT_NORM), (self.H,), False)
         # output.weight is required by both loaders even for tied embeddings: write the embedding then
         lm = "lm_head.weight" if self.ck.has("lm_head.weight") else "model.embed_tokens.weight"
-        self.put(out, lm, "output.weight", (self.vocab, self.H), False)
+        self.put(out, lm, tensor_name(MT.OUTPUT), (self.vocab, self.H), False)
 
     def gating(self, *keys: str) -> int:
         """expert_gating_func from the first scoring-function key the config has (sigmoid when none)."""

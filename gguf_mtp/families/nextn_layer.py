@@ -8,6 +8,7 @@ from gguf import Keys
 
 from ..errors import UnsupportedError
 from ..ggufio.format import KV
+from ..ggufio.names import MT, tensor_name, w
 from .base import Family, ModelPlan, PlannedTensor
 
 
@@ -25,8 +26,8 @@ class NextnLayerFamily(Family):
             return
         E, Ie = int(self.need("n_routed_experts")), int(self.need("moe_intermediate_size"))
         Is = Ie * int(self.hp.get("n_shared_experts", default_shared))
-        self.put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (E, H), mtp)
-        self.opt(out, p + "mlp.gate.e_score_correction_bias", b + "exp_probs_b.bias", (E,), mtp)
+        self.put(out, p + "mlp.gate.weight", b + w(MT.FFN_GATE_INP), (E, H), mtp)
+        self.opt(out, p + "mlp.gate.e_score_correction_bias", b + w(MT.FFN_EXP_PROBS_B, ".bias"), (E,), mtp)
         out.extend(self.expert_tensors(p, b, E, Ie, mtp))
         if Is:
             self.shared_expert(out, p + "mlp.shared_experts.", b, Is, mtp)
@@ -65,19 +66,19 @@ class NextnLayerFamily(Family):
         H, V = self.H, self.vocab
         il = self.L + i
         p, b = f"model.layers.{il}.", f"blk.{il}."
-        self.put(out, p + "eh_proj.weight", b + "nextn.eh_proj.weight", (H, 2 * H), True)
-        self.put(out, p + "enorm.weight", b + "nextn.enorm.weight", (H,), True)
-        self.put(out, p + "hnorm.weight", b + "nextn.hnorm.weight", (H,), True)
-        self.opt(out, p + "shared_head.norm.weight", b + "nextn.shared_head_norm.weight", (H,), True)
-        self.opt(out, p + "shared_head.head.weight", b + "nextn.shared_head_head.weight", (V, H), True)
-        self.opt(out, p + "embed_tokens.weight", b + "nextn.embed_tokens.weight", (V, H), True)
+        self.put(out, p + "eh_proj.weight", b + w(MT.NEXTN_EH_PROJ), (H, 2 * H), True)
+        self.put(out, p + "enorm.weight", b + w(MT.NEXTN_ENORM), (H,), True)
+        self.put(out, p + "hnorm.weight", b + w(MT.NEXTN_HNORM), (H,), True)
+        self.opt(out, p + "shared_head.norm.weight", b + w(MT.NEXTN_SHARED_HEAD_NORM), (H,), True)
+        self.opt(out, p + "shared_head.head.weight", b + w(MT.NEXTN_SHARED_HEAD_HEAD), (V, H), True)
+        self.opt(out, p + "embed_tokens.weight", b + w(MT.NEXTN_EMBED_TOKENS), (V, H), True)
         self._block(out, il, True)
 
     def _output(self, out: list[PlannedTensor]) -> None:
         """Final norm and LM head (absent when tied: llama.cpp falls back to token_embd)."""
-        self.put(out, "model.norm.weight", "output_norm.weight", (self.H,), False)
+        self.put(out, "model.norm.weight", tensor_name(MT.OUTPUT_NORM), (self.H,), False)
         if self.ck.has("lm_head.weight"):
-            self.put(out, "lm_head.weight", "output.weight", (self.vocab, self.H), False)
+            self.put(out, "lm_head.weight", tensor_name(MT.OUTPUT), (self.vocab, self.H), False)
 
     def plan(self, *, trunk: bool, mtp: bool, embeddings: bool) -> ModelPlan:
         n_mtp = self.mtp_layers() if mtp else 0
@@ -85,7 +86,7 @@ class NextnLayerFamily(Family):
             raise UnsupportedError(f"{self.ck.root}: {n_mtp} MTP layers; llama.cpp's {self.arch} MTP graph runs one")
         out: list[PlannedTensor] = []
         if embeddings:
-            self.put(out, "model.embed_tokens.weight", "token_embd.weight", (self.vocab, self.H), False)
+            self.put(out, "model.embed_tokens.weight", tensor_name(MT.TOKEN_EMBD), (self.vocab, self.H), False)
         if trunk:
             for il in range(self.L):
                 self._block(out, il, False)

@@ -20,6 +20,7 @@ from gguf import GGUFValueType, Keys
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
+from ..ggufio.names import MT, tensor_name, w
 from ..checkpoint.safetensors import TensorRef
 from .base import Family, ModelPlan, PlannedTensor, Source, Split, Transform
 
@@ -59,7 +60,7 @@ def tiled_rows(ref: TensorRef, start: int, nk: int, r: int, hdim: int) -> list[S
 
 class QwenHybrid(Family):
     skip = re.compile(r"(^|\.)(visual|vision_tower|vision|merger|patch_embed)\.|rotary_emb\.inv_freq$|weight_scale_inv$")
-    plain_norms = ("ssm_norm.weight",)  # the linear-attention gated norm is stored as is
+    plain_norms = (w(MT.SSM_NORM),)  # the linear-attention gated norm is stored as is
     moe: ClassVar[bool] = False
     reorder_v: ClassVar[bool] = True
     fused_qkvz: ClassVar[bool] = False
@@ -138,15 +139,15 @@ class QwenHybrid(Family):
 
     def _attention(self, out: list[PlannedTensor], p: str, b: str, mtp: bool) -> None:
         H, nh, nkv, hd = self.H, self.nh, self.nkv, self.hd
-        for hf, gg, shape in (
-            ("self_attn.q_proj.weight", "attn_q.weight", (2 * nh * hd, H)),
-            ("self_attn.k_proj.weight", "attn_k.weight", (nkv * hd, H)),
-            ("self_attn.v_proj.weight", "attn_v.weight", (nkv * hd, H)),
-            ("self_attn.o_proj.weight", "attn_output.weight", (H, nh * hd)),
-            ("self_attn.q_norm.weight", "attn_q_norm.weight", (hd,)),
-            ("self_attn.k_norm.weight", "attn_k_norm.weight", (hd,)),
+        for hf, t, shape in (
+            ("self_attn.q_proj.weight", MT.ATTN_Q, (2 * nh * hd, H)),
+            ("self_attn.k_proj.weight", MT.ATTN_K, (nkv * hd, H)),
+            ("self_attn.v_proj.weight", MT.ATTN_V, (nkv * hd, H)),
+            ("self_attn.o_proj.weight", MT.ATTN_OUT, (H, nh * hd)),
+            ("self_attn.q_norm.weight", MT.ATTN_Q_NORM, (hd,)),
+            ("self_attn.k_norm.weight", MT.ATTN_K_NORM, (hd,)),
         ):
-            self.put(out, p + hf, b + gg, shape, mtp)
+            self.put(out, p + hf, b + w(t), shape, mtp)
 
     def _linear_attention(self, out: list[PlannedTensor], p: str, b: str) -> None:
         H, nk, nv, dk, dv = self.H, self.nk, self.nv, self.dk, self.dv
@@ -156,27 +157,27 @@ class QwenHybrid(Family):
         la = p + "linear_attn."
         if self.fused_qkvz:
             shape = (nk * (2 * dk + 2 * r * dv), H)
-            self.put(out, la + "in_proj_qkvz.weight", b + "attn_qkv.weight", shape, False, (conv_dim, H),
+            self.put(out, la + "in_proj_qkvz.weight", b + w(MT.ATTN_QKV), shape, False, (conv_dim, H),
                      self._split_qkvz(want_z=False))
-            self.put(out, la + "in_proj_qkvz.weight", b + "attn_gate.weight", shape, False, (value_dim, H),
+            self.put(out, la + "in_proj_qkvz.weight", b + w(MT.ATTN_GATE), shape, False, (value_dim, H),
                      self._split_qkvz(want_z=True))
-            self.put(out, la + "in_proj_ba.weight", b + "ssm_ba.weight", (2 * nv, H), False)
+            self.put(out, la + "in_proj_ba.weight", b + w(MT.SSM_BETA_ALPHA), (2 * nv, H), False)
         else:
-            self.put(out, la + "in_proj_qkv.weight", b + "attn_qkv.weight", (conv_dim, H), False,
+            self.put(out, la + "in_proj_qkv.weight", b + w(MT.ATTN_QKV), (conv_dim, H), False,
                      split=self.v_rows(2 * key_dim, dv))
-            self.put(out, la + "in_proj_z.weight", b + "attn_gate.weight", (value_dim, H), False,
+            self.put(out, la + "in_proj_z.weight", b + w(MT.ATTN_GATE), (value_dim, H), False,
                      split=self.v_rows(0, dv))
-            self.put(out, la + "in_proj_b.weight", b + "ssm_beta.weight", (nv, H), False, split=self.v_rows(0, 1))
-            self.put(out, la + "in_proj_a.weight", b + "ssm_alpha.weight", (nv, H), False, split=self.v_rows(0, 1))
+            self.put(out, la + "in_proj_b.weight", b + w(MT.SSM_BETA), (nv, H), False, split=self.v_rows(0, 1))
+            self.put(out, la + "in_proj_a.weight", b + w(MT.SSM_ALPHA), (nv, H), False, split=self.v_rows(0, 1))
 
         squeeze = (lambda x: x.reshape(conv_dim, self.kc))
         conv = (lambda x, t=tile_heads(2 * key_dim, nk, r, dv): t(squeeze(x))) if tile else squeeze
         self.put(out, la + "conv1d.weight", b + "ssm_conv1d.weight", (conv_dim, 1, self.kc), False,
                  (conv_dim, self.kc), conv)
-        self.put(out, la + "dt_bias", b + "ssm_dt.bias", (nv,), False, split=self.v_rows(0, 1))
-        self.put(out, la + "A_log", b + "ssm_a", (nv,), False, elementwise=neg_exp, split=self.v_rows(0, 1))
-        self.put(out, la + "norm.weight", b + "ssm_norm.weight", (dv,), False)
-        self.put(out, la + "out_proj.weight", b + "ssm_out.weight", (H, value_dim), False,
+        self.put(out, la + "dt_bias", b + w(MT.SSM_DT, ".bias"), (nv,), False, split=self.v_rows(0, 1))
+        self.put(out, la + "A_log", b + w(MT.SSM_A, ""), (nv,), False, elementwise=neg_exp, split=self.v_rows(0, 1))
+        self.put(out, la + "norm.weight", b + w(MT.SSM_NORM), (dv,), False)
+        self.put(out, la + "out_proj.weight", b + w(MT.SSM_OUT), (H, value_dim), False,
                  whole=tile_heads(0, nk, r, dv, axis=1) if tile else None)
 
     def _split_qkvz(self, want_z: bool) -> Transform:
@@ -198,15 +199,15 @@ class QwenHybrid(Family):
             return
         E, Ie, Is = (int(self.need("num_experts")), int(self.need("moe_intermediate_size")),
                      int(self.need("shared_expert_intermediate_size")))
-        self.put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (E, H), mtp)
+        self.put(out, p + "mlp.gate.weight", b + w(MT.FFN_GATE_INP), (E, H), mtp)
         out.extend(self.expert_tensors(p, b, E, Ie, mtp))
         self.shared_expert(out, p + "mlp.shared_expert.", b, Is, mtp)
-        self.put(out, p + "mlp.shared_expert_gate.weight", b + "ffn_gate_inp_shexp.weight", (1, H), mtp, (H,))
+        self.put(out, p + "mlp.shared_expert_gate.weight", b + w(MT.FFN_GATE_INP_SHEXP), (1, H), mtp, (H,))
 
     def _block(self, out: list[PlannedTensor], p: str, il: int, *, linear: bool, mtp: bool) -> None:
         b = f"blk.{il}."
-        self.put(out, p + "input_layernorm.weight", b + "attn_norm.weight", (self.H,), mtp)
-        self.put(out, p + "post_attention_layernorm.weight", b + "post_attention_norm.weight", (self.H,), mtp)
+        self.put(out, p + "input_layernorm.weight", b + w(MT.ATTN_NORM), (self.H,), mtp)
+        self.put(out, p + "post_attention_layernorm.weight", b + w(MT.ATTN_POST_NORM), (self.H,), mtp)
         if linear:
             self._linear_attention(out, p, b)
         else:
@@ -220,20 +221,20 @@ class QwenHybrid(Family):
         out: list[PlannedTensor] = []
         H, V = self.H, self.vocab
         if embeddings:
-            self.put(out, self.prefix + "embed_tokens.weight", "token_embd.weight", (V, H), False)
+            self.put(out, self.prefix + "embed_tokens.weight", tensor_name(MT.TOKEN_EMBD), (V, H), False)
         if trunk:
             for il in range(self.L):
                 self._block(out, f"{self.prefix}layers.{il}.", il,
                             linear=self.layer_types[il] == "linear_attention", mtp=False)
         if n_mtp:
             mp, il = self.mtp_prefix, self.L
-            self.put(out, mp + "fc.weight", f"blk.{il}.nextn.eh_proj.weight", (H, 2 * H), True)
-            self.put(out, mp + "pre_fc_norm_embedding.weight", f"blk.{il}.nextn.enorm.weight", (H,), True)
-            self.put(out, mp + "pre_fc_norm_hidden.weight", f"blk.{il}.nextn.hnorm.weight", (H,), True)
-            self.put(out, mp + "norm.weight", f"blk.{il}.nextn.shared_head_norm.weight", (H,), True)
+            self.put(out, mp + "fc.weight", tensor_name(MT.NEXTN_EH_PROJ, il), (H, 2 * H), True)
+            self.put(out, mp + "pre_fc_norm_embedding.weight", tensor_name(MT.NEXTN_ENORM, il), (H,), True)
+            self.put(out, mp + "pre_fc_norm_hidden.weight", tensor_name(MT.NEXTN_HNORM, il), (H,), True)
+            self.put(out, mp + "norm.weight", tensor_name(MT.NEXTN_SHARED_HEAD_NORM, il), (H,), True)
             self._block(out, f"{mp}layers.0.", il, linear=False, mtp=True)
         if embeddings:
-            self.put(out, self.prefix + "norm.weight", "output_norm.weight", (H,), False)
+            self.put(out, self.prefix + "norm.weight", tensor_name(MT.OUTPUT_NORM), (H,), False)
             if self.ck.has("lm_head.weight"):
-                self.put(out, "lm_head.weight", "output.weight", (V, H), False)
+                self.put(out, "lm_head.weight", tensor_name(MT.OUTPUT), (V, H), False)
         return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)

@@ -17,6 +17,7 @@ from gguf import GGUFValueType, Keys
 from ..checkpoint.safetensors import ArrayRef
 from ..errors import FormatError, UnsupportedError
 from ..ggufio.format import KV
+from ..ggufio.names import MT, tensor_name, w
 from .base import PlannedTensor, Source
 from .multihead import MultiHeadFamily
 from .rope import llama3_freq_factors
@@ -31,16 +32,16 @@ LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_po
 class Step35(MultiHeadFamily):
     arch = "step35"
     context_keys = ("max_position_embeddings", "max_seq_len")
-    head_tensors = (("eh_proj.weight", "nextn.eh_proj.weight", "EH", True),
-                    ("enorm.weight", "nextn.enorm.weight", "E", True),
-                    ("hnorm.weight", "nextn.hnorm.weight", "E", True),
+    head_tensors = (("eh_proj.weight", MT.NEXTN_EH_PROJ, "EH", True),
+                    ("enorm.weight", MT.NEXTN_ENORM, "E", True),
+                    ("hnorm.weight", MT.NEXTN_HNORM, "E", True),
                     # released: transformer.shared_head.{norm,output}; vLLM's and llama.cpp's loaders also read the
                     # names they rename them to (docs/facts/step35.md, "Sources")
                     (("transformer.shared_head.norm.weight", "shared_head.norm.weight"),
-                     "nextn.shared_head_norm.weight", "E", False),
+                     MT.NEXTN_SHARED_HEAD_NORM, "E", False),
                     (("transformer.shared_head.output.weight", "transformer.shared_head.head.weight",
-                      "shared_head.head.weight"), "nextn.shared_head_head.weight", "VE", False),
-                    ("embed_tokens.weight", "nextn.embed_tokens.weight", "VE", False))
+                      "shared_head.head.weight"), MT.NEXTN_SHARED_HEAD_HEAD, "VE", False),
+                    ("embed_tokens.weight", MT.NEXTN_EMBED_TOKENS, "VE", False))
     skip = re.compile(r"(^|\.)(vision_model|vision_tower|visual)\.|rotary_emb\.inv_freq$|weight_scale_inv$")
 
     def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
@@ -111,7 +112,7 @@ class Step35(MultiHeadFamily):
                                  float(r["high_freq_factor"]), int(r["original_max_position_embeddings"]))
         out = np.ones(n_rot_max // 2, dtype=np.float32)
         out[: ff.size] = ff
-        return ArrayRef("rope_freqs.weight", out)
+        return ArrayRef(tensor_name(MT.ROPE_FREQS), out)
 
     def generated(self) -> list[PlannedTensor]:
         ref = self.rope_freqs()
@@ -157,24 +158,25 @@ class Step35(MultiHeadFamily):
         p, b, H, D = f"model.layers.{il}.", f"blk.{il}.", self.H, self.hd
         nh, nkv = self.heads[self.layer_type(il)]
         put, opt = self.put, self.opt
-        put(out, p + "input_layernorm.weight", b + "attn_norm.weight", (H,), mtp)
-        for proj, gg, rows in (("q_proj", "attn_q", nh * D), ("k_proj", "attn_k", nkv * D), ("v_proj", "attn_v", nkv * D)):
-            put(out, f"{p}self_attn.{proj}.weight", f"{b}{gg}.weight", (rows, H), mtp)
-        put(out, p + "self_attn.o_proj.weight", b + "attn_output.weight", (H, nh * D), mtp)
-        opt(out, p + "self_attn.q_norm.weight", b + "attn_q_norm.weight", (D,), mtp)
-        opt(out, p + "self_attn.k_norm.weight", b + "attn_k_norm.weight", (D,), mtp)
-        opt(out, p + "self_attn.g_proj.weight", b + "attn_gate.weight", (nh, H), mtp)
-        put(out, p + "post_attention_layernorm.weight", b + "ffn_norm.weight", (H,), mtp)
+        put(out, p + "input_layernorm.weight", b + w(MT.ATTN_NORM), (H,), mtp)
+        for proj, t, rows in (("q_proj", MT.ATTN_Q, nh * D), ("k_proj", MT.ATTN_K, nkv * D),
+                              ("v_proj", MT.ATTN_V, nkv * D)):
+            put(out, f"{p}self_attn.{proj}.weight", b + w(t), (rows, H), mtp)
+        put(out, p + "self_attn.o_proj.weight", b + w(MT.ATTN_OUT), (H, nh * D), mtp)
+        opt(out, p + "self_attn.q_norm.weight", b + w(MT.ATTN_Q_NORM), (D,), mtp)
+        opt(out, p + "self_attn.k_norm.weight", b + w(MT.ATTN_K_NORM), (D,), mtp)
+        opt(out, p + "self_attn.g_proj.weight", b + w(MT.ATTN_GATE), (nh, H), mtp)
+        put(out, p + "post_attention_layernorm.weight", b + w(MT.FFN_NORM), (H,), mtp)
         if not self.ck.has(p + "moe.gate.weight"):  # llama.cpp builds a layer as MoE iff it has a router
             self.dense_ffn(out, p, b, mtp)
             return
         X, Fe, Fs = int(self.need("moe_num_experts")), int(self.need("moe_intermediate_size")), \
             int(self.hp.get("share_expert_dim", 0))
-        put(out, p + "moe.gate.weight", b + "ffn_gate_inp.weight", (X, H), mtp)
-        opt(out, p + "moe.router_bias", b + "exp_probs_b.bias", (X,), mtp)
+        put(out, p + "moe.gate.weight", b + w(MT.FFN_GATE_INP), (X, H), mtp)
+        opt(out, p + "moe.router_bias", b + w(MT.FFN_EXP_PROBS_B, ".bias"), (X,), mtp)
         # experts come stacked already: [X, Fe, H] / [X, H, Fe]
-        for proj, gg, shape in (("gate_proj", "ffn_gate_exps", (X, Fe, H)), ("up_proj", "ffn_up_exps", (X, Fe, H)),
-                                ("down_proj", "ffn_down_exps", (X, H, Fe))):
-            put(out, f"{p}moe.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+        for proj, t, shape in (("gate_proj", MT.FFN_GATE_EXP, (X, Fe, H)), ("up_proj", MT.FFN_UP_EXP, (X, Fe, H)),
+                               ("down_proj", MT.FFN_DOWN_EXP, (X, H, Fe))):
+            put(out, f"{p}moe.{proj}.weight", b + w(t), shape, mtp)
         if Fs:  # the graph always adds the shared expert on MoE layers
             self.shared_expert(out, p + "share_expert.", b, Fs, mtp)

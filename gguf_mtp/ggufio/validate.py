@@ -19,12 +19,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf import GGMLQuantizationType, GGUFValueType, Keys
+from gguf import MODEL_TENSOR, GGMLQuantizationType, GGUFValueType, Keys
 
 from ..archs import arch as arch_row
 from ..errors import FormatError, UnsupportedError
 from . import keys as K
 from .format import KV, type_name
+from .names import w
 
 V = GGUFValueType
 T = GGMLQuantizationType
@@ -258,6 +259,7 @@ def check_metadata(path: Path, kv: Mapping[str, KV]) -> None:
 _FFN = {True: ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"),
         False: ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")}
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
+_EH_PROJ = w(MODEL_TENSOR.NEXTN_EH_PROJ)  # the tensor llama.cpp probes to tell an MTP block
 
 
 def _recurrent(kv: Mapping[str, KV], arch: str, n: int) -> list[bool]:
@@ -294,8 +296,8 @@ def check_tensor_set(path: Path, kv: Mapping[str, KV], names: Iterable[str]) -> 
         # llama.cpp probes blk.{n_trunk}.nextn.eh_proj: without it every MTP tensor is optional (and then used);
         # with it, all declared heads are loaded
         for il in range(n_trunk, n_trunk + n_mtp):
-            if "nextn.eh_proj.weight" not in blocks.get(il, ()):
-                raise missing(il, f"nextn.eh_proj.weight, but the file has MTP tensors and declares {n_mtp} MTP "
+            if _EH_PROJ not in blocks.get(il, ()):
+                raise missing(il, f"{_EH_PROJ}, but the file has MTP tensors and declares {n_mtp} MTP "
                                   "layers")
     row = arch_row(arch)
     needs = row.recurrent_needs if row is not None else ()
