@@ -75,7 +75,8 @@ _ROWS: dict[str, Arch] = {
 ARCHS: Mapping[str, Arch] = MappingProxyType(_ROWS)
 
 #: HF ``architectures`` name -> ``"module:Class"``, over all rows
-HF_FAMILIES: Mapping[str, str] = MappingProxyType({hf: where for a in _ROWS.values() for hf, where in a.families.items()})
+HF_FAMILIES: Mapping[str, str] = MappingProxyType(
+    {hf: where for row in _ROWS.values() for hf, where in row.families.items()})
 
 
 def arch(name: str) -> Arch | None:

@@ -149,7 +149,7 @@ def strip(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None
             kv = with_array(kv, kv.scalar()[: head.n_trunk])
         kvs.append(kv)
     drop = {t.name for t in head.tensors}
-    groups = [[copy_tensor(t) for t in (Tensor(i, s) for i in s.tensors.values()) if t.name not in drop] for s in m.shards]
+    groups = [[copy_tensor(Tensor(i, s)) for i in s.tensors.values() if i.name not in drop] for s in m.shards]
     out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(m.path)}-trunk.gguf"
     paths, written = _write(out, kvs, groups, alignment=m.alignment, force=force,
                             inputs=m.files, label=f"strip {out.name}", progress=progress)
@@ -244,5 +244,5 @@ def reshard(source: str | os.PathLike[str], outfile: str | os.PathLike[str], *, 
 
 
 # Head, find_head, check_compatible, plan_graft and GraftPlan are gguf_mtp.head's, re-exported (public API)
-__all__ = ["extract", "strip", "graft", "graft_from_hub", "plan_graft", "GraftPlan", "check_compatible", "find_head", "Head",
-           "SurgeryResult", "type_name"]
+__all__ = ["extract", "strip", "graft", "graft_from_hub", "plan_graft", "GraftPlan", "check_compatible", "find_head",
+           "Head", "SurgeryResult", "type_name"]

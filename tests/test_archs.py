@@ -31,8 +31,8 @@ def test_registry_loads_each_family_with_its_row() -> None:
 
 
 def _imported_after(code: str) -> list[str]:
-    out = subprocess.run([sys.executable, "-c", "import sys, json\n" + code + "\nprint(json.dumps(sorted(sys.modules)))"],
-                         capture_output=True, text=True, check=True).stdout
+    script = "import sys, json\n" + code + "\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     return json.loads(out.splitlines()[-1])
 
 
