@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gguf import GGMLQuantizationType as T  # noqa: E402
+from gguf import Keys
 
 from gguf_mtp.ggufio import keys as K  # noqa: E402
 from gguf_mtp.ggml_types import tensor_nbytes  # noqa: E402
@@ -80,12 +81,12 @@ def inflate(template: Path, out: Path, layers: int, *, experts: int | None = Non
     ``experts`` experts per layer. Returns ``out``."""
     m = GGUFModel(template)
     arch = m.arch
-    n_mtp = int(m.arch_get(K.K_NEXTN, 0) or 0)
-    n_tpl = int(m.arch_get(K.K_BLOCK_COUNT)) - n_mtp  # type: ignore[arg-type]
+    n_mtp = int(m.arch_get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0) or 0)
+    n_tpl = int(m.arch_get(Keys.LLM.BLOCK_COUNT)) - n_mtp  # type: ignore[arg-type]
     n_all = layers + n_mtp
     kvs = []
     for key, kv in m.kv.items():
-        if key == K.arch_key(K.K_BLOCK_COUNT, arch):
+        if key == K.arch_key(Keys.LLM.BLOCK_COUNT, arch):
             kv = KV.u32(key, n_all)
         elif experts and key == f"{arch}.expert_count":
             kv = KV.u32(key, experts)

@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 
 from gguf_mtp.checkpoint.hub import looks_like_repo_id, refuse_invalid_repo_id
-from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.progress import human_bytes
 
 
@@ -72,8 +71,6 @@ def _from_hub(repo: str, onto: Optional[Path], strip: bool, outfile: Optional[Pa
     """SOURCE is a Hub checkpoint: fetch only the head's byte ranges, make the sidecar, graft it if asked."""
     from gguf_mtp import surgery
     from gguf_mtp.convert import convert as _convert
-    from gguf_mtp.ggufio.atomic import check_output, scratch_path
-    from gguf_mtp.ggufio.model import model_stem
 
     if strip:
         raise typer.BadParameter("--strip needs a GGUF file, not a repo id")
@@ -85,19 +82,7 @@ def _from_hub(repo: str, onto: Optional[Path], strip: bool, outfile: Optional[Pa
             typer.echo(f"note: {note}", err=True)
         typer.echo(f"extract: wrote {r.path} ({r.layout.value}, {r.n_tensors} tensors, {human_bytes(r.bytes_out)})")
         return
-    out = outfile or Path.cwd() / f"{model_stem(onto)}-with-MTP.gguf"  # graft's default name
-    check_output(out, force=force, inputs=[onto])  # before any download
-    # the fetched head is an intermediate named like the output's temp files: removed on any exit,
-    # SIGTERM included, and by the next run after a SIGKILL
-    with scratch_path(out) as head:
-        r = _convert(repo, outfile=head, layout="head-only", mtp_type=mt, force=True, revision=revision,
-                     progress=not quiet, force_download=force_download)
-        for note in r.notes:
-            typer.echo(f"note: {note}", err=True)
-        try:
-            g = surgery.graft(head, onto, out, replace=replace, force=force, progress=not quiet)
-        except GgufMtpError as e:  # name the repo, not the scratch file
-            raise type(e)(str(e).replace(str(head), f"{repo} (its MTP head)")) from None
-    for note in g.notes:
-        typer.echo(f"note: {note}", err=True)
+    g = surgery.graft_from_hub(repo, onto, outfile, replace=replace, mtp_type=mtp_type, force=force, revision=revision,
+                               force_download=force_download, progress=not quiet,
+                               on_note=lambda note: typer.echo(f"note: {note}", err=True))
     typer.echo(f"graft: wrote {', '.join(str(p) for p in g.paths)} ({g.n_tensors} tensors, {human_bytes(g.bytes_written)})")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFValueType
+from gguf import GGMLQuantizationType, GGUFValueType, Keys
 
 from .checkpoint.folder import Checkpoint
 from .checkpoint.hub import looks_like_repo_id, resolve_model
@@ -27,8 +27,9 @@ from .ggml_types import FILE_TYPES, choose_type, encode, parse_type, type_name
 from .ggufio import keys as K
 from .ggufio.atomic import atomic_paths, check_output
 from .ggufio.format import KV
+from .ggufio.names import MT, w
 from .ggufio.writer import OutTensor, write_all, write_gguf
-from .layout import MTP_SUFFIX, Layout, borrowed_tensors
+from .layout import MTP_SUFFIX, OUTPUT, TOKEN_EMBD, Layout, borrowed_tensors
 from .progress import Progress
 
 QUANT_VERSION = 2
@@ -62,16 +63,16 @@ def default_outfile(model: str | Path, outtype: str, layout: Layout) -> Path:
 
 def general_kvs(arch: str, name: str, file_type: GGMLQuantizationType) -> list[KV]:
     return [
-        KV.string(K.GENERAL_ARCH, arch),
-        KV.string(K.GENERAL_TYPE, "model"),
-        KV.string(K.GENERAL_NAME, name),
-        KV.u32(K.GENERAL_FILE_TYPE, int(FILE_TYPES[file_type])),
-        KV.u32(K.GENERAL_QUANT_VERSION, QUANT_VERSION),
+        KV.string(Keys.General.ARCHITECTURE, arch),
+        KV.string(Keys.General.TYPE, "model"),
+        KV.string(Keys.General.NAME, name),
+        KV.u32(Keys.General.FILE_TYPE, int(FILE_TYPES[file_type])),
+        KV.u32(Keys.General.QUANTIZATION_VERSION, QUANT_VERSION),
     ]
 
 
 #: MTP-layer copies that llama.cpp's graphs replace by the model's own tensor when absent
-SHARED_COPIES = {".nextn.embed_tokens.weight": "token_embd.weight", ".nextn.shared_head_head.weight": "output.weight"}
+SHARED_COPIES = {"." + w(MT.NEXTN_EMBED_TOKENS): TOKEN_EMBD, "." + w(MT.NEXTN_SHARED_HEAD_HEAD): OUTPUT}
 
 
 def _same_bytes(a, b, chunk: int = 64 << 20) -> bool:  # type: ignore[no-untyped-def]
@@ -91,8 +92,8 @@ def drop_shared_copies(plan: ModelPlan, family: Family) -> list[str]:
     sidecar shrinks by two vocab x hidden matrices."""
     full = family.plan(trunk=False, mtp=False, embeddings=True)
     base = {t.name: t for t in full.tensors}
-    if "output.weight" not in base and "token_embd.weight" in base:
-        base["output.weight"] = base["token_embd.weight"]  # tied embeddings
+    if OUTPUT not in base and TOKEN_EMBD in base:
+        base[OUTPUT] = base[TOKEN_EMBD]  # tied embeddings
     dropped = []
     for t in list(plan.tensors):
         for suffix, twin in SHARED_COPIES.items():
@@ -192,7 +193,7 @@ def convert(
         kvs.append(KV.array(K.arch_key(K.K_SHARED_TARGET_TENSORS, plan.arch), GGUFValueType.STRING,
                             borrowed_tensors(t.name for t in family.generated())))
     kvs += tokenizer_kvs(root, family.hp, family.vocab, family.tokenizer_pre, family.extra_specials)
-    n_tokens = len(next(kv for kv in kvs if kv.key == K.TOK_TOKENS).value)
+    n_tokens = len(next(kv for kv in kvs if kv.key == Keys.Tokenizer.LIST).value)
     if n_tokens != family.vocab:
         raise UnsupportedError(f"{root}: tokenizer has {n_tokens} tokens but embed_tokens has "
                                f"{family.vocab} rows; llama.cpp needs them equal")

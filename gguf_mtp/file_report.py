@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .families import mtp_archs
+from .archs import mtp_archs
 from .ggml_types import file_type_name, type_name
 from .ggufio.model import GGUFModel
 from .layout import Layout, detect

@@ -19,15 +19,19 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from gguf import Keys
+
 from .errors import FormatError
-from .ggufio.keys import K_BLOCK_COUNT, K_NEXTN, K_SHARED_TARGET_TENSORS, arch_key
+from .ggufio.keys import K_SHARED_TARGET_TENSORS, arch_key
+from .ggufio.names import MT, tensor_name
 
 #: tensors a head-only sidecar borrows from its target
-SHARED_TARGET_TENSORS = ("token_embd.weight", "output_norm.weight", "output.weight")
+SHARED_TARGET_TENSORS = (tensor_name(MT.TOKEN_EMBD), tensor_name(MT.OUTPUT_NORM), tensor_name(MT.OUTPUT))
 EMBEDDING_TENSORS = SHARED_TARGET_TENSORS
+TOKEN_EMBD, OUTPUT_NORM, OUTPUT = SHARED_TARGET_TENSORS
 #: model-level tensors llama.cpp reads beside the blocks when present (llama3 RoPE factors, used by the MTP blocks
 #: too): a self-contained sidecar carries them, a head-only one gets the target's when it is merged
-MODEL_TENSORS = ("rope_freqs.weight",)
+MODEL_TENSORS = (tensor_name(MT.ROPE_FREQS),)
 
 
 def borrowed_tensors(model_tensors: Iterable[str]) -> list[str]:
@@ -89,17 +93,18 @@ def _count(kv: Mapping[str, object], key: str) -> int:
 
 def detect(kv: Mapping[str, object], tensor_names: Iterable[str], mtp_archs: Iterable[str] = ()) -> LayoutInfo:
     """Classify a file from its metadata values (key -> plain value) and tensor names."""
-    arch = str(kv.get("general.architecture", ""))
+    arch = str(kv.get(Keys.General.ARCHITECTURE, ""))
     names = list(tensor_names)
-    block_count = _count(kv, arch_key(K_BLOCK_COUNT, arch))
-    n_mtp = _count(kv, arch_key(K_NEXTN, arch))
+    block_count = _count(kv, arch_key(Keys.LLM.BLOCK_COUNT, arch))
+    n_mtp = _count(kv, arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, arch))
     if n_mtp > block_count:
-        raise FormatError(f"{arch_key(K_NEXTN, arch)} is {n_mtp}, more than block_count {block_count}")
+        raise FormatError(f"{arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, arch)} is {n_mtp}, more than block_count "
+                          f"{block_count}")
     n_trunk = block_count - n_mtp
     blocks = {b for b in (block_index(n) for n in names) if b is not None}
     mtp_names = tuple(n for n in names if (b := block_index(n)) is not None and b >= n_trunk and n_mtp > 0)
     has_trunk = any(b < n_trunk for b in blocks)
-    has_emb = "token_embd.weight" in names
+    has_emb = TOKEN_EMBD in names
     problems: list[str] = []
     soft: list[str] = []
     if any(b >= block_count for b in blocks):

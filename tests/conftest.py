@@ -13,6 +13,7 @@ try:
 except Exception:  # noqa: BLE001 - the fast tier (make test-fast) runs without llama-cpp-python
     HAVE_LLAMA = False
 from gguf_mtp import convert
+from gguf_mtp.archs import ARCHS
 from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
 
 # The fast tier: `make test-fast` runs these modules in .venv-fast, which has no llama-cpp-python, in about two
@@ -29,8 +30,13 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
-FAMILIES = ("qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2")
-ARCH = {"qwen35": "qwen35", "qwen35moe": "qwen35moe", "qwen3next": "qwen3next"}
+# one synthetic checkpoint per GGUF arch of the table (SyntheticSpec.family names them alike)
+#: archs with one MTP layer
+FAMILIES = tuple(a for a, row in ARCHS.items() if row.max_heads == 1)
+#: archs with chained MTP heads, one per draft step
+MULTIHEAD_FAMILIES = tuple(a for a, row in ARCHS.items() if row.max_heads is None)
+#: one-layer archs whose target memory drops rejected drafts natively (qwen3next's replay rollback: test_rollback)
+NATIVE_ROLLBACK_FAMILIES = tuple(a for a in FAMILIES if ARCHS[a].rs_rollback or not ARCHS[a].recurrent)
 
 
 @pytest.fixture(scope="session")

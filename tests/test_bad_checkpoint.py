@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 
 from gguf_mtp import convert
+from gguf_mtp.archs import ARCHS
 from gguf_mtp.checkpoint.schema import CONFIG, ROPE
 from gguf_mtp.errors import FormatError, GgufMtpError
 
 ROOT = Path(__file__).resolve().parents[1]
 #: one family per config dialect: together their configs hold every key the families read
-SWEEP = ("qwen35", "qwen35moe", "qwen3next", "deepseek2", "glm4moe", "mimo2", "step35")
+SWEEP = tuple(ARCHS)  # a synthetic checkpoint per arch of the table
 
 
 @pytest.fixture

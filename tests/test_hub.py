@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gguf_mtp import convert
+from gguf_mtp import convert, surgery
 from gguf_mtp.checkpoint.folder import Checkpoint
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.ggufio.model import GGUFModel
@@ -96,6 +96,17 @@ def test_graft_from_a_repo_id(hub, tmp_path: Path, capsys) -> None:
     bundled = convert(hub.local, outfile=tmp_path / "bundled.gguf", outtype="q8_0", progress=False)
     assert main(["extract", REPO, "--onto", str(trunk.path), "-o", str(tmp_path / "g.gguf"), "-q"]) == 0
     same_tensors(tmp_path / "g.gguf", bundled.path)
+    assert not list(tmp_path.glob(".head-*"))
+
+
+def test_graft_from_hub_is_one_library_call(hub, tmp_path: Path) -> None:
+    trunk = convert(hub.local, outfile=tmp_path / "trunk.gguf", outtype="q8_0", layout="trunk-only", progress=False)
+    bundled = convert(hub.local, outfile=tmp_path / "bundled.gguf", outtype="q8_0", progress=False)
+    heard: list[str] = []
+    r = surgery.graft_from_hub(REPO, trunk.path, tmp_path / "g.gguf", progress=False, on_note=heard.append)
+    assert r.op == "graft" and r.paths == [tmp_path / "g.gguf"]
+    same_tensors(r.paths[0], bundled.path)
+    assert r.notes == heard and any("range requests" in n for n in heard)
     assert not list(tmp_path.glob(".head-*"))
 
 

@@ -19,11 +19,11 @@ from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Context, Model
 from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
 
+from .conftest import MULTIHEAD_FAMILIES as FAMILIES
 from .test_surgery import same_model
 from .test_tensor_values import gguf_values
 from .mtp_smoke import assert_head_drafts
 
-FAMILIES = ("mimo2", "step35")
 S = SyntheticSpec()
 L, NX = S.layers, S.mtp_heads
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 3

@@ -20,6 +20,8 @@ from gguf_mtp.runtime.pairing import HeadSource
 from gguf_mtp.runtime.sampling import Sampler
 from gguf_mtp_cli.main import main
 
+from .conftest import NATIVE_ROLLBACK_FAMILIES
+
 LONG = ("Multi-token prediction heads let a model guess the next few tokens at once. A draft is checked by the "
         "full model in one batch, and every token that matches is accepted for free. ") * 2
 ORACLE = {"oracle_head": True, "trunk_scale": 0.5}  # often right, often wrong: exercises every rollback path
@@ -143,7 +145,7 @@ def pairings(converted):
     return _PerFamily(converted)
 
 
-@pytest.mark.parametrize("family", ["qwen35", "qwen35moe", "glm4moe", "deepseek2"])
+@pytest.mark.parametrize("family", NATIVE_ROLLBACK_FAMILIES)
 @pytest.mark.parametrize("pairing", ["bundled", "self-contained", "head-only"])
 def test_greedy_and_seeded_output_is_identical_to_plain_decoding(pairings, family: str, pairing: str) -> None:
     model, mtp = pairings[family][pairing]
@@ -208,7 +210,7 @@ def test_prompt_window_is_lossless_and_feeds_only_the_window(pairings, family: s
             assert conversation(s) == ref_chat  # later turns: the cache is dropped before a gap
 
 
-@pytest.mark.parametrize("family", ["qwen35", "qwen35moe", "glm4moe", "deepseek2"])
+@pytest.mark.parametrize("family", NATIVE_ROLLBACK_FAMILIES)
 @pytest.mark.parametrize("layout", ["bundled", "head-only"])
 def test_a_head_that_is_always_right_is_always_accepted(converted, family: str, layout: str) -> None:
     """With a trunk that is a bigram model and a head computing the same function, every draft must be

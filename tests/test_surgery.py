@@ -15,8 +15,9 @@ from gguf_mtp.layout import Layout
 from gguf_mtp.runtime.llama import Context, Model
 from gguf_mtp.quantize import llama_quantize as quantize
 
+from .conftest import FAMILIES
+
 PROMPT = "The quick brown fox jumps over the lazy dog."
-FAMILIES = ("qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2")
 
 
 def same_model(a_path: Path, b_path: Path) -> None:

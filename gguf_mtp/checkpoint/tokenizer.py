@@ -10,7 +10,6 @@ from gguf import GGUFValueType, Keys, SpecialVocab, TokenType
 
 from ..errors import FormatError, UnsupportedError
 from ..files import open_input_fd
-from ..ggufio import keys as K
 from ..ggufio.format import KV
 from ..ggufio.validate import MAX_VOCAB
 from .folder import load_json
@@ -114,11 +113,11 @@ def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str,
 def gpt2_vocab_kvs(pre: str, tokens: list[str], types: list[TokenType], merges: list[str]) -> list[KV]:
     """The byte-level BPE vocabulary as llama.cpp's ``gpt2`` tokenizer reads it."""
     return [
-        KV.string(K.TOK_MODEL, "gpt2"),
-        KV.string(K.TOK_PRE, pre),
-        KV.array(K.TOK_TOKENS, GGUFValueType.STRING, tokens),
-        KV.array(K.TOK_TYPES, GGUFValueType.INT32, [int(t) for t in types]),
-        KV.array(K.TOK_MERGES, GGUFValueType.STRING, merges),
+        KV.string(Keys.Tokenizer.MODEL, "gpt2"),
+        KV.string(Keys.Tokenizer.PRE, pre),
+        KV.array(Keys.Tokenizer.LIST, GGUFValueType.STRING, tokens),
+        KV.array(Keys.Tokenizer.TOKEN_TYPE, GGUFValueType.INT32, [int(t) for t in types]),
+        KV.array(Keys.Tokenizer.MERGES, GGUFValueType.STRING, merges),
     ]
 
 
@@ -159,7 +158,7 @@ def special_kvs(root: Path, n_vocab: int, ids: dict[str, int],
 def chat_template_kvs(tmpl: object) -> list[KV]:
     """``tokenizer.chat_template`` (the default), named ones as ``tokenizer.chat_template.<name>``, as gguf-py does."""
     if isinstance(tmpl, str):
-        return [KV.string(K.TOK_CHAT_TEMPLATE, tmpl)]
+        return [KV.string(Keys.Tokenizer.CHAT_TEMPLATE, tmpl)]
     if not isinstance(tmpl, list):
         return []
     out, names, default = [], [], None
@@ -171,7 +170,7 @@ def chat_template_kvs(tmpl: object) -> list[KV]:
             default = choice["template"]
         elif name:
             names.append(name)
-            out.append(KV.string(f"{K.TOK_CHAT_TEMPLATE}.{name}", choice["template"]))
+            out.append(KV.string(f"{Keys.Tokenizer.CHAT_TEMPLATE}.{name}", choice["template"]))
     if names:
-        out.append(KV.array("tokenizer.chat_templates", GGUFValueType.STRING, names))
-    return out + ([KV.string(K.TOK_CHAT_TEMPLATE, default)] if default is not None else [])
+        out.append(KV.array(Keys.Tokenizer.CHAT_TEMPLATES, GGUFValueType.STRING, names))
+    return out + ([KV.string(Keys.Tokenizer.CHAT_TEMPLATE, default)] if default is not None else [])

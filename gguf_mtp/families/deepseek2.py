@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from gguf import Keys
+
 from ..errors import FormatError, UnsupportedError
-from ..ggufio import keys as K
 from ..ggufio.format import KV
-from . import register
+from ..ggufio.names import MT, w
 from .base import PlannedTensor, Transform
 from .glm4moe import GLM_SPECIALS
 from .nextn_layer import NextnLayerFamily
-
 
 
 def k_b(H: int, dn: int, dv: int, kl: int) -> Transform:
@@ -47,11 +47,8 @@ def leading_dense(hp: dict[str, Any]) -> int:
     return n
 
 
-@register
 class Deepseek2(NextnLayerFamily):
     arch = "deepseek2"
-    hf_architectures = ("DeepseekV3ForCausalLM",)
-    tokenizer_pre = "deepseek-v3"
     #: ``model_type`` -> llama.cpp pre-tokenizer, for releases that share this architecture name
     PRE_BY_MODEL_TYPE: ClassVar[dict[str, str]] = {"kimi_k2": "kimi-k2"}
 
@@ -72,77 +69,60 @@ class Deepseek2(NextnLayerFamily):
         self.dense = leading_dense(hp)
         self.vocab = int(ck.tensor("model.embed_tokens.weight").shape[0])
 
-    def arch_kvs(self, n_mtp: int) -> list[KV]:
-        a, hp = self.arch, self.hp
-        k = lambda t: K.arch_key(t, a)  # noqa: E731
+    def hparam_kvs(self, n_mtp: int) -> list[KV]:
+        k, hp = self.key, self.hp
         kvs = [
-            KV.u32(k(K.K_BLOCK_COUNT), self.L + n_mtp),
-            KV.u32(k(K.K_CONTEXT_LENGTH), int(hp.get("max_position_embeddings", 4096))),
-            KV.u32(k(K.K_EMBEDDING_LENGTH), self.H),
-            KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),
-            KV.u32(k(K.K_HEAD_COUNT), self.nh),
-            KV.u32(k(K.K_HEAD_COUNT_KV), 1),  # MLA runs as MQA over the latent cache
-            KV.u32(k(K.K_Q_LORA_RANK), self.ql),
-            KV.u32(k(K.K_KV_LORA_RANK), self.kl),
-            KV.u32(k(K.K_KEY_LENGTH), self.kl + self.dr),
-            KV.u32(k(K.K_VALUE_LENGTH), self.kl),
-            KV.u32(k(K.K_KEY_LENGTH_MLA), self.dn + self.dr),
-            KV.u32(k(K.K_VALUE_LENGTH_MLA), self.dv),
-            KV.u32(k(K.K_ROPE_DIM_COUNT), self.dr),
-            KV.f32(k(K.K_ROPE_FREQ_BASE), float(rope_param(hp, "rope_theta", 10000.0))),
-            KV.f32(k(K.K_RMS_EPS), float(hp.get("rms_norm_eps", 1e-6))),
-            KV.u32(k(K.K_EXPERT_COUNT), int(self.need("n_routed_experts"))),
-            KV.u32(k(K.K_EXPERT_USED_COUNT), int(self.need("num_experts_per_tok"))),
-            KV.u32(k(K.K_EXPERT_GROUP_COUNT), int(hp.get("n_group", 1))),
-            KV.u32(k(K.K_EXPERT_GROUP_USED_COUNT), int(hp.get("topk_group", 1))),
-            KV.u32(k(K.K_EXPERT_FF_LENGTH), int(self.need("moe_intermediate_size"))),
-            KV.u32(k(K.K_EXPERT_SHARED_COUNT), int(hp.get("n_shared_experts", 0))),
-            KV.u32(k(K.K_LEADING_DENSE_BLOCK_COUNT), self.dense),
-            KV.u32(k(K.K_EXPERT_GATING_FUNC), 2 if hp.get("scoring_func", "sigmoid") == "sigmoid" else 1),
-            KV.f32(k(K.K_EXPERT_WEIGHTS_SCALE), float(hp.get("routed_scaling_factor", 1.0))),
-            KV.boolean(k(K.K_EXPERT_WEIGHTS_NORM), bool(hp.get("norm_topk_prob", False))),
-            KV.u32(k(K.K_VOCAB_SIZE), self.vocab),
+            KV.u32(k(Keys.LLM.FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),
+            KV.u32(k(Keys.Attention.HEAD_COUNT), self.nh),
+            KV.u32(k(Keys.Attention.HEAD_COUNT_KV), 1),  # MLA runs as MQA over the latent cache
+            KV.u32(k(Keys.Attention.Q_LORA_RANK), self.ql),
+            KV.u32(k(Keys.Attention.KV_LORA_RANK), self.kl),
+            KV.u32(k(Keys.Attention.KEY_LENGTH), self.kl + self.dr),
+            KV.u32(k(Keys.Attention.VALUE_LENGTH), self.kl),
+            KV.u32(k(Keys.Attention.KEY_LENGTH_MLA), self.dn + self.dr),
+            KV.u32(k(Keys.Attention.VALUE_LENGTH_MLA), self.dv),
+            KV.u32(k(Keys.Rope.DIMENSION_COUNT), self.dr),
+            KV.f32(k(Keys.Rope.FREQ_BASE), float(rope_param(hp, "rope_theta", 10000.0))),
+            KV.f32(k(Keys.Attention.LAYERNORM_RMS_EPS), float(hp.get("rms_norm_eps", 1e-6))),
+            *self.routed_kvs(shared=0, gating=2 if hp.get("scoring_func", "sigmoid") == "sigmoid" else 1, norm=False),
+            KV.u32(k(Keys.LLM.VOCAB_SIZE), self.vocab),
         ]
         rs = hp.get("rope_scaling") or hp.get("rope_parameters") or {}
         if (rs.get("type") or rs.get("rope_type")) == "yarn":
             absent = [key for key in ("factor", "original_max_position_embeddings") if key not in rs]
             if absent:
                 raise FormatError(f"{self.ck.root / 'config.json'}: yarn rope scaling without {absent[0]}")
-            kvs += [KV.string(k(K.K_ROPE_SCALING_TYPE), "yarn"),
-                    KV.f32(k(K.K_ROPE_SCALING_FACTOR), float(rs["factor"])),
-                    KV.u32(k(K.K_ROPE_SCALING_ORIG_CTX), int(rs["original_max_position_embeddings"])),
-                    KV.f32(k(K.K_ROPE_SCALING_YARN_LOG_MUL), 0.1 * float(rs.get("mscale_all_dim", 0.0))),
-                    KV.f32(k(K.K_ROPE_SCALING_YARN_BETA_FAST), float(rs.get("beta_fast", 32.0))),
-                    KV.f32(k(K.K_ROPE_SCALING_YARN_BETA_SLOW), float(rs.get("beta_slow", 1.0)))]
-        if n_mtp:
-            kvs.append(KV.u32(k(K.K_NEXTN), n_mtp))
+            kvs += [KV.string(k(Keys.Rope.SCALING_TYPE), "yarn"),
+                    KV.f32(k(Keys.Rope.SCALING_FACTOR), float(rs["factor"])),
+                    KV.u32(k(Keys.Rope.SCALING_ORIG_CTX_LEN), int(rs["original_max_position_embeddings"])),
+                    KV.f32(k(Keys.Rope.SCALING_YARN_LOG_MUL), 0.1 * float(rs.get("mscale_all_dim", 0.0))),
+                    KV.f32(k(Keys.Rope.SCALING_YARN_BETA_FAST), float(rs.get("beta_fast", 32.0))),
+                    KV.f32(k(Keys.Rope.SCALING_YARN_BETA_SLOW), float(rs.get("beta_slow", 1.0)))]
         return kvs
 
     def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
         p, b, H, nh = f"model.layers.{il}.", f"blk.{il}.", self.H, self.nh
         ql, kl, dn, dr, dv = self.ql, self.kl, self.dn, self.dr, self.dv
         a = p + "self_attn."
-        self._put(out, p + "input_layernorm.weight", b + "attn_norm.weight", (H,), mtp)
-        self._put(out, a + "q_a_proj.weight", b + "attn_q_a.weight", (ql, H), mtp)
-        self._put(out, a + "q_a_layernorm.weight", b + "attn_q_a_norm.weight", (ql,), mtp)
-        self._put(out, a + "q_b_proj.weight", b + "attn_q_b.weight", (nh * (dn + dr), ql), mtp)
-        self._put(out, a + "kv_a_proj_with_mqa.weight", b + "attn_kv_a_mqa.weight", (kl + dr, H), mtp)
-        self._put(out, a + "kv_a_layernorm.weight", b + "attn_kv_a_norm.weight", (kl,), mtp)
+        self.put(out, p + "input_layernorm.weight", b + w(MT.ATTN_NORM), (H,), mtp)
+        self.put(out, a + "q_a_proj.weight", b + w(MT.ATTN_Q_A), (ql, H), mtp)
+        self.put(out, a + "q_a_layernorm.weight", b + w(MT.ATTN_Q_A_NORM), (ql,), mtp)
+        self.put(out, a + "q_b_proj.weight", b + w(MT.ATTN_Q_B), (nh * (dn + dr), ql), mtp)
+        self.put(out, a + "kv_a_proj_with_mqa.weight", b + w(MT.ATTN_KV_A_MQA), (kl + dr, H), mtp)
+        self.put(out, a + "kv_a_layernorm.weight", b + w(MT.ATTN_KV_A_NORM), (kl,), mtp)
         kvb = (nh * (dn + dv), kl)
-        self._put(out, a + "kv_b_proj.weight", b + "attn_k_b.weight", kvb, mtp, (nh, kl, dn), k_b(nh, dn, dv, kl))
-        self._put(out, a + "kv_b_proj.weight", b + "attn_v_b.weight", kvb, mtp, (nh, dv, kl), v_b(nh, dn, dv, kl))
-        self._put(out, a + "o_proj.weight", b + "attn_output.weight", (H, nh * dv), mtp)
-        self._put(out, p + "post_attention_layernorm.weight", b + "ffn_norm.weight", (H,), mtp)
+        self.put(out, a + "kv_b_proj.weight", b + w(MT.ATTN_K_B), kvb, mtp, (nh, kl, dn), k_b(nh, dn, dv, kl))
+        self.put(out, a + "kv_b_proj.weight", b + w(MT.ATTN_V_B), kvb, mtp, (nh, dv, kl), v_b(nh, dn, dv, kl))
+        self.put(out, a + "o_proj.weight", b + w(MT.ATTN_OUT), (H, nh * dv), mtp)
+        self.put(out, p + "post_attention_layernorm.weight", b + w(MT.FFN_NORM), (H,), mtp)
         self._ffn(out, p, b, il, mtp, default_shared=0)
 
 
-@register
 class Glm4MoeLite(Deepseek2):
     """GLM-4.7-Flash (``Glm4MoeLiteForCausalLM``): DeepSeek-V3's tensors and math (MLA with q_lora, sigmoid MoE
     with correction bias, one shared expert, one MTP layer at ``model.layers.{num_hidden_layers}``) under GLM's
     tokenizer; llama.cpp converts it to ``deepseek2`` and keeps the MTP layer. No YaRN, no ``scoring_func`` key
     (the router is always sigmoid). Facts: docs/facts/glm47flash.md."""
 
-    hf_architectures = ("Glm4MoeLiteForCausalLM",)
     tokenizer_pre = "glm4"
     extra_specials = GLM_SPECIALS

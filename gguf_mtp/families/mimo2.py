@@ -9,27 +9,24 @@ from __future__ import annotations
 
 import re
 
-from gguf import GGUFValueType
+from gguf import GGUFValueType, Keys
 
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
-from . import register
+from ..ggufio.names import MT, w
 from .base import PlannedTensor, Source
 from .multihead import MultiHeadFamily
 
 
-@register
 class Mimo2(MultiHeadFamily):
     arch = "mimo2"
-    hf_architectures = ("MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM")
-    tokenizer_pre = "qwen2"
     default_heads = 3  # V2-Flash, V2.5 and V2.5-Pro all ship three; upstream hard-codes the count too
     # released heads: model.mtp.layers.{k}.{eh_proj,enorm,hnorm,final_layernorm,...} (docs/facts/mimo2.md, "Sources")
-    head_tensors = (("eh_proj.weight", "nextn.eh_proj.weight", "EH", True),
-                    ("enorm.weight", "nextn.enorm.weight", "E", True),
-                    ("hnorm.weight", "nextn.hnorm.weight", "E", True),
-                    ("final_layernorm.weight", "layer_output_norm.weight", "E", False))
+    head_tensors = (("eh_proj.weight", MT.NEXTN_EH_PROJ, "EH", True),
+                    ("enorm.weight", MT.NEXTN_ENORM, "E", True),
+                    ("hnorm.weight", MT.NEXTN_HNORM, "E", True),
+                    ("final_layernorm.weight", MT.LAYER_OUT_NORM, "E", False))
     #: the FFN norm: ``pre_mlp_layernorm`` in the released MTP heads, ``post_attention_layernorm`` in the trunk
     #: (and in SGLang's renamed heads); llama.cpp's tensor map reads both as ffn_norm
     FFN_NORM = ("post_attention_layernorm.weight", "pre_mlp_layernorm.weight")
@@ -73,66 +70,60 @@ class Mimo2(MultiHeadFamily):
     def kv_heads(self, il: int) -> int:
         return self.nkv_swa if self.is_swa(il) else self.nkv
 
-    def arch_kvs(self, n_mtp: int) -> list[KV]:
-        a, hp, bc = self.arch, self.hp, self.L + n_mtp
-        k = lambda t: K.arch_key(t, a)  # noqa: E731
+    def hparam_kvs(self, n_mtp: int) -> list[KV]:
+        k, hp, bc = self.key, self.hp, self.L + n_mtp
         kvs = [
-            KV.u32(k(K.K_BLOCK_COUNT), bc),
-            KV.u32(k(K.K_CONTEXT_LENGTH), int(hp.get("max_position_embeddings", 4096))),
-            KV.u32(k(K.K_EMBEDDING_LENGTH), self.H),
-            KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),  # dense layers and MTP heads
-            KV.u32(k(K.K_HEAD_COUNT), self.nh),
+            KV.u32(k(Keys.LLM.FEED_FORWARD_LENGTH), int(self.need("intermediate_size"))),  # dense layers and MTP heads
+            KV.u32(k(Keys.Attention.HEAD_COUNT), self.nh),
             # per-layer counts as INT32 arrays, as llama.cpp's converter writes them (gguf-py's int lists)
-            self.per_layer(K.K_HEAD_COUNT_KV, GGUFValueType.INT32, [self.kv_heads(il) for il in range(bc)]),
-            KV.u32(k(K.K_KEY_LENGTH), self.hd),
-            KV.u32(k(K.K_VALUE_LENGTH), self.dv),
-            KV.u32(k(K.K_ROPE_DIM_COUNT), self.rope_dims),
-            KV.f32(k(K.K_ROPE_FREQ_BASE), self.rope_theta),
-            KV.u32(k(K.K_SLIDING_WINDOW), int(self.need("sliding_window"))),
-            self.per_layer(K.K_SLIDING_WINDOW_PATTERN, GGUFValueType.INT32, [int(self.is_swa(il)) for il in range(bc)]),
-            KV.f32(k(K.K_RMS_EPS), float(hp.get("layernorm_epsilon", 1e-5))),
-            KV.u32(k(K.K_EXPERT_COUNT), int(self.need("n_routed_experts"))),
-            KV.u32(k(K.K_EXPERT_USED_COUNT), int(self.need("num_experts_per_tok"))),
-            KV.u32(k(K.K_EXPERT_FF_LENGTH), int(self.need("moe_intermediate_size"))),
-            KV.u32(k(K.K_EXPERT_GATING_FUNC), self.gating("scoring_func")),  # the graph routes sigmoid regardless
+            self.per_layer(Keys.Attention.HEAD_COUNT_KV, GGUFValueType.INT32, [self.kv_heads(il) for il in range(bc)]),
+            KV.u32(k(Keys.Attention.KEY_LENGTH), self.hd),
+            KV.u32(k(Keys.Attention.VALUE_LENGTH), self.dv),
+            KV.u32(k(Keys.Rope.DIMENSION_COUNT), self.rope_dims),
+            KV.f32(k(Keys.Rope.FREQ_BASE), self.rope_theta),
+            KV.u32(k(Keys.Attention.SLIDING_WINDOW), int(self.need("sliding_window"))),
+            self.per_layer(Keys.Attention.SLIDING_WINDOW_PATTERN, GGUFValueType.INT32,
+                           [int(self.is_swa(il)) for il in range(bc)]),
+            KV.f32(k(Keys.Attention.LAYERNORM_RMS_EPS), float(hp.get("layernorm_epsilon", 1e-5))),
+            KV.u32(k(Keys.LLM.EXPERT_COUNT), int(self.need("n_routed_experts"))),
+            KV.u32(k(Keys.LLM.EXPERT_USED_COUNT), int(self.need("num_experts_per_tok"))),
+            KV.u32(k(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH), int(self.need("moe_intermediate_size"))),
+            KV.u32(k(Keys.LLM.EXPERT_GATING_FUNC), self.gating("scoring_func")),  # the graph routes sigmoid regardless
         ]
         swa_theta = hp.get("swa_rope_theta", hp.get("local_rope_theta"))
-        optional = ((K.K_ROPE_FREQ_BASE_SWA, swa_theta, KV.f32), (K.K_EXPERT_GROUP_COUNT, hp.get("n_group"), KV.u32),
-                    (K.K_EXPERT_GROUP_USED_COUNT, hp.get("topk_group"), KV.u32),
-                    (K.K_EXPERT_WEIGHTS_SCALE, hp.get("routed_scaling_factor"), KV.f32),
-                    (K.K_VALUE_SCALE, hp.get("attention_value_scale"), KV.f32),
-                    (K.K_NEXTN, n_mtp or None, KV.u32))
+        optional = ((Keys.Rope.FREQ_BASE_SWA, swa_theta, KV.f32),
+                    (Keys.LLM.EXPERT_GROUP_COUNT, hp.get("n_group"), KV.u32),
+                    (Keys.LLM.EXPERT_GROUP_USED_COUNT, hp.get("topk_group"), KV.u32),
+                    (Keys.LLM.EXPERT_WEIGHTS_SCALE, hp.get("routed_scaling_factor"), KV.f32),
+                    (K.K_VALUE_SCALE, hp.get("attention_value_scale"), KV.f32))
         kvs += [make(k(key), value) for key, value, make in optional if value is not None]  # type: ignore[operator]
         return kvs
 
     def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
         p = f"model.layers.{il}." if il < self.L else self.head_prefix(il - self.L)
         b, H, hd, dv, nh, kv = f"blk.{il}.", self.H, self.hd, self.dv, self.nh, self.kv_heads(il)
-        rows = (("q_proj", "attn_q", nh * hd), ("k_proj", "attn_k", kv * hd), ("v_proj", "attn_v", kv * dv))
-        self._put(out, p + "input_layernorm.weight", b + "attn_norm.weight", (H,), mtp)
+        rows = (("q_proj", MT.ATTN_Q, nh * hd), ("k_proj", MT.ATTN_K, kv * hd), ("v_proj", MT.ATTN_V, kv * dv))
+        self.put(out, p + "input_layernorm.weight", b + w(MT.ATTN_NORM), (H,), mtp)
         fused = p + "self_attn.qkv_proj.weight"
         if self.ck.has(fused):
             if self.ck.tensor(fused).dtype == "F8_E4M3":
                 # V2.5 / V2.5-Pro shard the fused FP8 qkv per tensor-parallel rank: plain block dequant is wrong
                 raise UnsupportedError(f"{self.ck.root}: {fused!r} is a tensor-parallel-sharded FP8 fused QKV "
                                        "(MiMo-V2.5); convert from a bf16 checkpoint")
-            self._put(out, fused, b + "attn_qkv.weight", (sum(r for _, _, r in rows), H), mtp)
+            self.put(out, fused, b + w(MT.ATTN_QKV), (sum(r for _, _, r in rows), H), mtp)
         elif mtp:  # the MTP graph reads one fused attn_qkv: stack the rows [Q | K | V]
             srcs = [Source(self.tensor(f"{p}self_attn.{proj}.weight", (r, H))) for proj, _, r in rows]
-            out.append(PlannedTensor(b + "attn_qkv.weight", (sum(r for _, _, r in rows), H), srcs, mtp))
+            out.append(PlannedTensor(b + w(MT.ATTN_QKV), (sum(r for _, _, r in rows), H), srcs, mtp))
         else:
-            for proj, gg, r in rows:
-                self._put(out, f"{p}self_attn.{proj}.weight", f"{b}{gg}.weight", (r, H), mtp)
-        self._put(out, p + "self_attn.o_proj.weight", b + "attn_output.weight", (H, nh * dv), mtp)
-        self._opt(out, p + "self_attn.attention_sink_bias", b + "attn_sinks.weight", (nh,), mtp)
-        self._put(out, self.spelled(p, self.FFN_NORM[::-1] if mtp else self.FFN_NORM), b + "ffn_norm.weight", (H,), mtp)
+            for proj, t, r in rows:
+                self.put(out, f"{p}self_attn.{proj}.weight", b + w(t), (r, H), mtp)
+        self.put(out, p + "self_attn.o_proj.weight", b + w(MT.ATTN_OUT), (H, nh * dv), mtp)
+        self.opt(out, p + "self_attn.attention_sink_bias", b + w(MT.ATTN_SINKS), (nh,), mtp)
+        self.put(out, self.spelled(p, self.FFN_NORM[::-1] if mtp else self.FFN_NORM), b + w(MT.FFN_NORM), (H,), mtp)
         if self.ck.has(p + "mlp.gate.weight"):  # llama.cpp builds a layer as MoE iff it has a router
             X, Fe = int(self.need("n_routed_experts")), int(self.need("moe_intermediate_size"))
-            self._put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (X, H), mtp)
-            self._opt(out, p + "mlp.gate.e_score_correction_bias", b + "exp_probs_b.bias", (X,), mtp)
+            self.put(out, p + "mlp.gate.weight", b + w(MT.FFN_GATE_INP), (X, H), mtp)
+            self.opt(out, p + "mlp.gate.e_score_correction_bias", b + w(MT.FFN_EXP_PROBS_B, ".bias"), (X,), mtp)
             out.extend(self.expert_tensors(p, b, X, Fe, mtp))
             return
-        ff = int(self.need("intermediate_size"))
-        for proj, gg, shape in (("gate_proj", "ffn_gate", (ff, H)), ("up_proj", "ffn_up", (ff, H)),
-                                ("down_proj", "ffn_down", (H, ff))):
-            self._put(out, f"{p}mlp.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+        self.dense_ffn(out, p, b, mtp)

@@ -14,35 +14,23 @@ from typing import Any, ClassVar
 from gguf import GGUFValueType
 
 from ..errors import MissingTensorError, UnsupportedError
-from ..ggufio import keys as K
 from ..ggufio.format import KV
-from .base import PlannedTensor, Source, Transform
+from ..ggufio.names import MT, tensor_name, w
+from .base import PlannedTensor
 from .nextn_layer import NextnLayerFamily
-from .qwen3_hybrid import plus_one
 
 #: HF scoring-function names -> llama.cpp's expert_gating_func values
 GATING = {"softmax": 1, "sigmoid": 2, "sqrtsoftplus": 4}
 
 
 class MultiHeadFamily(NextnLayerFamily):
-    max_heads: ClassVar[int | None] = None  # heads are chained, one per draft step
     #: heads when config.json does not say (MiMo ships 3 and its config carries no count)
     default_heads: ClassVar[int] = 0
-    #: (HF name under a head's prefix, or a tuple of its real spellings; GGUF name under blk.{L+k}.; shape key;
+    #: (HF name under a head's prefix, or a tuple of its real spellings; GGUF tensor of block L+k; shape key;
     #: required) of the head's own tensors
-    head_tensors: ClassVar[tuple[tuple[str | tuple[str, ...], str, str, bool], ...]] = ()
-    #: checkpoint norms are zero-centred (Step): every ``*norm.weight`` is written as ``w + 1``
-    norm_offset: ClassVar[bool] = False
-
-    def _put(self, out: list[PlannedTensor], hf: str, gguf: str, shape: tuple[int, ...], mtp: bool,
-             np_shape: tuple[int, ...] | None = None, whole: Transform | None = None) -> None:
-        """Like the DeepSeek-style ``_put``, plus the norm offset, and size-1 axes tolerated (Step stores some
-        matrices with a leading singleton axis that its converter squeezes; the bytes are the same)."""
-        ref = self.ck.tensor(hf)
-        if tuple(d for d in ref.shape if d != 1) != tuple(d for d in shape if d != 1):
-            ref = self.tensor(hf, shape)  # raises the usual shape error
-        ew = plus_one if self.norm_offset and hf.endswith("norm.weight") else None
-        out.append(PlannedTensor(gguf, np_shape or shape, [Source(ref)], mtp, ew, whole, shape if whole else None))
+    head_tensors: ClassVar[tuple[tuple[str | tuple[str, ...], MT, str, bool], ...]] = ()
+    # Step stores some matrices with a leading singleton axis that its converter squeezes (the bytes are the same)
+    singleton_axes = True
 
     def head_prefix(self, k: int) -> str:
         """HF name prefix of MTP head ``k``."""
@@ -74,7 +62,7 @@ class MultiHeadFamily(NextnLayerFamily):
 
     # -- per-layer metadata ---------------------------------------------------------------------
     def per_layer(self, key: str, item: GGUFValueType, values: list[Any]) -> KV:
-        return KV.array(K.arch_key(key, self.arch), item, values)
+        return KV.array(self.key(key), item, values)
 
     def layer_is_swa(self, n_mtp: int) -> list[bool]:
         raise NotImplementedError
@@ -83,15 +71,15 @@ class MultiHeadFamily(NextnLayerFamily):
     def _head(self, out: list[PlannedTensor], k: int) -> None:
         p, b = self.head_prefix(k), f"blk.{self.L + k}."
         shapes = self.shapes()
-        for hf, gg, shape, required in self.head_tensors:
-            (self._put if required else self._opt)(out, self.spelled(p, hf), b + gg, shapes[shape], True)
+        for hf, t, shape, required in self.head_tensors:
+            (self.put if required else self.opt)(out, self.spelled(p, hf), b + w(t), shapes[shape], True)
         self._block(out, self.L + k, True)
 
     def _output(self, out: list[PlannedTensor]) -> None:
-        self._put(out, "model.norm.weight", "output_norm.weight", (self.H,), False)
+        self.put(out, "model.norm.weight", tensor_name(MT.OUTPUT_NORM), (self.H,), False)
         # output.weight is required by both loaders even for tied embeddings: write the embedding then
         lm = "lm_head.weight" if self.ck.has("lm_head.weight") else "model.embed_tokens.weight"
-        self._put(out, lm, "output.weight", (self.vocab, self.H), False)
+        self.put(out, lm, tensor_name(MT.OUTPUT), (self.vocab, self.H), False)
 
     def gating(self, *keys: str) -> int:
         """expert_gating_func from the first scoring-function key the config has (sigmoid when none)."""

@@ -15,19 +15,16 @@ import re
 from typing import ClassVar
 
 import numpy as np
-from gguf import GGUFValueType
+from gguf import GGUFValueType, Keys
 
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
+from ..ggufio.names import MT, tensor_name, w
 from ..checkpoint.shards import TensorRef
-from .base import Family, ModelPlan, PlannedTensor, Source, Transform
+from .base import Family, ModelPlan, PlannedTensor, Source, Split, Transform
 
 _MTP_LAYER = re.compile(r"^(?:model\.)?mtp\.layers\.(\d+)\.")
-
-
-def plus_one(x: np.ndarray) -> np.ndarray:
-    return x + np.float32(1)
 
 
 def neg_exp(x: np.ndarray) -> np.ndarray:
@@ -63,9 +60,12 @@ def tiled_rows(ref: TensorRef, start: int, nk: int, r: int, hdim: int) -> list[S
 
 class QwenHybrid(Family):
     skip = re.compile(r"(^|\.)(visual|vision_tower|vision|merger|patch_embed)\.|rotary_emb\.inv_freq$|weight_scale_inv$")
+    plain_norms = (w(MT.SSM_NORM),)  # the linear-attention gated norm is stored as is
     moe: ClassVar[bool] = False
     reorder_v: ClassVar[bool] = True
     fused_qkvz: ClassVar[bool] = False
+    #: the trunk's RoPE is multimodal (``rope.dimension_sections``); qwen3next's is plain
+    mrope_sections: ClassVar[bool] = True
 
     def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ck)
@@ -109,70 +109,45 @@ class QwenHybrid(Family):
                 f"{self.mtp_prefix}layers.0.* are missing){say}; convert without --mtp, or use a checkpoint that ships the head")
 
     # -- metadata ---------------------------------------------------------------------------
-    def arch_kvs(self, n_mtp: int) -> list[KV]:
-        a, hp, n_all = self.arch, self.hp, self.L + n_mtp
-        kvs = [
-            KV.u32(K.arch_key(K.K_BLOCK_COUNT, a), n_all),
-            KV.u32(K.arch_key(K.K_CONTEXT_LENGTH, a), int(hp.get("max_position_embeddings", 4096))),
-            KV.u32(K.arch_key(K.K_EMBEDDING_LENGTH, a), self.H),
-        ]
+    def hparam_kvs(self, n_mtp: int) -> list[KV]:
+        k, hp = self.key, self.hp
+        kvs = []
         if "intermediate_size" in hp:
-            kvs.append(KV.u32(K.arch_key(K.K_FEED_FORWARD_LENGTH, a), int(hp["intermediate_size"])))
-        kvs += [
-            KV.u32(K.arch_key(K.K_HEAD_COUNT, a), self.nh),
-            KV.u32(K.arch_key(K.K_HEAD_COUNT_KV, a), self.nkv),
-            KV.u32(K.arch_key(K.K_KEY_LENGTH, a), self.hd),
-            KV.u32(K.arch_key(K.K_VALUE_LENGTH, a), self.hd),
-            KV.f32(K.arch_key(K.K_RMS_EPS, a), float(hp.get("rms_norm_eps", 1e-6))),
-            KV.f32(K.arch_key(K.K_ROPE_FREQ_BASE, a), self.rope_theta),
-            KV.u32(K.arch_key(K.K_ROPE_DIM_COUNT, a), self.rope_dims),
-        ]
-        if self.arch != "qwen3next":
+            kvs.append(KV.u32(k(Keys.LLM.FEED_FORWARD_LENGTH), int(hp["intermediate_size"])))
+        kvs += self.attention_kvs(eps=1e-6)
+        if self.mrope_sections:
             sections = (self.mrope + [0, 0, 0, 0])[:4]
-            kvs.append(KV.array(K.arch_key(K.K_ROPE_DIM_SECTIONS, a), GGUFValueType.INT32, sections))
+            kvs.append(KV.array(k(Keys.Rope.DIMENSION_SECTIONS), GGUFValueType.INT32, sections))
         kvs += [
-            KV.u32(K.arch_key(K.K_SSM_CONV_KERNEL, a), self.kc),
-            KV.u32(K.arch_key(K.K_SSM_STATE_SIZE, a), self.dk),
-            KV.u32(K.arch_key(K.K_SSM_GROUP_COUNT, a), self.nk),
-            KV.u32(K.arch_key(K.K_SSM_TIME_STEP_RANK, a), self.nv),
-            KV.u32(K.arch_key(K.K_SSM_INNER_SIZE, a), self.dv * self.nv),
-            KV.array(K.arch_key(K.K_RECURRENT_LAYERS, a), GGUFValueType.BOOL,
+            KV.u32(k(Keys.SSM.CONV_KERNEL), self.kc),
+            KV.u32(k(Keys.SSM.STATE_SIZE), self.dk),
+            KV.u32(k(Keys.SSM.GROUP_COUNT), self.nk),
+            KV.u32(k(Keys.SSM.TIME_STEP_RANK), self.nv),
+            KV.u32(k(Keys.SSM.INNER_SIZE), self.dv * self.nv),
+            KV.array(k(K.K_RECURRENT_LAYERS), GGUFValueType.BOOL,
                      [t == "linear_attention" for t in self.layer_types] + [False] * n_mtp),
-            KV.u32(K.arch_key(K.K_FULL_ATTN_INTERVAL, a), self.interval),
+            KV.u32(k(Keys.LLM.FULL_ATTENTION_INTERVAL), self.interval),
         ]
-        kvs += self.ffn_kvs()
-        if n_mtp:
-            kvs.append(KV.u32(K.arch_key(K.K_NEXTN, a), n_mtp))
-        return kvs
+        return kvs + self.ffn_kvs()
 
     # -- tensors ----------------------------------------------------------------------------
-    def _put(self, out: list[PlannedTensor], hf: str, gguf: str, hf_shape: tuple[int, ...], *, mtp: bool,
-             np_shape: tuple[int, ...] | None = None, whole: Transform | None = None,
-             rows: tuple[int, int] | None = None) -> None:
-        """Plan ``gguf`` from checkpoint tensor ``hf``; ``rows=(start, hdim)`` tiles V-head row blocks."""
-        ref = self.tensor(hf, hf_shape)
-        elementwise = None
-        if gguf.endswith("norm.weight") and not gguf.endswith("ssm_norm.weight"):
-            elementwise = plus_one
-        elif gguf.endswith(".ssm_a"):
-            elementwise = neg_exp
-        sources = [Source(ref)]
-        if rows is not None and self.reorder_v and self.nk != self.nv:
-            sources = tiled_rows(ref, rows[0], self.nk, self.nv // self.nk, rows[1])
-        out.append(PlannedTensor(gguf, np_shape or hf_shape, sources, mtp, elementwise, whole,
-                                 hf_shape if whole else None))
+    def v_rows(self, start: int, hdim: int) -> Split | None:
+        """Take V-head row blocks (from row ``start``, ``hdim`` rows each) in tiled order, when the arch reorders."""
+        if not (self.reorder_v and self.nk != self.nv):
+            return None
+        return lambda ref: tiled_rows(ref, start, self.nk, self.nv // self.nk, hdim)
 
     def _attention(self, out: list[PlannedTensor], p: str, b: str, mtp: bool) -> None:
         H, nh, nkv, hd = self.H, self.nh, self.nkv, self.hd
-        for hf, gg, shape in (
-            ("self_attn.q_proj.weight", "attn_q.weight", (2 * nh * hd, H)),
-            ("self_attn.k_proj.weight", "attn_k.weight", (nkv * hd, H)),
-            ("self_attn.v_proj.weight", "attn_v.weight", (nkv * hd, H)),
-            ("self_attn.o_proj.weight", "attn_output.weight", (H, nh * hd)),
-            ("self_attn.q_norm.weight", "attn_q_norm.weight", (hd,)),
-            ("self_attn.k_norm.weight", "attn_k_norm.weight", (hd,)),
+        for hf, t, shape in (
+            ("self_attn.q_proj.weight", MT.ATTN_Q, (2 * nh * hd, H)),
+            ("self_attn.k_proj.weight", MT.ATTN_K, (nkv * hd, H)),
+            ("self_attn.v_proj.weight", MT.ATTN_V, (nkv * hd, H)),
+            ("self_attn.o_proj.weight", MT.ATTN_OUT, (H, nh * hd)),
+            ("self_attn.q_norm.weight", MT.ATTN_Q_NORM, (hd,)),
+            ("self_attn.k_norm.weight", MT.ATTN_K_NORM, (hd,)),
         ):
-            self._put(out, p + hf, b + gg, shape, mtp=mtp)
+            self.put(out, p + hf, b + w(t), shape, mtp)
 
     def _linear_attention(self, out: list[PlannedTensor], p: str, b: str) -> None:
         H, nk, nv, dk, dv = self.H, self.nk, self.nv, self.dk, self.dv
@@ -182,27 +157,28 @@ class QwenHybrid(Family):
         la = p + "linear_attn."
         if self.fused_qkvz:
             shape = (nk * (2 * dk + 2 * r * dv), H)
-            self._put(out, la + "in_proj_qkvz.weight", b + "attn_qkv.weight", shape, mtp=False,
-                      np_shape=(conv_dim, H), whole=self._split_qkvz(want_z=False))
-            self._put(out, la + "in_proj_qkvz.weight", b + "attn_gate.weight", shape, mtp=False,
-                      np_shape=(value_dim, H), whole=self._split_qkvz(want_z=True))
-            self._put(out, la + "in_proj_ba.weight", b + "ssm_ba.weight", (2 * nv, H), mtp=False)
+            self.put(out, la + "in_proj_qkvz.weight", b + w(MT.ATTN_QKV), shape, False, (conv_dim, H),
+                     self._split_qkvz(want_z=False))
+            self.put(out, la + "in_proj_qkvz.weight", b + w(MT.ATTN_GATE), shape, False, (value_dim, H),
+                     self._split_qkvz(want_z=True))
+            self.put(out, la + "in_proj_ba.weight", b + w(MT.SSM_BETA_ALPHA), (2 * nv, H), False)
         else:
-            self._put(out, la + "in_proj_qkv.weight", b + "attn_qkv.weight", (conv_dim, H), mtp=False,
-                      rows=(2 * key_dim, dv))
-            self._put(out, la + "in_proj_z.weight", b + "attn_gate.weight", (value_dim, H), mtp=False, rows=(0, dv))
-            self._put(out, la + "in_proj_b.weight", b + "ssm_beta.weight", (nv, H), mtp=False, rows=(0, 1))
-            self._put(out, la + "in_proj_a.weight", b + "ssm_alpha.weight", (nv, H), mtp=False, rows=(0, 1))
+            self.put(out, la + "in_proj_qkv.weight", b + w(MT.ATTN_QKV), (conv_dim, H), False,
+                     split=self.v_rows(2 * key_dim, dv))
+            self.put(out, la + "in_proj_z.weight", b + w(MT.ATTN_GATE), (value_dim, H), False,
+                     split=self.v_rows(0, dv))
+            self.put(out, la + "in_proj_b.weight", b + w(MT.SSM_BETA), (nv, H), False, split=self.v_rows(0, 1))
+            self.put(out, la + "in_proj_a.weight", b + w(MT.SSM_ALPHA), (nv, H), False, split=self.v_rows(0, 1))
 
         squeeze = (lambda x: x.reshape(conv_dim, self.kc))
         conv = (lambda x, t=tile_heads(2 * key_dim, nk, r, dv): t(squeeze(x))) if tile else squeeze
-        self._put(out, la + "conv1d.weight", b + "ssm_conv1d.weight", (conv_dim, 1, self.kc), mtp=False,
-                  np_shape=(conv_dim, self.kc), whole=conv)
-        self._put(out, la + "dt_bias", b + "ssm_dt.bias", (nv,), mtp=False, rows=(0, 1))
-        self._put(out, la + "A_log", b + "ssm_a", (nv,), mtp=False, rows=(0, 1))
-        self._put(out, la + "norm.weight", b + "ssm_norm.weight", (dv,), mtp=False)
-        self._put(out, la + "out_proj.weight", b + "ssm_out.weight", (H, value_dim), mtp=False,
-                  whole=tile_heads(0, nk, r, dv, axis=1) if tile else None)
+        self.put(out, la + "conv1d.weight", b + "ssm_conv1d.weight", (conv_dim, 1, self.kc), False,
+                 (conv_dim, self.kc), conv)
+        self.put(out, la + "dt_bias", b + w(MT.SSM_DT, ".bias"), (nv,), False, split=self.v_rows(0, 1))
+        self.put(out, la + "A_log", b + w(MT.SSM_A, ""), (nv,), False, elementwise=neg_exp, split=self.v_rows(0, 1))
+        self.put(out, la + "norm.weight", b + w(MT.SSM_NORM), (dv,), False)
+        self.put(out, la + "out_proj.weight", b + w(MT.SSM_OUT), (H, value_dim), False,
+                 whole=tile_heads(0, nk, r, dv, axis=1) if tile else None)
 
     def _split_qkvz(self, want_z: bool) -> Transform:
         nk, dk, r, dv, H = self.nk, self.dk, self.nv // self.nk, self.dv, self.H
@@ -219,27 +195,19 @@ class QwenHybrid(Family):
     def _ffn(self, out: list[PlannedTensor], p: str, b: str, mtp: bool) -> None:
         H = self.H
         if not self.moe:
-            I = int(self.need("intermediate_size"))
-            for hf, gg, shape in (("mlp.gate_proj.weight", "ffn_gate.weight", (I, H)),
-                                  ("mlp.up_proj.weight", "ffn_up.weight", (I, H)),
-                                  ("mlp.down_proj.weight", "ffn_down.weight", (H, I))):
-                self._put(out, p + hf, b + gg, shape, mtp=mtp)
+            self.dense_ffn(out, p, b, mtp)
             return
         E, Ie, Is = (int(self.need("num_experts")), int(self.need("moe_intermediate_size")),
                      int(self.need("shared_expert_intermediate_size")))
-        self._put(out, p + "mlp.gate.weight", b + "ffn_gate_inp.weight", (E, H), mtp=mtp)
+        self.put(out, p + "mlp.gate.weight", b + w(MT.FFN_GATE_INP), (E, H), mtp)
         out.extend(self.expert_tensors(p, b, E, Ie, mtp))
-        for hf, gg, shape in (("mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight", (Is, H)),
-                              ("mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight", (Is, H)),
-                              ("mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight", (H, Is))):
-            self._put(out, p + hf, b + gg, shape, mtp=mtp)
-        self._put(out, p + "mlp.shared_expert_gate.weight", b + "ffn_gate_inp_shexp.weight", (1, H), mtp=mtp,
-                  np_shape=(H,))
+        self.shared_expert(out, p + "mlp.shared_expert.", b, Is, mtp)
+        self.put(out, p + "mlp.shared_expert_gate.weight", b + w(MT.FFN_GATE_INP_SHEXP), (1, H), mtp, (H,))
 
     def _block(self, out: list[PlannedTensor], p: str, il: int, *, linear: bool, mtp: bool) -> None:
         b = f"blk.{il}."
-        self._put(out, p + "input_layernorm.weight", b + "attn_norm.weight", (self.H,), mtp=mtp)
-        self._put(out, p + "post_attention_layernorm.weight", b + "post_attention_norm.weight", (self.H,), mtp=mtp)
+        self.put(out, p + "input_layernorm.weight", b + w(MT.ATTN_NORM), (self.H,), mtp)
+        self.put(out, p + "post_attention_layernorm.weight", b + w(MT.ATTN_POST_NORM), (self.H,), mtp)
         if linear:
             self._linear_attention(out, p, b)
         else:
@@ -253,20 +221,20 @@ class QwenHybrid(Family):
         out: list[PlannedTensor] = []
         H, V = self.H, self.vocab
         if embeddings:
-            self._put(out, self.prefix + "embed_tokens.weight", "token_embd.weight", (V, H), mtp=False)
+            self.put(out, self.prefix + "embed_tokens.weight", tensor_name(MT.TOKEN_EMBD), (V, H), False)
         if trunk:
             for il in range(self.L):
                 self._block(out, f"{self.prefix}layers.{il}.", il,
                             linear=self.layer_types[il] == "linear_attention", mtp=False)
         if n_mtp:
             mp, il = self.mtp_prefix, self.L
-            self._put(out, mp + "fc.weight", f"blk.{il}.nextn.eh_proj.weight", (H, 2 * H), mtp=True)
-            self._put(out, mp + "pre_fc_norm_embedding.weight", f"blk.{il}.nextn.enorm.weight", (H,), mtp=True)
-            self._put(out, mp + "pre_fc_norm_hidden.weight", f"blk.{il}.nextn.hnorm.weight", (H,), mtp=True)
-            self._put(out, mp + "norm.weight", f"blk.{il}.nextn.shared_head_norm.weight", (H,), mtp=True)
+            self.put(out, mp + "fc.weight", tensor_name(MT.NEXTN_EH_PROJ, il), (H, 2 * H), True)
+            self.put(out, mp + "pre_fc_norm_embedding.weight", tensor_name(MT.NEXTN_ENORM, il), (H,), True)
+            self.put(out, mp + "pre_fc_norm_hidden.weight", tensor_name(MT.NEXTN_HNORM, il), (H,), True)
+            self.put(out, mp + "norm.weight", tensor_name(MT.NEXTN_SHARED_HEAD_NORM, il), (H,), True)
             self._block(out, f"{mp}layers.0.", il, linear=False, mtp=True)
         if embeddings:
-            self._put(out, self.prefix + "norm.weight", "output_norm.weight", (H,), mtp=False)
+            self.put(out, self.prefix + "norm.weight", tensor_name(MT.OUTPUT_NORM), (H,), False)
             if self.ck.has("lm_head.weight"):
-                self._put(out, "lm_head.weight", "output.weight", (V, H), mtp=False)
+                self.put(out, "lm_head.weight", tensor_name(MT.OUTPUT), (V, H), False)
         return ModelPlan(self.arch, self.arch_kvs(n_mtp), out, self.L, n_mtp)

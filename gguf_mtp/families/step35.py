@@ -12,13 +12,12 @@ import re
 from typing import Any
 
 import numpy as np
-from gguf import GGUFValueType
+from gguf import GGUFValueType, Keys
 
 from ..checkpoint.shards import ArrayRef
 from ..errors import FormatError, UnsupportedError
-from ..ggufio import keys as K
 from ..ggufio.format import KV
-from . import register
+from ..ggufio.names import MT, tensor_name, w
 from .base import PlannedTensor, Source
 from .multihead import MultiHeadFamily
 from .rope import llama3_freq_factors
@@ -30,22 +29,19 @@ ROTARY = {FULL: 0.5, SLIDING: 1.0}
 LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
-@register
 class Step35(MultiHeadFamily):
     arch = "step35"
-    hf_architectures = ("Step3p5ForCausalLM",)
-    tokenizer_pre = "deepseek-v3"
-    norm_offset = True
-    head_tensors = (("eh_proj.weight", "nextn.eh_proj.weight", "EH", True),
-                    ("enorm.weight", "nextn.enorm.weight", "E", True),
-                    ("hnorm.weight", "nextn.hnorm.weight", "E", True),
+    context_keys = ("max_position_embeddings", "max_seq_len")
+    head_tensors = (("eh_proj.weight", MT.NEXTN_EH_PROJ, "EH", True),
+                    ("enorm.weight", MT.NEXTN_ENORM, "E", True),
+                    ("hnorm.weight", MT.NEXTN_HNORM, "E", True),
                     # released: transformer.shared_head.{norm,output}; vLLM's and llama.cpp's loaders also read the
                     # names they rename them to (docs/facts/step35.md, "Sources")
                     (("transformer.shared_head.norm.weight", "shared_head.norm.weight"),
-                     "nextn.shared_head_norm.weight", "E", False),
+                     MT.NEXTN_SHARED_HEAD_NORM, "E", False),
                     (("transformer.shared_head.output.weight", "transformer.shared_head.head.weight",
-                      "shared_head.head.weight"), "nextn.shared_head_head.weight", "VE", False),
-                    ("embed_tokens.weight", "nextn.embed_tokens.weight", "VE", False))
+                      "shared_head.head.weight"), MT.NEXTN_SHARED_HEAD_HEAD, "VE", False),
+                    ("embed_tokens.weight", MT.NEXTN_EMBED_TOKENS, "VE", False))
     skip = re.compile(r"(^|\.)(vision_model|vision_tower|visual)\.|rotary_emb\.inv_freq$|weight_scale_inv$")
 
     def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
@@ -116,80 +112,71 @@ class Step35(MultiHeadFamily):
                                  float(r["high_freq_factor"]), int(r["original_max_position_embeddings"]))
         out = np.ones(n_rot_max // 2, dtype=np.float32)
         out[: ff.size] = ff
-        return ArrayRef("rope_freqs.weight", out)
+        return ArrayRef(tensor_name(MT.ROPE_FREQS), out)
 
     def generated(self) -> list[PlannedTensor]:
         ref = self.rope_freqs()
         return [] if ref is None else [PlannedTensor(ref.name, ref.shape, [Source(ref)])]
 
-    def arch_kvs(self, n_mtp: int) -> list[KV]:
-        a, hp, bc = self.arch, self.hp, self.L + n_mtp
-        k = lambda t: K.arch_key(t, a)  # noqa: E731
+    def hparam_kvs(self, n_mtp: int) -> list[KV]:
+        k, hp, bc = self.key, self.hp, self.L + n_mtp
         types = [self.layer_type(il) for il in range(bc)]
         base, base_swa = self.rope_bases()
         moe = [int(x) for x in str(hp.get("moe_layers_enum") or "").split(",") if x.strip()]
         kvs = [
-            KV.u32(k(K.K_BLOCK_COUNT), bc),
-            KV.u32(k(K.K_CONTEXT_LENGTH), int(hp.get("max_position_embeddings", hp.get("max_seq_len", 4096)))),
-            KV.u32(k(K.K_EMBEDDING_LENGTH), self.H),
-            KV.u32(k(K.K_FEED_FORWARD_LENGTH), int(hp.get("intermediate_size", 0))),
-            self.per_layer(K.K_HEAD_COUNT, GGUFValueType.INT32, [self.heads[t][0] for t in types]),
-            self.per_layer(K.K_HEAD_COUNT_KV, GGUFValueType.INT32, [self.heads[t][1] for t in types]),
-            KV.u32(k(K.K_KEY_LENGTH), self.hd),
-            KV.u32(k(K.K_VALUE_LENGTH), self.hd),
-            KV.f32(k(K.K_RMS_EPS), float(hp.get("rms_norm_eps", 1e-5))),
-            KV.f32(k(K.K_ROPE_FREQ_BASE), base),
-            KV.u32(k(K.K_SLIDING_WINDOW), int(self.need("sliding_window"))),
-            self.per_layer(K.K_SLIDING_WINDOW_PATTERN, GGUFValueType.BOOL, [t == SLIDING for t in types]),
-            KV.u32(k(K.K_EXPERT_COUNT), int(self.need("moe_num_experts"))),
-            KV.u32(k(K.K_EXPERT_USED_COUNT), int(self.need("moe_top_k"))),
-            KV.u32(k(K.K_EXPERT_FF_LENGTH), int(self.need("moe_intermediate_size"))),
-            KV.u32(k(K.K_EXPERT_SHARED_FF_LENGTH), int(hp.get("share_expert_dim", 0))),
-            KV.u32(k(K.K_EXPERT_GATING_FUNC), self.gating("moe_router_activation", "scoring_func")),
-            KV.u32(k(K.K_LEADING_DENSE_BLOCK_COUNT), min(moe) if moe else 0),  # not read by step35; as upstream
+            KV.u32(k(Keys.LLM.FEED_FORWARD_LENGTH), int(hp.get("intermediate_size", 0))),
+            self.per_layer(Keys.Attention.HEAD_COUNT, GGUFValueType.INT32, [self.heads[t][0] for t in types]),
+            self.per_layer(Keys.Attention.HEAD_COUNT_KV, GGUFValueType.INT32, [self.heads[t][1] for t in types]),
+            KV.u32(k(Keys.Attention.KEY_LENGTH), self.hd),
+            KV.u32(k(Keys.Attention.VALUE_LENGTH), self.hd),
+            KV.f32(k(Keys.Attention.LAYERNORM_RMS_EPS), float(hp.get("rms_norm_eps", 1e-5))),
+            KV.f32(k(Keys.Rope.FREQ_BASE), base),
+            KV.u32(k(Keys.Attention.SLIDING_WINDOW), int(self.need("sliding_window"))),
+            self.per_layer(Keys.Attention.SLIDING_WINDOW_PATTERN, GGUFValueType.BOOL, [t == SLIDING for t in types]),
+            KV.u32(k(Keys.LLM.EXPERT_COUNT), int(self.need("moe_num_experts"))),
+            KV.u32(k(Keys.LLM.EXPERT_USED_COUNT), int(self.need("moe_top_k"))),
+            KV.u32(k(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH), int(self.need("moe_intermediate_size"))),
+            KV.u32(k(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH), int(hp.get("share_expert_dim", 0))),
+            KV.u32(k(Keys.LLM.EXPERT_GATING_FUNC), self.gating("moe_router_activation", "scoring_func")),
+            KV.u32(k(Keys.LLM.LEADING_DENSE_BLOCK_COUNT), min(moe) if moe else 0),  # not read by step35; as upstream
         ]
         if hp.get("moe_every_n_layer") is not None:  # not read by step35 either; written as llama.cpp's converter
-            kvs.append(KV.u32(f"{a}.moe_every_n_layers", int(hp["moe_every_n_layer"])))
-        optional = ((K.K_ROPE_FREQ_BASE_SWA, base_swa, KV.f32),
-                    (K.K_EXPERT_WEIGHTS_SCALE, hp.get("moe_router_scaling_factor"), KV.f32),
-                    (K.K_EXPERT_WEIGHTS_NORM, hp.get("norm_expert_weight"), KV.boolean))
+            kvs.append(KV.u32(k(Keys.LLM.MOE_EVERY_N_LAYERS), int(hp["moe_every_n_layer"])))
+        optional = ((Keys.Rope.FREQ_BASE_SWA, base_swa, KV.f32),
+                    (Keys.LLM.EXPERT_WEIGHTS_SCALE, hp.get("moe_router_scaling_factor"), KV.f32),
+                    (Keys.LLM.EXPERT_WEIGHTS_NORM, hp.get("norm_expert_weight"), KV.boolean))
         kvs += [make(k(key), value) for key, value, make in optional if value is not None]  # type: ignore[operator]
         # SwiGLU clamps per layer; None (no clamp) and the MTP layers are 0.0
-        for key, cfg in ((K.K_SWIGLU_CLAMP_EXP, "swiglu_limits"), (K.K_SWIGLU_CLAMP_SHEXP, "swiglu_limits_shared")):
+        for key, cfg in ((Keys.LLM.SWIGLU_CLAMP_EXP, "swiglu_limits"),
+                         (Keys.LLM.SWIGLU_CLAMP_SHEXP, "swiglu_limits_shared")):
             if hp.get(cfg) is not None:
                 vals = [0.0 if v is None else float(v) for v in hp[cfg]][: self.L] + [0.0] * bc
                 kvs.append(self.per_layer(key, GGUFValueType.FLOAT32, vals[:bc]))
-        if n_mtp:
-            kvs.append(KV.u32(k(K.K_NEXTN), n_mtp))
         return kvs
 
     def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
         p, b, H, D = f"model.layers.{il}.", f"blk.{il}.", self.H, self.hd
         nh, nkv = self.heads[self.layer_type(il)]
-        put, opt = self._put, self._opt
-        put(out, p + "input_layernorm.weight", b + "attn_norm.weight", (H,), mtp)
-        for proj, gg, rows in (("q_proj", "attn_q", nh * D), ("k_proj", "attn_k", nkv * D), ("v_proj", "attn_v", nkv * D)):
-            put(out, f"{p}self_attn.{proj}.weight", f"{b}{gg}.weight", (rows, H), mtp)
-        put(out, p + "self_attn.o_proj.weight", b + "attn_output.weight", (H, nh * D), mtp)
-        opt(out, p + "self_attn.q_norm.weight", b + "attn_q_norm.weight", (D,), mtp)
-        opt(out, p + "self_attn.k_norm.weight", b + "attn_k_norm.weight", (D,), mtp)
-        opt(out, p + "self_attn.g_proj.weight", b + "attn_gate.weight", (nh, H), mtp)
-        put(out, p + "post_attention_layernorm.weight", b + "ffn_norm.weight", (H,), mtp)
+        put, opt = self.put, self.opt
+        put(out, p + "input_layernorm.weight", b + w(MT.ATTN_NORM), (H,), mtp)
+        for proj, t, rows in (("q_proj", MT.ATTN_Q, nh * D), ("k_proj", MT.ATTN_K, nkv * D),
+                              ("v_proj", MT.ATTN_V, nkv * D)):
+            put(out, f"{p}self_attn.{proj}.weight", b + w(t), (rows, H), mtp)
+        put(out, p + "self_attn.o_proj.weight", b + w(MT.ATTN_OUT), (H, nh * D), mtp)
+        opt(out, p + "self_attn.q_norm.weight", b + w(MT.ATTN_Q_NORM), (D,), mtp)
+        opt(out, p + "self_attn.k_norm.weight", b + w(MT.ATTN_K_NORM), (D,), mtp)
+        opt(out, p + "self_attn.g_proj.weight", b + w(MT.ATTN_GATE), (nh, H), mtp)
+        put(out, p + "post_attention_layernorm.weight", b + w(MT.FFN_NORM), (H,), mtp)
         if not self.ck.has(p + "moe.gate.weight"):  # llama.cpp builds a layer as MoE iff it has a router
-            ff = int(self.need("intermediate_size"))
-            for proj, gg, shape in (("gate_proj", "ffn_gate", (ff, H)), ("up_proj", "ffn_up", (ff, H)),
-                                    ("down_proj", "ffn_down", (H, ff))):
-                put(out, f"{p}mlp.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+            self.dense_ffn(out, p, b, mtp)
             return
         X, Fe, Fs = int(self.need("moe_num_experts")), int(self.need("moe_intermediate_size")), \
             int(self.hp.get("share_expert_dim", 0))
-        put(out, p + "moe.gate.weight", b + "ffn_gate_inp.weight", (X, H), mtp)
-        opt(out, p + "moe.router_bias", b + "exp_probs_b.bias", (X,), mtp)
+        put(out, p + "moe.gate.weight", b + w(MT.FFN_GATE_INP), (X, H), mtp)
+        opt(out, p + "moe.router_bias", b + w(MT.FFN_EXP_PROBS_B, ".bias"), (X,), mtp)
         # experts come stacked already: [X, Fe, H] / [X, H, Fe]
-        for proj, gg, shape in (("gate_proj", "ffn_gate_exps", (X, Fe, H)), ("up_proj", "ffn_up_exps", (X, Fe, H)),
-                                ("down_proj", "ffn_down_exps", (X, H, Fe))):
-            put(out, f"{p}moe.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+        for proj, t, shape in (("gate_proj", MT.FFN_GATE_EXP, (X, Fe, H)), ("up_proj", MT.FFN_UP_EXP, (X, Fe, H)),
+                               ("down_proj", MT.FFN_DOWN_EXP, (X, H, Fe))):
+            put(out, f"{p}moe.{proj}.weight", b + w(t), shape, mtp)
         if Fs:  # the graph always adds the shared expert on MoE layers
-            for proj, gg, shape in (("gate_proj", "ffn_gate_shexp", (Fs, H)), ("up_proj", "ffn_up_shexp", (Fs, H)),
-                                    ("down_proj", "ffn_down_shexp", (H, Fs))):
-                put(out, f"{p}share_expert.{proj}.weight", f"{b}{gg}.weight", shape, mtp)
+            self.shared_expert(out, p + "share_expert.", b, Fs, mtp)

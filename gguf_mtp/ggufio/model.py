@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from gguf import Keys
+
 from ..errors import FormatError
 from . import keys as K
 from .format import KV
@@ -58,17 +60,17 @@ class GGUFModel:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         first = GGUFFile(path)
-        count = first.get(K.SPLIT_COUNT, 1)
+        count = first.get(Keys.Split.LLM_KV_SPLIT_COUNT, 1)
         self.shards: list[GGUFFile] = [first]
         if isinstance(count, int) and count > 1:
             prefix = split_prefix(first.path)
             if prefix is None:
                 raise FormatError(f"{first.path}: split.count={count} but the name does not follow "
                                   "<prefix>-00001-of-0000N.gguf; rename the shards as gguf-split wrote them")
-            no = first.get(K.SPLIT_NO, 0)
+            no = first.get(Keys.Split.LLM_KV_SPLIT_NO, 0)
             if no != 0:
                 first = GGUFFile(split_path(prefix, 0, count)) if split_path(prefix, 0, count).exists() else first
-                if first.get(K.SPLIT_NO, 0) != 0:
+                if first.get(Keys.Split.LLM_KV_SPLIT_NO, 0) != 0:
                     raise FormatError(f"{split_path(prefix, 0, count)}: first shard of the split set is missing")
             self.shards = [first]
             for i in range(1, count):
@@ -76,8 +78,8 @@ class GGUFModel:
                 if not p.exists():
                     raise FormatError(f"{p}: shard {i + 1} of {count} is missing; download the whole split set")
                 shard = GGUFFile(p)
-                if shard.get(K.SPLIT_NO) != i:
-                    raise FormatError(f"{p}: split.no is {shard.get(K.SPLIT_NO)}, expected {i}")
+                if shard.get(Keys.Split.LLM_KV_SPLIT_NO) != i:
+                    raise FormatError(f"{p}: split.no is {shard.get(Keys.Split.LLM_KV_SPLIT_NO)}, expected {i}")
                 self.shards.append(shard)
         self.path = self.shards[0].path
         self.kv: dict[str, KV] = dict(self.shards[0].kv)
@@ -89,7 +91,7 @@ class GGUFModel:
                 self.tensors[name] = Tensor(info, shard)
         check_metadata(self.path, self.kv)  # every consumer reads block_count & co. as llama.cpp would
         check_tensor_set(self.path, self.kv, self.tensors)
-        declared = self.kv.get(K.SPLIT_TENSORS_COUNT)
+        declared = self.kv.get(Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT)
         if len(self.shards) > 1 and declared is not None and declared.value != len(self.tensors):
             raise FormatError(f"{self.path}: split.tensors.count is {declared.value} but the shards hold "
                               f"{len(self.tensors)} tensors; a shard is from another download")
@@ -105,7 +107,7 @@ class GGUFModel:
 
     @property
     def arch(self) -> str:
-        a = self.get(K.GENERAL_ARCH)
+        a = self.get(Keys.General.ARCHITECTURE)
         if not isinstance(a, str):
             raise FormatError(f"{self.path}: no general.architecture key; not a model file")
         return a

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFValueType
+from gguf import GGUFValueType, Keys
 
 from ..errors import FormatError, GgufMtpError
 from ..files import open_input_fd
@@ -173,8 +173,8 @@ class GGUFFile:
             vt, value, item = _read_value(cur, cur.u32(f"type of {key!r}"), key)
             self.kv[key] = KV(key, vt, value, item)
         self.alignment = DEFAULT_ALIGNMENT
-        if "general.alignment" in self.kv:
-            a = self.kv["general.alignment"].value
+        if Keys.General.ALIGNMENT in self.kv:
+            a = self.kv[Keys.General.ALIGNMENT].value
             if not isinstance(a, int) or a <= 0 or a & (a - 1):
                 raise FormatError(f"{self.path}: general.alignment = {a!r} is not a power of two")
             self.alignment = a
@@ -230,7 +230,7 @@ class GGUFFile:
 
     @property
     def architecture(self) -> str | None:
-        a = self.get("general.architecture")
+        a = self.get(Keys.General.ARCHITECTURE)
         return a if isinstance(a, str) else None
 
     def arch_get(self, suffix: str, default: object = None) -> object:

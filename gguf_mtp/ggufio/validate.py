@@ -19,12 +19,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf import GGMLQuantizationType, GGUFValueType
+from gguf import MODEL_TENSOR, GGMLQuantizationType, GGUFValueType, Keys
 
+from ..archs import arch as arch_row
 from ..errors import FormatError, UnsupportedError
 from . import keys as K
 from ..ggml_types import type_name
 from .format import KV
+from .names import w
 
 V = GGUFValueType
 T = GGMLQuantizationType
@@ -35,8 +37,6 @@ LLAMA_MAX_EXPERTS = 1024
 #: token ids are int32 in llama.cpp; no released vocabulary is near this (the largest are ~260k)
 MAX_VOCAB = 1 << 24
 U32_MAX = (1 << 32) - 1
-#: architectures llama.cpp gives a sliding-window cache (swa_type STANDARD), which asserts some layer uses it
-SWA_ARCHS = ("mimo2", "step35")
 #: llama.cpp's rope scaling names (llama_rope_scaling_type_from_string); anything else aborts the load
 ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
 
@@ -64,73 +64,73 @@ _layers = lambda lo=0, hi=U32_MAX: Rule((V.UINT32,), lo, hi, per_layer=True, ite
 
 #: ``<arch>.*`` keys gguf-mtp reads or writes, as llama.cpp's loader reads them
 ARCH_RULES: dict[str, Rule] = {
-    K.K_BLOCK_COUNT: _u32(1, LLAMA_MAX_LAYERS),
-    K.K_NEXTN: _u32(0, LLAMA_MAX_LAYERS),  # and <= block_count, below
-    K.K_CONTEXT_LENGTH: _u32(),
-    K.K_EMBEDDING_LENGTH: _u32(1),
-    K.K_FEED_FORWARD_LENGTH: _layers(),
-    K.K_HEAD_COUNT: _layers(),
-    K.K_HEAD_COUNT_KV: _layers(),
-    K.K_KEY_LENGTH: _u32(),
-    K.K_VALUE_LENGTH: _u32(),
-    K.K_KEY_LENGTH_MLA: _u32(),
-    K.K_VALUE_LENGTH_MLA: _u32(),
-    K.K_Q_LORA_RANK: _u32(),
-    K.K_KV_LORA_RANK: _u32(),
-    K.K_RMS_EPS: _f32(0),
-    K.K_ROPE_FREQ_BASE: _f32(0),
-    K.K_ROPE_FREQ_BASE_SWA: _f32(0),
-    K.K_ROPE_DIM_COUNT: _u32(),
-    K.K_ROPE_DIM_SECTIONS: Rule(items=_INT_ITEMS, max_len=4),
-    K.K_ROPE_SCALING_TYPE: Rule((V.STRING,)),
-    K.K_ROPE_SCALING_FACTOR: _f32(0),
-    K.K_ROPE_SCALING_ORIG_CTX: _u32(),
-    K.K_ROPE_SCALING_YARN_LOG_MUL: _f32(),
-    K.K_ROPE_SCALING_YARN_BETA_FAST: _f32(),
-    K.K_ROPE_SCALING_YARN_BETA_SLOW: _f32(),
-    K.K_EXPERT_COUNT: _u32(0, LLAMA_MAX_EXPERTS),
-    K.K_EXPERT_USED_COUNT: _layers(0, LLAMA_MAX_EXPERTS),
-    K.K_EXPERT_FF_LENGTH: _layers(),
-    K.K_EXPERT_SHARED_FF_LENGTH: _u32(),
-    K.K_EXPERT_SHARED_COUNT: _u32(),
-    K.K_EXPERT_GROUP_COUNT: _u32(),
-    K.K_EXPERT_GROUP_USED_COUNT: _u32(),
-    K.K_EXPERT_WEIGHTS_SCALE: _f32(),
-    K.K_EXPERT_WEIGHTS_NORM: Rule((V.BOOL,)),
-    K.K_EXPERT_GATING_FUNC: _u32(),
-    K.K_LEADING_DENSE_BLOCK_COUNT: _u32(0, LLAMA_MAX_LAYERS),
-    K.K_VOCAB_SIZE: _u32(0, MAX_VOCAB),
+    Keys.LLM.BLOCK_COUNT: _u32(1, LLAMA_MAX_LAYERS),
+    Keys.LLM.NEXTN_PREDICT_LAYERS: _u32(0, LLAMA_MAX_LAYERS),  # and <= block_count, below
+    Keys.LLM.CONTEXT_LENGTH: _u32(),
+    Keys.LLM.EMBEDDING_LENGTH: _u32(1),
+    Keys.LLM.FEED_FORWARD_LENGTH: _layers(),
+    Keys.Attention.HEAD_COUNT: _layers(),
+    Keys.Attention.HEAD_COUNT_KV: _layers(),
+    Keys.Attention.KEY_LENGTH: _u32(),
+    Keys.Attention.VALUE_LENGTH: _u32(),
+    Keys.Attention.KEY_LENGTH_MLA: _u32(),
+    Keys.Attention.VALUE_LENGTH_MLA: _u32(),
+    Keys.Attention.Q_LORA_RANK: _u32(),
+    Keys.Attention.KV_LORA_RANK: _u32(),
+    Keys.Attention.LAYERNORM_RMS_EPS: _f32(0),
+    Keys.Rope.FREQ_BASE: _f32(0),
+    Keys.Rope.FREQ_BASE_SWA: _f32(0),
+    Keys.Rope.DIMENSION_COUNT: _u32(),
+    Keys.Rope.DIMENSION_SECTIONS: Rule(items=_INT_ITEMS, max_len=4),
+    Keys.Rope.SCALING_TYPE: Rule((V.STRING,)),
+    Keys.Rope.SCALING_FACTOR: _f32(0),
+    Keys.Rope.SCALING_ORIG_CTX_LEN: _u32(),
+    Keys.Rope.SCALING_YARN_LOG_MUL: _f32(),
+    Keys.Rope.SCALING_YARN_BETA_FAST: _f32(),
+    Keys.Rope.SCALING_YARN_BETA_SLOW: _f32(),
+    Keys.LLM.EXPERT_COUNT: _u32(0, LLAMA_MAX_EXPERTS),
+    Keys.LLM.EXPERT_USED_COUNT: _layers(0, LLAMA_MAX_EXPERTS),
+    Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: _layers(),
+    Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: _u32(),
+    Keys.LLM.EXPERT_SHARED_COUNT: _u32(),
+    Keys.LLM.EXPERT_GROUP_COUNT: _u32(),
+    Keys.LLM.EXPERT_GROUP_USED_COUNT: _u32(),
+    Keys.LLM.EXPERT_WEIGHTS_SCALE: _f32(),
+    Keys.LLM.EXPERT_WEIGHTS_NORM: Rule((V.BOOL,)),
+    Keys.LLM.EXPERT_GATING_FUNC: _u32(),
+    Keys.LLM.LEADING_DENSE_BLOCK_COUNT: _u32(0, LLAMA_MAX_LAYERS),
+    Keys.LLM.VOCAB_SIZE: _u32(0, MAX_VOCAB),
     K.K_RECURRENT_LAYERS: Rule((V.BOOL, V.UINT32, V.INT32), per_layer=True, items=(V.BOOL, *_INT_ITEMS)),
-    K.K_FULL_ATTN_INTERVAL: _u32(),
-    K.K_SSM_CONV_KERNEL: _u32(),
-    K.K_SSM_STATE_SIZE: _u32(),
-    K.K_SSM_GROUP_COUNT: _u32(),
-    K.K_SSM_TIME_STEP_RANK: _u32(),
-    K.K_SSM_INNER_SIZE: _u32(),
-    K.K_SLIDING_WINDOW: _u32(),
-    K.K_SLIDING_WINDOW_PATTERN: Rule((V.UINT32,), items=(V.BOOL, *_INT_ITEMS), max_len=LLAMA_MAX_LAYERS),
+    Keys.LLM.FULL_ATTENTION_INTERVAL: _u32(),
+    Keys.SSM.CONV_KERNEL: _u32(),
+    Keys.SSM.STATE_SIZE: _u32(),
+    Keys.SSM.GROUP_COUNT: _u32(),
+    Keys.SSM.TIME_STEP_RANK: _u32(),
+    Keys.SSM.INNER_SIZE: _u32(),
+    Keys.Attention.SLIDING_WINDOW: _u32(),
+    Keys.Attention.SLIDING_WINDOW_PATTERN: Rule((V.UINT32,), items=(V.BOOL, *_INT_ITEMS), max_len=LLAMA_MAX_LAYERS),
     K.K_VALUE_SCALE: _f32(),
-    K.K_SWIGLU_CLAMP_EXP: Rule((V.FLOAT32,), per_layer=True, items=(V.FLOAT32,)),
-    K.K_SWIGLU_CLAMP_SHEXP: Rule((V.FLOAT32,), per_layer=True, items=(V.FLOAT32,)),
+    Keys.LLM.SWIGLU_CLAMP_EXP: Rule((V.FLOAT32,), per_layer=True, items=(V.FLOAT32,)),
+    Keys.LLM.SWIGLU_CLAMP_SHEXP: Rule((V.FLOAT32,), per_layer=True, items=(V.FLOAT32,)),
     K.K_SHARED_TARGET_TENSORS: Rule(items=(V.STRING,)),
 }
 
 #: keys outside the architecture's namespace
 GLOBAL_RULES: dict[str, Rule] = {
-    K.GENERAL_ARCH: Rule((V.STRING,)),
-    K.GENERAL_FILE_TYPE: _u32(),
-    K.TOK_MODEL: Rule((V.STRING,)),
-    K.TOK_PRE: Rule((V.STRING,)),
-    K.TOK_TOKENS: Rule(items=(V.STRING,), max_len=MAX_VOCAB),
-    K.TOK_TYPES: Rule(items=(V.INT32,), max_len=MAX_VOCAB),
-    K.TOK_MERGES: Rule(items=(V.STRING,)),
-    K.TOK_BOS: _u32(),
-    K.TOK_EOS: _u32(),
-    K.TOK_PAD: _u32(),
-    K.TOK_EOT: _u32(),
-    K.TOK_ADD_BOS: Rule((V.BOOL,)),
-    K.TOK_ADD_EOS: Rule((V.BOOL,)),
-    K.TOK_CHAT_TEMPLATE: Rule((V.STRING,)),
+    Keys.General.ARCHITECTURE: Rule((V.STRING,)),
+    Keys.General.FILE_TYPE: _u32(),
+    Keys.Tokenizer.MODEL: Rule((V.STRING,)),
+    Keys.Tokenizer.PRE: Rule((V.STRING,)),
+    Keys.Tokenizer.LIST: Rule(items=(V.STRING,), max_len=MAX_VOCAB),
+    Keys.Tokenizer.TOKEN_TYPE: Rule(items=(V.INT32,), max_len=MAX_VOCAB),
+    Keys.Tokenizer.MERGES: Rule(items=(V.STRING,)),
+    Keys.Tokenizer.BOS_ID: _u32(),
+    Keys.Tokenizer.EOS_ID: _u32(),
+    Keys.Tokenizer.PAD_ID: _u32(),
+    Keys.Tokenizer.EOT_ID: _u32(),
+    Keys.Tokenizer.ADD_BOS: Rule((V.BOOL,)),
+    Keys.Tokenizer.ADD_EOS: Rule((V.BOOL,)),
+    Keys.Tokenizer.CHAT_TEMPLATE: Rule((V.STRING,)),
 }
 
 
@@ -204,19 +204,19 @@ def check_metadata(path: Path, kv: Mapping[str, KV]) -> None:
     for key, rule in GLOBAL_RULES.items():
         if key in kv:
             _check_kv(path, kv[key], rule, None)
-    arch_kv = kv.get(K.GENERAL_ARCH)
+    arch_kv = kv.get(Keys.General.ARCHITECTURE)
     if arch_kv is None:
         return
     arch = str(arch_kv.value)
     if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", arch):
-        raise _bad(path, K.GENERAL_ARCH, f"is {arch!r:.70}, not an architecture name")
+        raise _bad(path, Keys.General.ARCHITECTURE, f"is {arch!r:.70}, not an architecture name")
     a = lambda t: K.arch_key(t, arch)  # noqa: E731
-    bc_key, nextn_key = a(K.K_BLOCK_COUNT), a(K.K_NEXTN)
+    bc_key, nextn_key = a(Keys.LLM.BLOCK_COUNT), a(Keys.LLM.NEXTN_PREDICT_LAYERS)
     if bc_key in kv:
-        _check_kv(path, kv[bc_key], ARCH_RULES[K.K_BLOCK_COUNT], None)
+        _check_kv(path, kv[bc_key], ARCH_RULES[Keys.LLM.BLOCK_COUNT], None)
     block_count = _int(kv, bc_key) if bc_key in kv else None
     for tmpl, rule in ARCH_RULES.items():
-        if tmpl != K.K_BLOCK_COUNT and a(tmpl) in kv:
+        if tmpl != Keys.LLM.BLOCK_COUNT and a(tmpl) in kv:
             _check_kv(path, kv[a(tmpl)], rule, block_count)
     if nextn_key in kv:
         if block_count is None:
@@ -225,45 +225,42 @@ def check_metadata(path: Path, kv: Mapping[str, KV]) -> None:
         if n > block_count:
             raise _bad(path, nextn_key, f"is {n}, more than block_count {block_count}")
     # llama.cpp's expert asserts (llama_model::load_hparams)
-    n_expert, used = _int(kv, a(K.K_EXPERT_COUNT)), _layer_max(kv, a(K.K_EXPERT_USED_COUNT))
-    groups, group_used = _int(kv, a(K.K_EXPERT_GROUP_COUNT)), _int(kv, a(K.K_EXPERT_GROUP_USED_COUNT))
-    ek = a(K.K_EXPERT_COUNT)
+    n_expert, used = _int(kv, a(Keys.LLM.EXPERT_COUNT)), _layer_max(kv, a(Keys.LLM.EXPERT_USED_COUNT))
+    groups, group_used = _int(kv, a(Keys.LLM.EXPERT_GROUP_COUNT)), _int(kv, a(Keys.LLM.EXPERT_GROUP_USED_COUNT))
+    ek = a(Keys.LLM.EXPERT_COUNT)
     if used > n_expert:
-        raise _bad(path, a(K.K_EXPERT_USED_COUNT), f"is {used}, more than {ek} = {n_expert}")
+        raise _bad(path, a(Keys.LLM.EXPERT_USED_COUNT), f"is {used}, more than {ek} = {n_expert}")
     if n_expert > 0:
         if used == 0:
-            raise _bad(path, a(K.K_EXPERT_USED_COUNT), f"is 0 or missing although {ek} = {n_expert}")
+            raise _bad(path, a(Keys.LLM.EXPERT_USED_COUNT), f"is 0 or missing although {ek} = {n_expert}")
         if groups >= n_expert:
-            raise _bad(path, a(K.K_EXPERT_GROUP_COUNT), f"is {groups}, not below {ek} = {n_expert}")
+            raise _bad(path, a(Keys.LLM.EXPERT_GROUP_COUNT), f"is {groups}, not below {ek} = {n_expert}")
         if groups > 1 and (n_expert % groups or not 0 < group_used < groups):
-            raise _bad(path, a(K.K_EXPERT_GROUP_USED_COUNT),
+            raise _bad(path, a(Keys.LLM.EXPERT_GROUP_USED_COUNT),
                        f"is {group_used} with {groups} groups of {n_expert} experts; llama.cpp needs the experts "
                        "to split evenly into groups and 0 < used groups < groups")
     elif groups:
-        raise _bad(path, a(K.K_EXPERT_GROUP_COUNT), f"is {groups} but the model has no experts")
-    st = kv.get(a(K.K_ROPE_SCALING_TYPE))
+        raise _bad(path, a(Keys.LLM.EXPERT_GROUP_COUNT), f"is {groups} but the model has no experts")
+    st = kv.get(a(Keys.Rope.SCALING_TYPE))
     if st is not None and st.value not in ROPE_SCALING_TYPES:
         raise _bad(path, st.key, f"is {st.value!r:.40}; llama.cpp knows {', '.join(ROPE_SCALING_TYPES)}")
-    swa = kv.get(a(K.K_SLIDING_WINDOW_PATTERN))
-    if arch in SWA_ARCHS and swa is not None and swa.vtype == V.ARRAY and not any(swa.scalar()):
+    swa = kv.get(a(Keys.Attention.SLIDING_WINDOW_PATTERN))
+    row = arch_row(arch)
+    if row is not None and row.swa and swa is not None and swa.vtype == V.ARRAY and not any(swa.scalar()):
         raise _bad(path, swa.key, "marks no layer as sliding-window; llama.cpp's cache for this architecture needs "
                                   "at least one (it asserts)")
-    tokens, types = kv.get(K.TOK_TOKENS), kv.get(K.TOK_TYPES)
+    tokens, types = kv.get(Keys.Tokenizer.LIST), kv.get(Keys.Tokenizer.TOKEN_TYPE)
     if tokens is not None and types is not None and len(types.value) < len(tokens.value):
-        raise _bad(path, K.TOK_TYPES, f"has {len(types.value)} entries for {len(tokens.value)} tokens")
+        raise _bad(path, Keys.Tokenizer.TOKEN_TYPE, f"has {len(types.value)} entries for {len(tokens.value)} tokens")
 
 
 # -- tensors the graph needs ----------------------------------------------------------------------
-#: per-block tensor sets llama.cpp's loader leaves optional but its graph then uses: a file without them loads and
-#: crashes at the first decode (src/models/<arch>.cpp). Each entry: any one of the alternatives must be complete.
-RECURRENT_NEEDS = {"qwen35": (("attn_qkv.weight", "attn_gate.weight"),),
-                   "qwen35moe": (("attn_qkv.weight", "attn_gate.weight"),),
-                   "qwen3next": (("attn_qkv.weight", "attn_gate.weight"), ("ssm_in.weight",))}
-#: archs whose blocks are MoE exactly when they have a router, and dense otherwise
-FFN_BY_ROUTER = {"mimo2", "step35"}
+# per-block tensor sets llama.cpp's loader leaves optional but its graph then uses (a file without them loads and
+# crashes at the first decode, src/models/<arch>.cpp) are the arch table's ``recurrent_needs`` and ``ffn_by_router``
 _FFN = {True: ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"),
         False: ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")}
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
+_EH_PROJ = w(MODEL_TENSOR.NEXTN_EH_PROJ)  # the tensor llama.cpp probes to tell an MTP block
 
 
 def _recurrent(kv: Mapping[str, KV], arch: str, n: int) -> list[bool]:
@@ -271,19 +268,19 @@ def _recurrent(kv: Mapping[str, KV], arch: str, n: int) -> list[bool]:
     arr = kv.get(K.arch_key(K.K_RECURRENT_LAYERS, arch))
     if arr is not None and arr.vtype == V.ARRAY:
         return [bool(x) for x in arr.scalar()[:n]]
-    interval = _int(kv, K.arch_key(K.K_FULL_ATTN_INTERVAL, arch), 4) or 4
+    interval = _int(kv, K.arch_key(Keys.LLM.FULL_ATTENTION_INTERVAL, arch), 4) or 4
     return [(il + 1) % interval != 0 for il in range(n)]
 
 
 def check_tensor_set(path: Path, kv: Mapping[str, KV], names: Iterable[str]) -> None:
     """Refuse tensor sets llama.cpp would load and then crash on (it only probes one tensor to tell a model from
     a sidecar, and leaves some tensors optional that its graph needs)."""
-    arch_kv = kv.get(K.GENERAL_ARCH)
-    bc_kv = kv.get(K.arch_key(K.K_BLOCK_COUNT, str(arch_kv.value))) if arch_kv is not None else None
+    arch_kv = kv.get(Keys.General.ARCHITECTURE)
+    bc_kv = kv.get(K.arch_key(Keys.LLM.BLOCK_COUNT, str(arch_kv.value))) if arch_kv is not None else None
     if arch_kv is None or bc_kv is None:
         return
     arch, names = str(arch_kv.value), set(names)
-    n_mtp = _int(kv, K.arch_key(K.K_NEXTN, arch))
+    n_mtp = _int(kv, K.arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, arch))
     n_trunk = int(bc_kv.value) - n_mtp
     blocks: dict[int, set[str]] = {}
     for name in names:
@@ -300,14 +297,16 @@ def check_tensor_set(path: Path, kv: Mapping[str, KV], names: Iterable[str]) -> 
         # llama.cpp probes blk.{n_trunk}.nextn.eh_proj: without it every MTP tensor is optional (and then used);
         # with it, all declared heads are loaded
         for il in range(n_trunk, n_trunk + n_mtp):
-            if "nextn.eh_proj.weight" not in blocks.get(il, ()):
-                raise missing(il, f"nextn.eh_proj.weight, but the file has MTP tensors and declares {n_mtp} MTP "
+            if _EH_PROJ not in blocks.get(il, ()):
+                raise missing(il, f"{_EH_PROJ}, but the file has MTP tensors and declares {n_mtp} MTP "
                                   "layers")
-    if arch in RECURRENT_NEEDS:
+    row = arch_row(arch)
+    needs = row.recurrent_needs if row is not None else ()
+    if needs:
         for il, recurrent in enumerate(_recurrent(kv, arch, n_trunk)):
-            if recurrent and il in blocks and not any(set(alt) <= blocks[il] for alt in RECURRENT_NEEDS[arch]):
-                raise missing(il, " + ".join(RECURRENT_NEEDS[arch][0]) + " (a linear-attention block)")
-    if arch in FFN_BY_ROUTER:
+            if recurrent and il in blocks and not any(set(alt) <= blocks[il] for alt in needs):
+                raise missing(il, " + ".join(needs[0]) + " (a linear-attention block)")
+    if row is not None and row.ffn_by_router:
         for il, have in blocks.items():
             need = _FFN["ffn_gate_inp.weight" in have]
             if not set(need) <= have:

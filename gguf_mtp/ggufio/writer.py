@@ -8,13 +8,16 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 from gguf import GGUFValueType
 
 from ..ggml_types import tensor_nbytes
 from .format import DEFAULT_ALIGNMENT, GGUF_MAGIC, KV, SCALAR_DTYPES, WRITE_VERSION, align
+
+if TYPE_CHECKING:
+    from .model import Tensor
 
 Progress = Callable[[int], None]
 COPY_CHUNK = 64 << 20
@@ -34,6 +37,16 @@ class OutTensor:
     def __post_init__(self) -> None:
         self.shape = tuple(int(d) for d in self.shape)
         self.nbytes = tensor_nbytes(self.shape, self.ggml_type)
+
+
+def copy_tensor(t: Tensor, name: str | None = None) -> OutTensor:
+    """Tensor ``t`` of a GGUF file, to be written byte for byte (under ``name`` when given)."""
+    info, path = t.info, t.file.path
+
+    def write(fh: BinaryIO, progress: Progress) -> None:
+        copy_range(path, info.offset, info.nbytes, fh, progress)
+
+    return OutTensor(name or info.name, info.shape, info.ggml_type, write, source=(path, info.offset))
 
 
 def _enc_str(s: str) -> bytes:

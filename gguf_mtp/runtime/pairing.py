@@ -11,7 +11,7 @@ from ..errors import GgufMtpError
 from ..ggufio.model import GGUFModel, model_stem
 from ..ggufio.validate import check_tensor_types
 from ..layout import Layout
-from ..surgery import check_compatible, find_head
+from ..head import check_compatible, find_head
 
 
 class HeadSource(str, Enum):

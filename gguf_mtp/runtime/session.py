@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gguf import Keys
+
 from ..errors import GgufMtpError
-from ..ggufio import keys as K
-from ..surgery import find_head, plan_graft
+from ..head import find_head, plan_graft
 from . import devices, placement
 from .chat import ChatTemplate
 from .llama import Context, Model
@@ -114,10 +115,10 @@ class MTPSession:
         for n in self.notices:
             self._notify(n)
         m = self.pairing.model
-        toks = m.get(K.TOK_TOKENS) or []
-        bos_id, eos_id = m.get(K.TOK_BOS), m.get(K.TOK_EOS)
+        toks = m.get(Keys.Tokenizer.LIST) or []
+        bos_id, eos_id = m.get(Keys.Tokenizer.BOS_ID), m.get(Keys.Tokenizer.EOS_ID)
         self.template = ChatTemplate(
-            chat_template or m.get(K.TOK_CHAT_TEMPLATE),  # type: ignore[arg-type]
+            chat_template or m.get(Keys.Tokenizer.CHAT_TEMPLATE),  # type: ignore[arg-type]
             toks[bos_id] if isinstance(bos_id, int) and bos_id < len(toks) else "",  # type: ignore[index,arg-type]
             toks[eos_id] if isinstance(eos_id, int) and eos_id < len(toks) else "")  # type: ignore[index,arg-type]
         self.stats = Stats(n_draft_max=self.engine.n_draft_max)

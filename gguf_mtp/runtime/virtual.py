@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import GgufMtpError, UnsupportedError
 from ..ggufio.writer import encode_header
-from ..surgery import GraftPlan
+from ..head import GraftPlan
 
 _ssize_t = ctypes.c_ssize_t
 _READ = ctypes.CFUNCTYPE(_ssize_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char), ctypes.c_size_t)

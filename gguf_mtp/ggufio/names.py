@@ -1,0 +1,24 @@
+"""GGUF tensor names from gguf-py's table (``gguf.TENSOR_NAMES``), so each name has one definition there.
+
+``tensor_name(MT.ATTN_NORM, 3) == "blk.3.attn_norm.weight"``; inside a block whose prefix ``b`` is already
+``"blk.3."``, ``b + w(MT.ATTN_NORM)`` says the same.
+"""
+
+from __future__ import annotations
+
+from gguf import MODEL_TENSOR as MT
+from gguf import TENSOR_NAMES
+
+__all__ = ["MT", "tensor_name", "w"]
+
+_BLOCK = "blk.{bid}."
+
+
+def tensor_name(t: MT, bid: int | None = None, suffix: str = ".weight") -> str:
+    """The GGUF name of tensor ``t`` (of block ``bid`` for per-block tensors), with ``suffix``."""
+    return TENSOR_NAMES[t].format(bid=bid) + suffix
+
+
+def w(t: MT, suffix: str = ".weight") -> str:
+    """The name of per-block tensor ``t`` after its ``blk.{bid}.`` prefix, with ``suffix``."""
+    return TENSOR_NAMES[t].removeprefix(_BLOCK) + suffix
