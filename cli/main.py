@@ -30,7 +30,7 @@ app = typer.Typer(
 )
 _debug = False
 #: click's usage-error base (recent typer releases vendor click as typer._click, older ones use click)
-_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
 @app.callback(invoke_without_command=True)

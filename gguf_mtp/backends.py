@@ -17,20 +17,20 @@ import sys
 if __name__ == "__main__" and sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
     del sys.path[0]  # run by path: no module of this folder may shadow one of the standard library
 
-import argparse  # noqa: E402
-import ctypes  # noqa: E402
-import json  # noqa: E402
-import re  # noqa: E402
-import shlex  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sysconfig  # noqa: E402
-import tempfile  # noqa: E402
-import zipfile  # noqa: E402
-import zlib  # noqa: E402
-from dataclasses import asdict, dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Mapping, Sequence  # noqa: E402
+import argparse
+import ctypes
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -341,8 +341,8 @@ def judge(pr: Probe, wanted: Sequence[Backend], what: str, cmake_args: str, requ
             lines.append(f"error: {msg}")
         else:
             lines.append(f"warning: {msg}")
-    devs = ", ".join(f"{d.name} ({d.description})" for d in pr.devices) or "none"
-    lines.insert(0, f"{what}: backends {', '.join(pr.compiled)}; devices {devs}; GPU offload "
+    dev_list = ", ".join(f"{d.name} ({d.description})" for d in pr.devices) or "none"
+    lines.insert(0, f"{what}: backends {', '.join(pr.compiled)}; devices {dev_list}; GPU offload "
                     f"{'yes' if pr.gpu_offload else 'no'}")
     return Verdict(ok, lines, pr)
 

@@ -51,12 +51,12 @@ class ConvertResult:
     notes: list[str] = field(default_factory=list)
 
 
-def model_name(model: str | Path) -> str:
+def model_name(model: str | os.PathLike[str]) -> str:
     """``org/Name`` -> ``Name``; a folder -> its name."""
     return str(model).rstrip("/").split("/")[-1] if looks_like_repo_id(str(model)) else Path(model).resolve().name
 
 
-def default_outfile(model: str | Path, outtype: str, layout: Layout) -> Path:
+def default_outfile(model: str | os.PathLike[str], outtype: str, layout: Layout) -> Path:
     suffix = MTP_SUFFIX if layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY) else ""
     return Path.cwd() / f"{model_name(model)}-{outtype.upper()}{suffix}.gguf"
 

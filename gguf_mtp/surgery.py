@@ -25,8 +25,18 @@ from .ggufio.format import KV
 from .ggufio.model import GGUFModel, Tensor, model_stem, split_path, split_prefix
 from .ggufio.validate import check_tensor_types
 from .ggufio.writer import OutTensor, copy_tensor, write_gguf
-from .head import GraftPlan, Head, check_compatible, find_head, has_trunk, head_tensor, per_layer_keys, plan_graft
-from .head import require_head, with_array
+from .head import (
+    GraftPlan,
+    Head,
+    check_compatible,
+    find_head,
+    has_trunk,
+    head_tensor,
+    per_layer_keys,
+    plan_graft,
+    require_head,
+    with_array,
+)
 from .layout import EMBEDDING_TENSORS, MODEL_TENSORS, OUTPUT_NORM, TOKEN_EMBD, borrowed_tensors
 from .progress import Progress as Bar
 

@@ -11,8 +11,8 @@ from typing import Any
 from ..errors import FormatError, GgufMtpError, MissingTensorError, UnsupportedError
 from ..files import open_input
 from ..paths import confined, relative_name, shown
-from .shards import TensorRef, attach_fp8_scales, read_header
 from .schema import check_config
+from .shards import TensorRef, attach_fp8_scales, read_header
 
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -47,7 +47,7 @@ class Checkpoint:
     tensors: dict[str, TensorRef] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, root: str | Path) -> "Checkpoint":
+    def open(cls, root: str | Path) -> Checkpoint:
         root = Path(root)
         if not root.exists():
             raise GgufMtpError(f"{root}: no such folder; pass a checkpoint folder or a Hugging Face repo id")

@@ -17,11 +17,12 @@ from typing import ClassVar
 import numpy as np
 from gguf import GGUFValueType, Keys
 
+from ..checkpoint.folder import Checkpoint
+from ..checkpoint.shards import TensorRef
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
 from ..ggufio.names import MT, tensor_name, w
-from ..checkpoint.shards import TensorRef
 from .base import Family, ModelPlan, PlannedTensor, Source, Split, Transform
 
 _MTP_LAYER = re.compile(r"^(?:model\.)?mtp\.layers\.(\d+)\.")
@@ -67,7 +68,7 @@ class QwenHybrid(Family):
     #: the trunk's RoPE is multimodal (``rope.dimension_sections``); qwen3next's is plain
     mrope_sections: ClassVar[bool] = True
 
-    def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ck: Checkpoint) -> None:
         super().__init__(ck)
         hp = self.hp
         self.read_attention_dims()
@@ -170,8 +171,12 @@ class QwenHybrid(Family):
             self.put(out, la + "in_proj_b.weight", b + w(MT.SSM_BETA), (nv, H), False, split=self.v_rows(0, 1))
             self.put(out, la + "in_proj_a.weight", b + w(MT.SSM_ALPHA), (nv, H), False, split=self.v_rows(0, 1))
 
-        squeeze = (lambda x: x.reshape(conv_dim, self.kc))
-        conv = (lambda x, t=tile_heads(2 * key_dim, nk, r, dv): t(squeeze(x))) if tile else squeeze
+        tiled = tile_heads(2 * key_dim, nk, r, dv) if tile else None
+
+        def conv(x: np.ndarray) -> np.ndarray:
+            y = x.reshape(conv_dim, self.kc)
+            return tiled(y) if tiled is not None else y
+
         self.put(out, la + "conv1d.weight", b + "ssm_conv1d.weight", (conv_dim, 1, self.kc), False,
                  (conv_dim, self.kc), conv)
         self.put(out, la + "dt_bias", b + w(MT.SSM_DT, ".bias"), (nv,), False, split=self.v_rows(0, 1))

@@ -23,8 +23,8 @@ from gguf import MODEL_TENSOR, GGMLQuantizationType, GGUFValueType, Keys
 
 from ..archs import arch as arch_row
 from ..errors import FormatError, UnsupportedError
-from . import keys as K
 from ..ggml_types import type_name
+from . import keys as K
 from .format import KV
 from .names import w
 

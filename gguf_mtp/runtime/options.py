@@ -73,7 +73,7 @@ def check_threads(n: int | None, option: str = "--threads", *, zero_means_all: b
     return n, []
 
 
-def check_session(cfg: "SessionConfig", *, speculative: bool = True) -> tuple["SessionConfig", list[str]]:
+def check_session(cfg: SessionConfig, *, speculative: bool = True) -> tuple[SessionConfig, list[str]]:
     """Refuse or clamp a session's options; returns the options to use and notes for the user.
     ``speculative``: a head may run (``--no-mtp`` passes False: the batch need not hold a verify step)."""
     notes: list[str] = []
@@ -109,7 +109,7 @@ def check_session(cfg: "SessionConfig", *, speculative: bool = True) -> tuple["S
     return replace(cfg, n_threads=threads), notes
 
 
-def check_sampling(cfg: "SamplerConfig") -> tuple["SamplerConfig", list[str]]:
+def check_sampling(cfg: SamplerConfig) -> tuple[SamplerConfig, list[str]]:
     """Refuse sampling options llama.cpp would misread; ``--seed -1`` becomes a random seed (said in a note)."""
     _float("--temp", cfg.temp)
     top_p = _float("--top-p", cfg.top_p)

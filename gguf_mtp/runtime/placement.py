@@ -20,6 +20,7 @@ import math
 import re
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,7 +93,7 @@ _rpc_added: set[str] = set()
 def ggml() -> _Ggml:
     global _ggml
     if _ggml is None:
-        from . import llama  # noqa: F401  (llama.cpp initialised and its log captured before ggml talks)
+        from . import llama  # llama.cpp initialised and its log captured before ggml talks
 
         llama._init()
         _ggml = _Ggml()
@@ -314,7 +315,7 @@ def probe_rpc(host: str, port: int, timeout: float = RPC_PROBE_TIMEOUT) -> tuple
                 if not chunk:
                     break
                 data += chunk
-    except socket.timeout:
+    except TimeoutError:
         raise GgufMtpError(f"--rpc {ep}: no answer within {timeout:g} s (a firewall, the wrong port, or the "
                            "server is serving another client; rpc-server takes one client at a time)") from None
     except OSError as e:
@@ -364,7 +365,7 @@ def rpc_cache_dir() -> Path:
 
 
 def serve_rpc(host: str, port: int, names: list[str] | None = None, threads: int | None = None,
-              cache: bool = False, on_ready=None) -> None:  # type: ignore[no-untyped-def]
+              cache: bool = False, on_ready: Callable[[list[Device]], None] | None = None) -> None:
     """ggml's own RPC server (ggml_backend_rpc_start_server, what llama.cpp's rpc-server runs) on host:port,
     serving ``names`` (default: the accelerators, else the CPU). Blocks until interrupted; the server runs
     on a thread so Ctrl-C reaches Python. It has no authentication: bind to a trusted network only."""

@@ -193,16 +193,18 @@ def parse(spec: str) -> Choice:
     kind, _, opts = spec.partition(":")
     if kind not in ("auto", "native", "replay") or (opts and kind != "replay"):
         raise GgufMtpError(f"rollback {spec!r}: use auto, native, or replay[:store=seq|state|state-device,every=N,merge=N]")
-    kw: dict[str, object] = {}
+    choice = Choice(kind)
     for item in filter(None, opts.split(",")):
         key, _, val = item.partition("=")
         if key == "store" and val in ("seq", "state", "state-device"):
-            kw[key] = val
-        elif key in ("every", "merge") and val.isdigit():
-            kw[key] = int(val)
+            choice = replace(choice, store=val)
+        elif key == "every" and val.isdigit():
+            choice = replace(choice, every=int(val))
+        elif key == "merge" and val.isdigit():
+            choice = replace(choice, merge=int(val))
         else:
             raise GgufMtpError(f"rollback {spec!r}: unknown option {item!r} (store=seq|state|state-device, every=N, merge=N)")
-    return Choice(kind, **kw)  # type: ignore[arg-type]
+    return choice
 
 
 #: what ``auto`` picks where llama.cpp keeps no snapshots. bench/qwen3next.py measures the alternatives: saving is

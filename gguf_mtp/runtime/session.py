@@ -118,9 +118,9 @@ class MTPSession:
         toks = m.get(Keys.Tokenizer.LIST) or []
         bos_id, eos_id = m.get(Keys.Tokenizer.BOS_ID), m.get(Keys.Tokenizer.EOS_ID)
         self.template = ChatTemplate(
-            chat_template or m.get(Keys.Tokenizer.CHAT_TEMPLATE),  # type: ignore[arg-type]
-            toks[bos_id] if isinstance(bos_id, int) and bos_id < len(toks) else "",  # type: ignore[index,arg-type]
-            toks[eos_id] if isinstance(eos_id, int) and eos_id < len(toks) else "")  # type: ignore[index,arg-type]
+            chat_template or m.get(Keys.Tokenizer.CHAT_TEMPLATE),
+            toks[bos_id] if isinstance(bos_id, int) and bos_id < len(toks) else "",
+            toks[eos_id] if isinstance(eos_id, int) and eos_id < len(toks) else "")
         self.stats = Stats(n_draft_max=self.engine.n_draft_max)
 
     # -- loading -------------------------------------------------------------------------------
@@ -312,7 +312,7 @@ class MTPSession:
             m.close()
         self._contexts, self._models = [], []
 
-    def __enter__(self) -> "MTPSession":
+    def __enter__(self) -> MTPSession:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GgufMtpError
+from ..runtime.multistep import MultiStep
 from ..runtime.sampling import Sampler, SamplerConfig
 from ..runtime.session import MTPSession
-from ..runtime.multistep import MultiStep
 from ..runtime.speculative import Engine
 from ..runtime.stats import Stats
 from .metrics import Metrics

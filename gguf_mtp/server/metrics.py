@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..runtime.stats import Stats
@@ -105,7 +106,7 @@ class Metrics:
             for it in items:
                 n = self.PREFIX + it.name
                 lines += [f"# HELP {n} {it.help}", f"# TYPE {n} {it.kind}", f"{n} {_fmt(it.value)}"]
-            per_pos = [("spec_decode_num_draft_tokens_per_pos_total", "counter",
+            per_pos: list[tuple[str, str, str, Sequence[float]]] = [("spec_decode_num_draft_tokens_per_pos_total", "counter",
                         "Speculative: draft tokens proposed at each draft position", s.drafted_at),
                        ("spec_decode_num_accepted_tokens_per_pos_total", "counter",
                         "Speculative: draft tokens accepted at each draft position", s.accepted_at),
