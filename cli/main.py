@@ -13,6 +13,8 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 import typer
 
@@ -35,7 +37,8 @@ _UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c._
 
 @app.callback(invoke_without_command=True)
 def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
-          debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an error (for bug reports).")) -> None:
+          debug: bool = typer.Option(False, "--debug",
+                                     help="Show the Python traceback of an error (for bug reports).")) -> None:
     global _debug
     _debug = _debug or debug
     if version:
@@ -67,7 +70,7 @@ def _on_terminate(signum: int, frame: object) -> None:
 def install_signal_handlers() -> Callable[[], None]:
     """SIGTERM and SIGHUP raise :class:`Terminated` (where they still have their default action and we are
     the main thread); returns a function that restores the previous handlers."""
-    saved: list[tuple[int, object]] = []
+    saved: list[tuple[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None]] = []
     for name in _TERMINATING:
         sig = getattr(signal, name, None)
         try:
@@ -79,7 +82,7 @@ def install_signal_handlers() -> Callable[[], None]:
     def restore() -> None:
         for sig, old in saved:
             try:
-                signal.signal(sig, old)  # type: ignore[arg-type]
+                signal.signal(sig, old)
             except ValueError:
                 pass
 

@@ -8,7 +8,8 @@ import typer
 
 
 def quantize(
-    src: Path = typer.Argument(..., help="Input GGUF (bundled model, trunk-only model or MTP sidecar; f32/f16/bf16/q8_0)."),
+    src: Path = typer.Argument(...,
+                               help="Input GGUF (bundled model, trunk-only model or MTP sidecar; f32/f16/bf16/q8_0)."),
     dst: Path = typer.Argument(..., help="Output GGUF."),
     qtype: str = typer.Argument(..., help="Any llama-quantize type: Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, Q4_0, ..."),
     mtp_type: str = typer.Option("q8_0", "--mtp-type", help="Type of the MTP head's matrices ('same' = as the trunk)."),

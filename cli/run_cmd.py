@@ -41,25 +41,53 @@ def _list_devices(value: bool) -> None:
 
 def run(
     model: Path | None = typer.Argument(None, help="GGUF model (bundled, or trunk with a sidecar beside it)."),
-    list_devices: bool = typer.Option(False, "--list-devices", help="Print the devices this llama.cpp build can use (with --rpc: the servers' too) and exit."),
-    mtp: Path | None = typer.Option(None, "--mtp", help="MTP sidecar to pair (default: the model's own head, or <name>-MTP.gguf / mtp-<name>.gguf beside it)."),
+    list_devices: bool = typer.Option(False, "--list-devices",
+                                      help="Print the devices this llama.cpp build can use (with --rpc: the servers' "
+                                           "too) and exit."),
+    mtp: Path | None = typer.Option(None, "--mtp",
+                                    help="MTP sidecar to pair (default: the model's own head, or <name>-MTP.gguf / "
+                                         "mtp-<name>.gguf beside it)."),
     no_mtp: bool = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation."),
     require_mtp: bool = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding."),
-    prompt: str | None = typer.Option(None, "--prompt", "-p", help="One-shot completion of this text (no chat template)."),
+    prompt: str | None = typer.Option(None, "--prompt", "-p",
+                                      help="One-shot completion of this text (no chat template)."),
     prompt_file: Path | None = typer.Option(None, "--file", "-f", help="One-shot completion of the text in this file."),
     n_predict: int = typer.Option(256, "--n-predict", "-n", help="Tokens to generate (per answer in chat)."),
     system: str | None = typer.Option(None, "--system", "-sys", help="System message for chat."),
-    draft_n_max: str = typer.Option("3", "--spec-draft-n-max", "--draft-max", help="Draft length, or 'auto' to adapt it to measured acceptance and cost."),
-    p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min", help="Stop drafting when the head's top token is less likely than this."),
-    prompt_window: int = typer.Option(0, "--spec-draft-prompt-window", min=0, help="Give the MTP head only the last N tokens of each prompt (0: all). Bounds the head's share of prompt processing on long prompts; output is unchanged, early drafts may be accepted less often."),
-    n_gpu_layers: int = typer.Option(0, "--n-gpu-layers", "-ngl", help="Layers to offload to the GPU (CUDA / Vulkan builds)."),
-    draft_gpu_layers: int | None = typer.Option(None, "--n-gpu-layers-draft", "-ngld", help="GPU layers for a self-contained sidecar (default: as -ngl; all with --device-draft)."),
-    device: str | None = typer.Option(None, "--device", "-dev", help="Comma-separated devices to offload the target to (none: no offload; default: every GPU and RPC device). See --list-devices."),
-    device_draft: str | None = typer.Option(None, "--device-draft", "-devd", help="Device(s) for the MTP head. A bundled or head-only head takes one device: its layers and the LM head after them go there, the trunk stays on --device. A self-contained sidecar is placed like its own model (default: as the target)."),
-    split_mode: str = typer.Option("layer", "--split-mode", "-sm", help="How to split the target across devices: none (one device: --main-gpu), layer (runs of layers), row (rows of each matrix), tensor (llama.cpp's experimental tensor parallelism)."),
-    tensor_split: str | None = typer.Option(None, "--tensor-split", "-ts", help="Proportion of the target per device, e.g. 3,1 (default: by free memory)."),
-    main_gpu: int = typer.Option(0, "--main-gpu", "-mg", help="The device (index into the device list) for --split-mode none, or for intermediate results with row."),
-    rpc: str | None = typer.Option(None, "--rpc", help="Comma-separated RPC servers (host:port) whose devices join the device list (before the local GPUs). No authentication: trusted networks only."),
+    draft_n_max: str = typer.Option("3", "--spec-draft-n-max", "--draft-max",
+                                    help="Draft length, or 'auto' to adapt it to measured acceptance and cost."),
+    p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min",
+                                help="Stop drafting when the head's top token is less likely than this."),
+    prompt_window: int = typer.Option(0, "--spec-draft-prompt-window", min=0,
+                                      help="Give the MTP head only the last N tokens of each prompt (0: all). Bounds "
+                                           "the head's share of prompt processing on long prompts; output is "
+                                           "unchanged, early drafts may be accepted less often."),
+    n_gpu_layers: int = typer.Option(0, "--n-gpu-layers", "-ngl",
+                                     help="Layers to offload to the GPU (CUDA / Vulkan builds)."),
+    draft_gpu_layers: int | None = typer.Option(None, "--n-gpu-layers-draft", "-ngld",
+                                                help="GPU layers for a self-contained sidecar (default: as -ngl; all "
+                                                     "with --device-draft)."),
+    device: str | None = typer.Option(None, "--device", "-dev",
+                                      help="Comma-separated devices to offload the target to (none: no offload; "
+                                           "default: every GPU and RPC device). See --list-devices."),
+    device_draft: str | None = typer.Option(None, "--device-draft", "-devd",
+                                            help="Device(s) for the MTP head. A bundled or head-only head takes one "
+                                                 "device: its layers and the LM head after them go there, the trunk "
+                                                 "stays on --device. A self-contained sidecar is placed like its own "
+                                                 "model (default: as the target)."),
+    split_mode: str = typer.Option("layer", "--split-mode", "-sm",
+                                   help="How to split the target across devices: none (one device: --main-gpu), layer "
+                                        "(runs of layers), row (rows of each matrix), tensor (llama.cpp's experimental "
+                                        "tensor parallelism)."),
+    tensor_split: str | None = typer.Option(None, "--tensor-split", "-ts",
+                                            help="Proportion of the target per device, e.g. 3,1 (default: by free "
+                                                 "memory)."),
+    main_gpu: int = typer.Option(0, "--main-gpu", "-mg",
+                                 help="The device (index into the device list) for --split-mode none, or for "
+                                      "intermediate results with row."),
+    rpc: str | None = typer.Option(None, "--rpc",
+                                   help="Comma-separated RPC servers (host:port) whose devices join the device list "
+                                        "(before the local GPUs). No authentication: trusted networks only."),
     ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens."),
     batch_size: int = typer.Option(512, "--batch-size", "-b", help="Prompt batch size."),
     threads: int | None = typer.Option(None, "--threads", "-t", help="CPU threads."),
@@ -67,9 +95,12 @@ def run(
     top_k: int = typer.Option(40, "--top-k"),
     top_p: float = typer.Option(0.95, "--top-p"),
     seed: int = typer.Option(0, "--seed", "-s"),
-    stats_json: Path | None = typer.Option(None, "--stats-json", help="Write statistics as JSON to this file ('-' for stdout)."),
+    stats_json: Path | None = typer.Option(None, "--stats-json",
+                                           help="Write statistics as JSON to this file ('-' for stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --stats-json file."),
-    perf: bool = typer.Option(False, "--perf", help="Time each decode step by phase (verify, drafts, host reads, Python) into the statistics."),
+    perf: bool = typer.Option(False, "--perf",
+                              help="Time each decode step by phase (verify, drafts, host reads, Python) into the "
+                                   "statistics."),
 ) -> None:
     """Chat or complete with speculative decoding through the model's MTP head.
 
@@ -118,7 +149,8 @@ def run(
                         devices=placement.parse_device_list(device) if device is not None else None,
                         draft_devices=placement.parse_device_list(device_draft, "--device-draft")
                         if device_draft is not None else None,
-                        split_mode=split_mode, tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
+                        split_mode=split_mode,
+                        tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
                         main_gpu=main_gpu, rpc=endpoints)
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
     # every option is checked before a file is opened or llama.cpp is reached
@@ -130,7 +162,8 @@ def run(
                          on_notice=lambda s: err(f"note: {s}"))
     with session:
         err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))  # once the files passed their checks
-        inputs = given + session.pairing.model.files + (session.pairing.sidecar.files if session.pairing.sidecar else [])
+        sidecar = session.pairing.sidecar
+        inputs = given + session.pairing.model.files + (sidecar.files if sidecar else [])
         if stats_file is not None:  # the sidecar found beside the model is an input too
             check_output(stats_file, force=force, inputs=inputs)
         if device or device_draft or tensor_split or rpc or split_mode != "layer":

@@ -19,6 +19,7 @@ from gguf import GGMLQuantizationType, GGUFValueType, Keys
 
 from .checkpoint.folder import Checkpoint
 from .checkpoint.hub import looks_like_repo_id, resolve_model
+from .checkpoint.shards import Ref, TensorRef
 from .checkpoint.tokenizer import tokenizer_kvs
 from .errors import MissingTensorError, UnsupportedError
 from .families import family_class
@@ -75,8 +76,10 @@ def general_kvs(arch: str, name: str, file_type: GGMLQuantizationType) -> list[K
 SHARED_COPIES = {"." + w(MT.NEXTN_EMBED_TOKENS): TOKEN_EMBD, "." + w(MT.NEXTN_SHARED_HEAD_HEAD): OUTPUT}
 
 
-def _same_bytes(a, b, chunk: int = 64 << 20) -> bool:  # type: ignore[no-untyped-def]
-    if a.dtype != b.dtype or a.shape != b.shape or a.path is None or b.path is None:
+def _same_bytes(a: Ref, b: Ref, chunk: int = 64 << 20) -> bool:
+    if not isinstance(a, TensorRef) or not isinstance(b, TensorRef):  # a generated array has no file behind it
+        return False
+    if a.dtype != b.dtype or a.shape != b.shape:
         return False
     with open(a.path, "rb", buffering=0) as fa, open(b.path, "rb", buffering=0) as fb:
         for off in range(0, a.nbytes, chunk):

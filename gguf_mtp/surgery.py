@@ -177,7 +177,8 @@ def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
     follow ``target``'s trunk. A split target gives a split output with the head in the last shard.
 
     Example:
-        >>> graft("Qwen3.5-27B-Q8_0-MTP.gguf", "Qwen3.5-27B-UD-Q4_K_XL.gguf", "Qwen3.5-27B-Q4_K_XL-MTP-bundled.gguf")  # doctest: +SKIP
+        >>> graft("Qwen3.5-27B-Q8_0-MTP.gguf", "Qwen3.5-27B-UD-Q4_K_XL.gguf",  # doctest: +SKIP
+        ...       "Qwen3.5-27B-Q4_K_XL-MTP-bundled.gguf")
     """
     t0 = time.perf_counter()
     plan = plan_graft(source, target, replace=replace, mtp_type=mtp_type)

@@ -53,8 +53,9 @@ class Checkpoint:
             raise GgufMtpError(f"{root}: no such folder; pass a checkpoint folder or a Hugging Face repo id")
         if not root.is_dir():
             raise GgufMtpError(f"{root}: not a folder; pass the checkpoint folder that holds config.json")
-        config = check_config(load_json(confined(root, "config.json", f"{root}: config.json", links_to=link_roots(root)),
-                                        "this folder is not a Hugging Face checkpoint"), root / "config.json")
+        config_file = confined(root, "config.json", f"{root}: config.json", links_to=link_roots(root))
+        config = check_config(load_json(config_file, "this folder is not a Hugging Face checkpoint"),
+                              root / "config.json")
         qc = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config") or {}
         method = str(qc.get("quant_method", "")).lower()
         if method and method != "fp8":

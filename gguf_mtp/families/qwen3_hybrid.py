@@ -60,7 +60,8 @@ def tiled_rows(ref: TensorRef, start: int, nk: int, r: int, hdim: int) -> list[S
 
 
 class QwenHybrid(Family):
-    skip = re.compile(r"(^|\.)(visual|vision_tower|vision|merger|patch_embed)\.|rotary_emb\.inv_freq$|weight_scale_inv$")
+    skip = re.compile(r"(^|\.)(visual|vision_tower|vision|merger|patch_embed)\."
+                      r"|rotary_emb\.inv_freq$|weight_scale_inv$")
     plain_norms = (w(MT.SSM_NORM),)  # the linear-attention gated norm is stored as is
     moe: ClassVar[bool] = False
     reorder_v: ClassVar[bool] = True
@@ -77,7 +78,8 @@ class QwenHybrid(Family):
         self.kc = int(self.need("linear_conv_kernel_dim"))
         if self.dk != self.dv or self.nv % self.nk:
             raise UnsupportedError(f"{ck.root / 'config.json'}: llama.cpp needs linear_key_head_dim == "
-                                   f"linear_value_head_dim and nv % nk == 0 (got dk={self.dk} dv={self.dv} nk={self.nk} nv={self.nv})")
+                                   f"linear_value_head_dim and nv % nk == 0 (got dk={self.dk} dv={self.dv} "
+                                   f"nk={self.nk} nv={self.nv})")
         self.interval = int(hp.get("full_attention_interval", 4))
         self.layer_types = hp.get("layer_types") or [
             "linear_attention" if (i + 1) % self.interval else "full_attention" for i in range(self.L)
@@ -107,7 +109,8 @@ class QwenHybrid(Family):
         declared = self.hp.get("mtp_num_hidden_layers")
         say = f" although config.json declares mtp_num_hidden_layers={declared}" if declared else ""
         return (f"{self.ck.root}: the checkpoint has no MTP weights ({self.mtp_prefix}fc.weight and "
-                f"{self.mtp_prefix}layers.0.* are missing){say}; convert without --mtp, or use a checkpoint that ships the head")
+                f"{self.mtp_prefix}layers.0.* are missing){say}; convert without --mtp, or use a checkpoint that "
+                "ships the head")
 
     # -- metadata ---------------------------------------------------------------------------
     def hparam_kvs(self, n_mtp: int) -> list[KV]:
@@ -222,7 +225,8 @@ class QwenHybrid(Family):
     def plan(self, *, trunk: bool, mtp: bool, embeddings: bool) -> ModelPlan:
         n_mtp = self.mtp_layers() if mtp else 0
         if n_mtp > 1:
-            raise UnsupportedError(f"{self.ck.root}: {n_mtp} MTP layers; llama.cpp's {self.arch} MTP graph runs exactly one")
+            raise UnsupportedError(f"{self.ck.root}: {n_mtp} MTP layers; llama.cpp's {self.arch} MTP graph runs "
+                                   "exactly one")
         out: list[PlannedTensor] = []
         H, V = self.H, self.vocab
         if embeddings:

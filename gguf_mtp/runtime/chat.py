@@ -86,7 +86,8 @@ class ChatTemplate:
         if template is not None and not isinstance(template, str):
             raise GgufMtpError(f"chat template: tokenizer.chat_template is {type(template).__name__}, not text")
         if template is not None and len(template) > MAX_SOURCE:
-            raise GgufMtpError(f"chat template: {len(template)} characters, more than {MAX_SOURCE}; not a chat template")
+            raise GgufMtpError(f"chat template: {len(template)} characters, more than {MAX_SOURCE}; "
+                               "not a chat template")
         self.source = template or FALLBACK_TEMPLATE
         self.bos, self.eos = bos, eos
         self._limits = _Limits()

@@ -57,7 +57,8 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def check_threads(n: int | None, option: str = "--threads", *, zero_means_all: bool = False) -> tuple[int | None, list[str]]:
+def check_threads(n: int | None, option: str = "--threads", *,
+                  zero_means_all: bool = False) -> tuple[int | None, list[str]]:
     """A thread count: None (llama.cpp's default), or 1..CPUs; more than the CPUs here is clamped with a note.
     ``zero_means_all`` (the quantizer's ``-t 0``) accepts 0 as "every core"."""
     if n is None:
@@ -66,7 +67,8 @@ def check_threads(n: int | None, option: str = "--threads", *, zero_means_all: b
     if n == 0 and zero_means_all:
         return 0, []
     if n < 1:
-        raise _fail(option, n, "must be at least 1" + (" (0: all cores)" if zero_means_all else " (omit it for llama.cpp's default)"))
+        raise _fail(option, n, "must be at least 1"
+                    + (" (0: all cores)" if zero_means_all else " (omit it for llama.cpp's default)"))
     cpus = cpu_count()
     if n > cpus:
         return cpus, [f"{option} {n} is more than the {cpus} CPUs this process may use; using {cpus}"]

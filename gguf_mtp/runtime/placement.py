@@ -77,7 +77,8 @@ class _Ggml:
         g.ggml_backend_dev_memory(ptr, ctypes.byref(free), ctypes.byref(total))
         t = g.ggml_backend_dev_type(ptr)
         reg = g.ggml_backend_dev_backend_reg(ptr)
-        return Device((g.ggml_backend_dev_name(ptr) or b"").decode(), (g.ggml_backend_dev_description(ptr) or b"").decode(),
+        return Device((g.ggml_backend_dev_name(ptr) or b"").decode(),
+                      (g.ggml_backend_dev_description(ptr) or b"").decode(),
                       _DEV_TYPES[t] if 0 <= t < len(_DEV_TYPES) else str(t),
                       (g.ggml_backend_reg_name(reg) or b"").decode() if reg else "", free.value, total.value, ptr)
 
@@ -185,7 +186,8 @@ def resolve(names: list[str] | None, option: str = "--device") -> list[Device]:
         d = g.device(ptr) if ptr else None
         if d is None or d.type == "CPU":
             have = ", ".join(x.name for x in devices() if x.type not in ("CPU", "ACCEL")) or "none"
-            why = "is the CPU, which holds whatever is not offloaded (use -ngl, or --device none)" if d else "does not exist"
+            why = ("is the CPU, which holds whatever is not offloaded (use -ngl, or --device none)" if d
+                   else "does not exist")
             raise GgufMtpError(f"{option} {n}: the device {why}; offload devices of this build: {have} "
                                f"(see --list-devices; RPC devices appear after --rpc)")
         if d in out:
@@ -320,12 +322,14 @@ def probe_rpc(host: str, port: int, timeout: float = RPC_PROBE_TIMEOUT) -> tuple
                            "server is serving another client; rpc-server takes one client at a time)") from None
     except OSError as e:
         raise GgufMtpError(f"--rpc {ep}: cannot connect ({e.strerror or e}); start it there with "
-                           f"`gguf-mtp rpc-server --host <address> --port {port}` (or llama.cpp's rpc-server)") from None
+                           f"`gguf-mtp rpc-server --host <address> --port {port}` "
+                           "(or llama.cpp's rpc-server)") from None
     if len(data) < 12 or struct.unpack_from("<Q", data)[0] != 4 + _RPC_CAPS:
         raise GgufMtpError(f"--rpc {ep}: the server does not speak ggml's RPC protocol (no HELLO reply)")
     major, minor, patch = data[8], data[9], data[10]
     if major != _RPC_MAJOR or minor > _RPC_MINOR:
-        raise GgufMtpError(f"--rpc {ep}: RPC protocol {major}.{minor}.{patch}, this build speaks {_RPC_MAJOR}.{_RPC_MINOR}.x; "
+        raise GgufMtpError(f"--rpc {ep}: RPC protocol {major}.{minor}.{patch}, "
+                           f"this build speaks {_RPC_MAJOR}.{_RPC_MINOR}.x; "
                            "build both sides from the same llama.cpp version")
     return major, minor, patch
 
@@ -393,7 +397,8 @@ def serve_rpc(host: str, port: int, names: list[str] | None = None, threads: int
     if not start:
         raise GgufMtpError("rpc-server: the RPC backend does not export ggml_backend_rpc_start_server")
     if ":" in host or not host:
-        raise GgufMtpError(f"rpc-server --host {host!r}: an IPv4 address or a host name (ggml's endpoints are host:port)")
+        raise GgufMtpError(f"rpc-server --host {host!r}: an IPv4 address or a host name "
+                           "(ggml's endpoints are host:port)")
     try:  # bind once ourselves: ggml only prints "Failed to create server socket"
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -192,7 +192,8 @@ def parse(spec: str) -> Choice:
     """``auto``, ``native``, ``replay`` or ``replay:store=seq|state|state-device,every=N,merge=N``."""
     kind, _, opts = spec.partition(":")
     if kind not in ("auto", "native", "replay") or (opts and kind != "replay"):
-        raise GgufMtpError(f"rollback {spec!r}: use auto, native, or replay[:store=seq|state|state-device,every=N,merge=N]")
+        raise GgufMtpError(f"rollback {spec!r}: use auto, native, or "
+                           "replay[:store=seq|state|state-device,every=N,merge=N]")
     choice = Choice(kind)
     for item in filter(None, opts.split(",")):
         key, _, val = item.partition("=")
@@ -203,7 +204,8 @@ def parse(spec: str) -> Choice:
         elif key == "merge" and val.isdigit():
             choice = replace(choice, merge=int(val))
         else:
-            raise GgufMtpError(f"rollback {spec!r}: unknown option {item!r} (store=seq|state|state-device, every=N, merge=N)")
+            raise GgufMtpError(f"rollback {spec!r}: unknown option {item!r} "
+                               "(store=seq|state|state-device, every=N, merge=N)")
     return choice
 
 
@@ -255,4 +257,5 @@ def open_target(model: Model, arch: str, k: int, make: Callable[[int, int, bool]
         ctx.close()
         ctx = make(0, 2 * n_seq, True)
     rbs = replay(ctx)
-    return ctx, rbs, f"{arch}: {why}; rejected drafts are undone from a saved copy of that state (lossless, {rbs[0].name})"
+    return ctx, rbs, (f"{arch}: {why}; rejected drafts are undone from a saved copy of that state "
+                      f"(lossless, {rbs[0].name})")

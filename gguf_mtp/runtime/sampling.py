@@ -40,7 +40,8 @@ class Sampler:
 
     def __init__(self, cfg: SamplerConfig | None = None, *, device: bool = True,
                  on_logits: Callable[[np.ndarray], None] | None = None) -> None:
-        self.cfg, _ = check_sampling(cfg if cfg is not None else SamplerConfig())  # NaN temperatures, top_p out of range, seed -1 -> a random seed
+        # NaN temperatures, top_p out of range, seed -1 -> a random seed
+        self.cfg, _ = check_sampling(cfg if cfg is not None else SamplerConfig())
         self.device = device
         self.on_logits = on_logits
 

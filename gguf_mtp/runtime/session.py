@@ -153,7 +153,9 @@ class MTPSession:
             raise GgufMtpError(f"--device-draft {','.join(c.draft_devices) or 'none'}: a {p.source.value} head is "
                                "part of the target model and takes one device (its layers and the LM head after them); "
                                "it stays on the CPU only with the whole model (-ngl 0, no --device-draft)")
-        head = find_head(p.model if p.source == HeadSource.BUNDLED else p.sidecar)  # type: ignore[arg-type]
+        src = p.model if p.source == HeadSource.BUNDLED else p.sidecar
+        assert src is not None  # a head-only pairing has its sidecar
+        head = find_head(src)
         assert head is not None
         mp = placement.ModelParams(pl, draft_layers=(head.n_trunk + head.n_mtp, head.n_mtp),
                                    draft_device=c.draft_devices[0], n_gpu_layers=c.n_gpu_layers)

@@ -208,7 +208,8 @@ class Scheduler:
         try:
             outs = self.multi.step([s.engine for s in slots], [s.sampler for s in slots])  # type: ignore[misc]
         except Exception as e:  # noqa: BLE001 - llama.cpp failed mid-step: these requests fail, the server goes on
-            msg = f"generation failed: {e}" if isinstance(e, GgufMtpError) else f"internal error: {type(e).__name__}: {e}"
+            msg = (f"generation failed: {e}" if isinstance(e, GgufMtpError)
+                   else f"internal error: {type(e).__name__}: {e}")
             for slot in slots:
                 slot.dirty = True
                 self._fail(slot, APIError(500, msg, type="server_error", code="engine_error"))
