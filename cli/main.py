@@ -138,13 +138,14 @@ def report(e: BaseException, *, debug: bool = False) -> int:
 def _usage_error(e: Exception, args: list[str]) -> int:
     """A usage error in one line, pointing at the command's help (no arguments at all shows the help)."""
     if type(e).__name__ == "NoArgsIsHelpError":
-        e.show()  # type: ignore[attr-defined]
+        e.show()  # type: ignore[attr-defined]  # click's NoArgsIsHelpError
         return 2
     ctx = getattr(e, "ctx", None)
     if ctx is not None:
         path = ctx.command_path
     else:  # raised by a command's own checks (typer.BadParameter): name the command from the arguments
         path = " ".join(["gguf-mtp"] + [a for a in args if a in _COMMANDS][:1])
+    # e is a click.ClickException, typed Exception here: typer's releases vendor click under other names
     _say(f"error: {_one_line(e.format_message())} (see '{path} --help')")  # type: ignore[attr-defined]
     return 2
 

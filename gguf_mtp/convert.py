@@ -273,12 +273,13 @@ def out_tensor(pt: PlannedTensor, ggml_type: int, pool: Executor | None) -> OutT
                 progress(nin)
         return OutTensor(pt.name, pt.ggml_shape, ggml_type, write)
 
+    whole = pt.whole  # not None from here on (a local, so that the closures below see it narrowed)
     if pt.elementwise is None and all(_RAW_COPY.get(s.ref.dtype) == ggml_type for s in pt.sources):
         # whole-tensor transforms only move values (reorders, splits): apply them to the stored
         # bits, no float round trip
         def write_layout(fh: BinaryIO, progress: Callable[[int], None]) -> None:
             x = np.concatenate([s.ref.read_raw(s.start, s.n) for s in pt.sources])
-            write_all(fh, np.ascontiguousarray(pt.whole(x.reshape(pt.src_shape))))  # type: ignore[misc]
+            write_all(fh, np.ascontiguousarray(whole(x.reshape(pt.src_shape))))
             progress(pt.src_bytes)
         return OutTensor(pt.name, pt.ggml_shape, ggml_type, write_layout)
 
@@ -286,7 +287,7 @@ def out_tensor(pt: PlannedTensor, ggml_type: int, pool: Executor | None) -> OutT
         x = np.concatenate([s.ref.read_f32(s.start, s.n) for s in pt.sources])
         if pt.elementwise is not None:
             x = pt.elementwise(x)
-        y = np.ascontiguousarray(pt.whole(x.reshape(pt.src_shape)), dtype=np.float32).reshape(-1)  # type: ignore[misc]
+        y = np.ascontiguousarray(whole(x.reshape(pt.src_shape)), dtype=np.float32).reshape(-1)
         del x
         row = pt.np_shape[-1]
         step = max(1, CHUNK_ELEMS // row) * row

@@ -57,6 +57,7 @@ class Deepseek2(NextnLayerFamily):
         super().__init__(ck)
         self.read_attention_dims()
         hp = self.hp
+        # [type: ignore] a per-instance override of the family's class-level pre-tokenizer
         self.tokenizer_pre = self.PRE_BY_MODEL_TYPE.get(str(hp.get("model_type")), self.tokenizer_pre)  # type: ignore[misc]
         if hp.get("q_lora_rank") in (None, 0):
             raise UnsupportedError(f"{ck.root / 'config.json'}: q_lora_rank is null (a DeepSeek-V2-Lite-style model); "

@@ -23,8 +23,12 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import GgufMtpError
+
+if TYPE_CHECKING:  # llama.cpp itself is loaded on first use (see ggml())
+    from llama_cpp.llama_cpp import llama_model_params
 
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2, "tensor": 3}  # enum llama_split_mode
 _DEV_TYPES = ("CPU", "GPU", "IGPU", "ACCEL", "META")  # enum ggml_backend_dev_type
@@ -237,15 +241,16 @@ class ModelParams:
             n = max(int(ll.llama_max_devices()), len(split))
             self._split = (ctypes.c_float * n)(*split)
 
-    def apply(self, mp: object) -> None:
+    def apply(self, mp: llama_model_params) -> None:
         """Fill a llama_model_params."""
-        mp.n_gpu_layers = self.n_gpu_layers  # type: ignore[attr-defined]
-        mp.split_mode = self.split_mode  # type: ignore[attr-defined]
-        mp.main_gpu = self.main_gpu  # type: ignore[attr-defined]
+        mp.n_gpu_layers = self.n_gpu_layers
+        mp.split_mode = self.split_mode
+        mp.main_gpu = self.main_gpu
+        # [type: ignore] below: llama-cpp-python annotates these fields as arrays; llama.cpp takes the pointers
         if self._devs is not None:
-            mp.devices = ctypes.cast(self._devs, ctypes.c_void_p)  # type: ignore[attr-defined]
+            mp.devices = ctypes.cast(self._devs, ctypes.c_void_p)  # type: ignore[assignment]
         if self._split is not None:
-            mp.tensor_split = ctypes.cast(self._split, ctypes.POINTER(ctypes.c_float))  # type: ignore[attr-defined]
+            mp.tensor_split = ctypes.cast(self._split, ctypes.POINTER(ctypes.c_float))  # type: ignore[assignment]
 
     def describe(self) -> str:
         names = ", ".join(d.name for d in self.devices) or "none"

@@ -206,6 +206,7 @@ class Scheduler:
         """One speculative step of every active slot, their decodes batched together."""
         t0 = time.perf_counter()
         try:
+            # [type: ignore] every active slot has its job's sampler
             outs = self.multi.step([s.engine for s in slots], [s.sampler for s in slots])  # type: ignore[misc]
         except Exception as e:  # noqa: BLE001 - llama.cpp failed mid-step: these requests fail, the server goes on
             msg = (f"generation failed: {e}" if isinstance(e, GgufMtpError)
