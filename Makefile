@@ -2,10 +2,11 @@
 #   make demo   - convert the embedded default (a tiny trained Qwen3.5 + MTP head) and run it with llama.cpp
 #   make test   - the test suite (what CI runs)
 #   make test-fast - the tests that need no llama.cpp (about 2 min, before the llama.cpp build; CI runs it first)
+#   make lint   - ruff (style, import order, unused noqa) and mypy (types, unneeded type: ignore) on gguf_mtp and cli
 VENV ?= .venv
 STAMP := $(VENV)/.gguf-mtp-installed
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast lint bench clean
 setup: $(STAMP)
 $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -28,8 +29,12 @@ $(FAST_VENV)/.gguf-mtp-installed: pyproject.toml scripts/setup-fast.sh
 test-fast: $(FAST_VENV)/.gguf-mtp-installed
 	$(FAST_VENV)/bin/python -m pytest -q -p no:cacheprovider
 
+lint: $(STAMP)
+	$(VENV)/bin/ruff check gguf_mtp cli
+	$(VENV)/bin/mypy gguf_mtp cli
+
 bench: $(STAMP)
 	$(VENV)/bin/python bench/convert.py
 
 clean:
-	rm -rf out build *.egg-info .pytest_cache $(FAST_VENV)
+	rm -rf out build *.egg-info .pytest_cache .ruff_cache .mypy_cache $(FAST_VENV)

@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 
-
 def convert(
     model: str = typer.Argument(..., help="Checkpoint folder, or a Hugging Face repo id (org/name)."),
-    outfile: Optional[Path] = typer.Option(None, "--outfile", "-o", help="Output file (or folder). Default: ./<model>-<OUTTYPE>[-MTP].gguf"),
+    outfile: Path | None = typer.Option(None, "--outfile", "-o",
+                                        help="Output file (or folder). Default: ./<model>-<OUTTYPE>[-MTP].gguf"),
     outtype: str = typer.Option("bf16", "--outtype", help="Trunk tensor type: f32, f16, bf16, q8_0."),
-    mtp: Optional[bool] = typer.Option(
+    mtp: bool | None = typer.Option(
         None, "--mtp/--no-mtp",
         help="--mtp: write only the MTP head (sidecar, '-MTP' name). --no-mtp: write the trunk without a head. "
              "Default: bundled (model + head)."),
-    head_only: bool = typer.Option(False, "--head-only", help="With --mtp: leave out token_embd/output (small sidecar that borrows the target's; needs `gguf-mtp run`)."),
-    mtp_type: str = typer.Option("q8_0", "--mtp-type", help="Type of the MTP block's matrices (default q8_0 whatever --outtype)."),
-    revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) for a repo id."),
-    force_download: bool = typer.Option(False, "--force-download", help="Repo id: download again even if cached (drops the cached partial download of a sidecar)."),
-    threads: Optional[int] = typer.Option(None, "--threads", "-t", help="Worker threads for encoding."),
+    head_only: bool = typer.Option(False, "--head-only",
+                                   help="With --mtp: leave out token_embd/output (small sidecar that borrows the "
+                                        "target's; needs `gguf-mtp run`)."),
+    mtp_type: str = typer.Option("q8_0", "--mtp-type",
+                                 help="Type of the MTP block's matrices (default q8_0 whatever --outtype)."),
+    revision: str | None = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) for a repo id."),
+    force_download: bool = typer.Option(False, "--force-download",
+                                        help="Repo id: download again even if cached (drops the cached partial "
+                                             "download of a sidecar)."),
+    threads: int | None = typer.Option(None, "--threads", "-t", help="Worker threads for encoding."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing output file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
 ) -> None:

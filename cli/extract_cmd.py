@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -12,18 +11,28 @@ from gguf_mtp.progress import human_bytes
 
 
 def extract(
-    source: str = typer.Argument(..., help="GGUF with an MTP head (bundled model or sidecar; any shard of a split set), or a Hub repo id of an HF checkpoint: then only the head's bytes are downloaded."),
-    onto: Optional[Path] = typer.Option(None, "--onto", help="Graft: put SOURCE's head onto this model (a quant without a head)."),
+    source: str = typer.Argument(...,
+                                 help="GGUF with an MTP head (bundled model or sidecar; any shard of a split set), or "
+                                      "a Hub repo id of an HF checkpoint: then only the head's bytes are downloaded."),
+    onto: Path | None = typer.Option(None, "--onto",
+                                     help="Graft: put SOURCE's head onto this model (a quant without a head)."),
     strip: bool = typer.Option(False, "--strip", help="Write SOURCE without its head (trunk-only)."),
-    outfile: Optional[Path] = typer.Option(None, "--outfile", "-o", help="Output file; a split output gets -0000i-of-0000N suffixes."),
-    head_only: bool = typer.Option(False, "--head-only", help="Sidecar without token_embd/output (borrows the target's)."),
-    mtp_type: Optional[str] = typer.Option(None, "--mtp-type", help="Re-encode the head's matrices (e.g. q8_0); default: copy bytes as they are."),
+    outfile: Path | None = typer.Option(None, "--outfile", "-o",
+                                        help="Output file; a split output gets -0000i-of-0000N suffixes."),
+    head_only: bool = typer.Option(False, "--head-only",
+                                   help="Sidecar without token_embd/output (borrows the target's)."),
+    mtp_type: str | None = typer.Option(None, "--mtp-type",
+                                        help="Re-encode the head's matrices (e.g. q8_0); default: copy bytes as they "
+                                             "are."),
     replace: bool = typer.Option(False, "--replace", help="With --onto: replace a head TARGET already has."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite existing output files."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
-    revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision, for a repo id SOURCE."),
-    outtype: str = typer.Option("q8_0", "--outtype", help="Type of the embeddings in a self-contained sidecar made from a repo id."),
-    force_download: bool = typer.Option(False, "--force-download", help="Repo id SOURCE: drop the cached partial download and fetch the head's bytes again."),
+    revision: str | None = typer.Option(None, "--revision", help="Hub revision, for a repo id SOURCE."),
+    outtype: str = typer.Option("q8_0", "--outtype",
+                                help="Type of the embeddings in a self-contained sidecar made from a repo id."),
+    force_download: bool = typer.Option(False, "--force-download",
+                                        help="Repo id SOURCE: drop the cached partial download and fetch the head's "
+                                             "bytes again."),
 ) -> None:
     """Take the MTP head out of a GGUF (sidecar), strip it, or graft it onto another quant.
 
@@ -65,8 +74,8 @@ def extract(
                f"read {human_bytes(r.bytes_read)}")
 
 
-def _from_hub(repo: str, onto: Optional[Path], strip: bool, outfile: Optional[Path], head_only: bool,
-              mtp_type: Optional[str], replace: bool, force: bool, quiet: bool, revision: Optional[str],
+def _from_hub(repo: str, onto: Path | None, strip: bool, outfile: Path | None, head_only: bool,
+              mtp_type: str | None, replace: bool, force: bool, quiet: bool, revision: str | None,
               outtype: str, force_download: bool = False) -> None:
     """SOURCE is a Hub checkpoint: fetch only the head's byte ranges, make the sidecar, graft it if asked."""
     from gguf_mtp import surgery
@@ -85,4 +94,5 @@ def _from_hub(repo: str, onto: Optional[Path], strip: bool, outfile: Optional[Pa
     g = surgery.graft_from_hub(repo, onto, outfile, replace=replace, mtp_type=mtp_type, force=force, revision=revision,
                                force_download=force_download, progress=not quiet,
                                on_note=lambda note: typer.echo(f"note: {note}", err=True))
-    typer.echo(f"graft: wrote {', '.join(str(p) for p in g.paths)} ({g.n_tensors} tensors, {human_bytes(g.bytes_written)})")
+    typer.echo(f"graft: wrote {', '.join(str(p) for p in g.paths)} "
+               f"({g.n_tensors} tensors, {human_bytes(g.bytes_written)})")

@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 
-
 def inspect(
     file: Path = typer.Argument(..., help="A .gguf file."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),

@@ -13,6 +13,8 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 import typer
 
@@ -30,12 +32,13 @@ app = typer.Typer(
 )
 _debug = False
 #: click's usage-error base (recent typer releases vendor click as typer._click, older ones use click)
-_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
 @app.callback(invoke_without_command=True)
 def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
-          debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an error (for bug reports).")) -> None:
+          debug: bool = typer.Option(False, "--debug",
+                                     help="Show the Python traceback of an error (for bug reports).")) -> None:
     global _debug
     _debug = _debug or debug
     if version:
@@ -67,7 +70,7 @@ def _on_terminate(signum: int, frame: object) -> None:
 def install_signal_handlers() -> Callable[[], None]:
     """SIGTERM and SIGHUP raise :class:`Terminated` (where they still have their default action and we are
     the main thread); returns a function that restores the previous handlers."""
-    saved: list[tuple[int, object]] = []
+    saved: list[tuple[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None]] = []
     for name in _TERMINATING:
         sig = getattr(signal, name, None)
         try:
@@ -79,7 +82,7 @@ def install_signal_handlers() -> Callable[[], None]:
     def restore() -> None:
         for sig, old in saved:
             try:
-                signal.signal(sig, old)  # type: ignore[arg-type]
+                signal.signal(sig, old)
             except ValueError:
                 pass
 
@@ -135,13 +138,14 @@ def report(e: BaseException, *, debug: bool = False) -> int:
 def _usage_error(e: Exception, args: list[str]) -> int:
     """A usage error in one line, pointing at the command's help (no arguments at all shows the help)."""
     if type(e).__name__ == "NoArgsIsHelpError":
-        e.show()  # type: ignore[attr-defined]
+        e.show()  # type: ignore[attr-defined]  # click's NoArgsIsHelpError
         return 2
     ctx = getattr(e, "ctx", None)
     if ctx is not None:
         path = ctx.command_path
     else:  # raised by a command's own checks (typer.BadParameter): name the command from the arguments
         path = " ".join(["gguf-mtp"] + [a for a in args if a in _COMMANDS][:1])
+    # e is a click.ClickException, typed Exception here: typer's releases vendor click under other names
     _say(f"error: {_one_line(e.format_message())} (see '{path} --help')")  # type: ignore[attr-defined]
     return 2
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 
 def quantize(
-    src: Path = typer.Argument(..., help="Input GGUF (bundled model, trunk-only model or MTP sidecar; f32/f16/bf16/q8_0)."),
+    src: Path = typer.Argument(...,
+                               help="Input GGUF (bundled model, trunk-only model or MTP sidecar; f32/f16/bf16/q8_0)."),
     dst: Path = typer.Argument(..., help="Output GGUF."),
     qtype: str = typer.Argument(..., help="Any llama-quantize type: Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, Q4_0, ..."),
     mtp_type: str = typer.Option("q8_0", "--mtp-type", help="Type of the MTP head's matrices ('same' = as the trunk)."),
-    imatrix: Optional[Path] = typer.Option(None, "--imatrix", help="Importance matrix from llama-imatrix (GGUF or .dat)."),
+    imatrix: Path | None = typer.Option(None, "--imatrix", help="Importance matrix from llama-imatrix (GGUF or .dat)."),
     threads: int = typer.Option(0, "--threads", "-t", help="Quantization threads (0: all cores)."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing output."),
 ) -> None:

@@ -4,17 +4,22 @@ binary runs), so a second machine can lend its devices to ``gguf-mtp run --rpc``
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 
 
 def rpc_server(
-    host: str = typer.Option("127.0.0.1", "--host", "-H", help="Address to bind. No authentication: only a trusted network's address, never a public one."),
+    host: str = typer.Option("127.0.0.1", "--host", "-H",
+                             help="Address to bind. No authentication: only a trusted network's address, never a "
+                                  "public one."),
     port: int = typer.Option(50052, "--port", "-p", min=1, max=65535, help="Port to bind."),
-    device: Optional[str] = typer.Option(None, "--device", "-d", help="Comma-separated devices to serve (default: the GPUs, else the CPU)."),
-    threads: Optional[int] = typer.Option(None, "--threads", "-t", min=1, help="Threads for the CPU device (default: half the cores)."),
-    cache: bool = typer.Option(False, "--cache", "-c", help="Keep tensors the client sends in a local file cache ($LLAMA_CACHE/rpc or ~/.cache/llama.cpp/rpc), as llama.cpp's rpc-server -c."),
+    device: str | None = typer.Option(None, "--device", "-d",
+                                      help="Comma-separated devices to serve (default: the GPUs, else the CPU)."),
+    threads: int | None = typer.Option(None, "--threads", "-t", min=1,
+                                       help="Threads for the CPU device (default: half the cores)."),
+    cache: bool = typer.Option(False, "--cache", "-c",
+                               help="Keep tensors the client sends in a local file cache ($LLAMA_CACHE/rpc or "
+                                    "~/.cache/llama.cpp/rpc), as llama.cpp's rpc-server -c."),
 ) -> None:
     """Serve this machine's devices to `gguf-mtp run --rpc HOST:PORT` over ggml's RPC protocol (Ctrl-C stops).
 
@@ -29,7 +34,7 @@ def rpc_server(
         typer.echo(f"WARNING: binding {host}: the RPC server has no authentication and runs whatever graph a client "
                    "sends; never expose it to an open network", err=True)
 
-    def ready(devs) -> None:  # type: ignore[no-untyped-def]
+    def ready(devs: list[placement.Device]) -> None:
         typer.echo(f"rpc-server: serving {', '.join(d.label() for d in devs)} on {host}:{port}", err=True)
 
     try:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING
 
 import typer
 
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.files import read_input_text
 from gguf_mtp.ggufio.atomic import check_output, write_bytes
+
+if TYPE_CHECKING:  # at run time they are imported in run(), after llama.cpp (see gguf_mtp.runtime)
+    from gguf_mtp.runtime import MTPSession, SamplerConfig
 
 
 def _draft_n(value: str) -> tuple[int, bool]:
@@ -36,36 +40,67 @@ def _list_devices(value: bool) -> None:
 
 
 def run(
-    model: Optional[Path] = typer.Argument(None, help="GGUF model (bundled, or trunk with a sidecar beside it)."),
-    list_devices: bool = typer.Option(False, "--list-devices", help="Print the devices this llama.cpp build can use (with --rpc: the servers' too) and exit."),
-    mtp: Optional[Path] = typer.Option(None, "--mtp", help="MTP sidecar to pair (default: the model's own head, or <name>-MTP.gguf / mtp-<name>.gguf beside it)."),
+    model: Path | None = typer.Argument(None, help="GGUF model (bundled, or trunk with a sidecar beside it)."),
+    list_devices: bool = typer.Option(False, "--list-devices",
+                                      help="Print the devices this llama.cpp build can use (with --rpc: the servers' "
+                                           "too) and exit."),
+    mtp: Path | None = typer.Option(None, "--mtp",
+                                    help="MTP sidecar to pair (default: the model's own head, or <name>-MTP.gguf / "
+                                         "mtp-<name>.gguf beside it)."),
     no_mtp: bool = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation."),
     require_mtp: bool = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding."),
-    prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="One-shot completion of this text (no chat template)."),
-    prompt_file: Optional[Path] = typer.Option(None, "--file", "-f", help="One-shot completion of the text in this file."),
+    prompt: str | None = typer.Option(None, "--prompt", "-p",
+                                      help="One-shot completion of this text (no chat template)."),
+    prompt_file: Path | None = typer.Option(None, "--file", "-f", help="One-shot completion of the text in this file."),
     n_predict: int = typer.Option(256, "--n-predict", "-n", help="Tokens to generate (per answer in chat)."),
-    system: Optional[str] = typer.Option(None, "--system", "-sys", help="System message for chat."),
-    draft_n_max: str = typer.Option("3", "--spec-draft-n-max", "--draft-max", help="Draft length, or 'auto' to adapt it to measured acceptance and cost."),
-    p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min", help="Stop drafting when the head's top token is less likely than this."),
-    prompt_window: int = typer.Option(0, "--spec-draft-prompt-window", min=0, help="Give the MTP head only the last N tokens of each prompt (0: all). Bounds the head's share of prompt processing on long prompts; output is unchanged, early drafts may be accepted less often."),
-    n_gpu_layers: int = typer.Option(0, "--n-gpu-layers", "-ngl", help="Layers to offload to the GPU (CUDA / Vulkan builds)."),
-    draft_gpu_layers: Optional[int] = typer.Option(None, "--n-gpu-layers-draft", "-ngld", help="GPU layers for a self-contained sidecar (default: as -ngl; all with --device-draft)."),
-    device: Optional[str] = typer.Option(None, "--device", "-dev", help="Comma-separated devices to offload the target to (none: no offload; default: every GPU and RPC device). See --list-devices."),
-    device_draft: Optional[str] = typer.Option(None, "--device-draft", "-devd", help="Device(s) for the MTP head. A bundled or head-only head takes one device: its layers and the LM head after them go there, the trunk stays on --device. A self-contained sidecar is placed like its own model (default: as the target)."),
-    split_mode: str = typer.Option("layer", "--split-mode", "-sm", help="How to split the target across devices: none (one device: --main-gpu), layer (runs of layers), row (rows of each matrix), tensor (llama.cpp's experimental tensor parallelism)."),
-    tensor_split: Optional[str] = typer.Option(None, "--tensor-split", "-ts", help="Proportion of the target per device, e.g. 3,1 (default: by free memory)."),
-    main_gpu: int = typer.Option(0, "--main-gpu", "-mg", help="The device (index into the device list) for --split-mode none, or for intermediate results with row."),
-    rpc: Optional[str] = typer.Option(None, "--rpc", help="Comma-separated RPC servers (host:port) whose devices join the device list (before the local GPUs). No authentication: trusted networks only."),
+    system: str | None = typer.Option(None, "--system", "-sys", help="System message for chat."),
+    draft_n_max: str = typer.Option("3", "--spec-draft-n-max", "--draft-max",
+                                    help="Draft length, or 'auto' to adapt it to measured acceptance and cost."),
+    p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min",
+                                help="Stop drafting when the head's top token is less likely than this."),
+    prompt_window: int = typer.Option(0, "--spec-draft-prompt-window", min=0,
+                                      help="Give the MTP head only the last N tokens of each prompt (0: all). Bounds "
+                                           "the head's share of prompt processing on long prompts; output is "
+                                           "unchanged, early drafts may be accepted less often."),
+    n_gpu_layers: int = typer.Option(0, "--n-gpu-layers", "-ngl",
+                                     help="Layers to offload to the GPU (CUDA / Vulkan builds)."),
+    draft_gpu_layers: int | None = typer.Option(None, "--n-gpu-layers-draft", "-ngld",
+                                                help="GPU layers for a self-contained sidecar (default: as -ngl; all "
+                                                     "with --device-draft)."),
+    device: str | None = typer.Option(None, "--device", "-dev",
+                                      help="Comma-separated devices to offload the target to (none: no offload; "
+                                           "default: every GPU and RPC device). See --list-devices."),
+    device_draft: str | None = typer.Option(None, "--device-draft", "-devd",
+                                            help="Device(s) for the MTP head. A bundled or head-only head takes one "
+                                                 "device: its layers and the LM head after them go there, the trunk "
+                                                 "stays on --device. A self-contained sidecar is placed like its own "
+                                                 "model (default: as the target)."),
+    split_mode: str = typer.Option("layer", "--split-mode", "-sm",
+                                   help="How to split the target across devices: none (one device: --main-gpu), layer "
+                                        "(runs of layers), row (rows of each matrix), tensor (llama.cpp's experimental "
+                                        "tensor parallelism)."),
+    tensor_split: str | None = typer.Option(None, "--tensor-split", "-ts",
+                                            help="Proportion of the target per device, e.g. 3,1 (default: by free "
+                                                 "memory)."),
+    main_gpu: int = typer.Option(0, "--main-gpu", "-mg",
+                                 help="The device (index into the device list) for --split-mode none, or for "
+                                      "intermediate results with row."),
+    rpc: str | None = typer.Option(None, "--rpc",
+                                   help="Comma-separated RPC servers (host:port) whose devices join the device list "
+                                        "(before the local GPUs). No authentication: trusted networks only."),
     ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens."),
     batch_size: int = typer.Option(512, "--batch-size", "-b", help="Prompt batch size."),
-    threads: Optional[int] = typer.Option(None, "--threads", "-t", help="CPU threads."),
+    threads: int | None = typer.Option(None, "--threads", "-t", help="CPU threads."),
     temp: float = typer.Option(0.0, "--temp", help="Temperature (0: greedy)."),
     top_k: int = typer.Option(40, "--top-k"),
     top_p: float = typer.Option(0.95, "--top-p"),
     seed: int = typer.Option(0, "--seed", "-s"),
-    stats_json: Optional[Path] = typer.Option(None, "--stats-json", help="Write statistics as JSON to this file ('-' for stdout)."),
+    stats_json: Path | None = typer.Option(None, "--stats-json",
+                                           help="Write statistics as JSON to this file ('-' for stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --stats-json file."),
-    perf: bool = typer.Option(False, "--perf", help="Time each decode step by phase (verify, drafts, host reads, Python) into the statistics."),
+    perf: bool = typer.Option(False, "--perf",
+                              help="Time each decode step by phase (verify, drafts, host reads, Python) into the "
+                                   "statistics."),
 ) -> None:
     """Chat or complete with speculative decoding through the model's MTP head.
 
@@ -114,7 +149,8 @@ def run(
                         devices=placement.parse_device_list(device) if device is not None else None,
                         draft_devices=placement.parse_device_list(device_draft, "--device-draft")
                         if device_draft is not None else None,
-                        split_mode=split_mode, tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
+                        split_mode=split_mode,
+                        tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
                         main_gpu=main_gpu, rpc=endpoints)
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
     # every option is checked before a file is opened or llama.cpp is reached
@@ -126,7 +162,8 @@ def run(
                          on_notice=lambda s: err(f"note: {s}"))
     with session:
         err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))  # once the files passed their checks
-        inputs = given + session.pairing.model.files + (session.pairing.sidecar.files if session.pairing.sidecar else [])
+        sidecar = session.pairing.sidecar
+        inputs = given + session.pairing.model.files + (sidecar.files if sidecar else [])
         if stats_file is not None:  # the sidecar found beside the model is an input too
             check_output(stats_file, force=force, inputs=inputs)
         if device or device_draft or tensor_split or rpc or split_mode != "layer":
@@ -137,8 +174,7 @@ def run(
                 + f", draft {'auto (max ' + str(k) + ')' if adaptive else k}"
                 + (f", rollback {session.engine.rollback.name}" if session.engine.rollback.name != "kv" else ""))
         if prompt is not None:
-            out = lambda s: (sys.stdout.write(s), sys.stdout.flush())  # noqa: E731
-            g = session.generate(prompt, max_tokens=n_predict, sampling=sampling, on_text=out)
+            g = session.generate(prompt, max_tokens=n_predict, sampling=sampling, on_text=_out)
             sys.stdout.write("\n")
             err(("[interrupted] " if g.stopped == "interrupted" else "") + g.stats.compact())
         else:
@@ -163,7 +199,14 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-def _chat(session: MTPSession, system: str | None, n_predict: int, sampling: SamplerConfig, err) -> None:  # type: ignore[no-untyped-def]
+def _out(s: str) -> None:
+    """Generated text, shown as it comes."""
+    sys.stdout.write(s)
+    sys.stdout.flush()
+
+
+def _chat(session: MTPSession, system: str | None, n_predict: int, sampling: SamplerConfig,
+          err: Callable[[str], None]) -> None:
     messages = [{"role": "system", "content": system}] if system else []
     if hasattr(sys.stdin, "reconfigure"):  # undecodable bytes: one line is refused, the chat goes on
         sys.stdin.reconfigure(errors="surrogateescape")
@@ -190,9 +233,8 @@ def _chat(session: MTPSession, system: str | None, n_predict: int, sampling: Sam
             messages = messages[:1] if system else []
             continue
         messages.append({"role": "user", "content": text})
-        out = lambda s: (sys.stdout.write(s), sys.stdout.flush())  # noqa: E731
         try:
-            g = session.chat(messages, max_tokens=n_predict, sampling=sampling, on_text=out)
+            g = session.chat(messages, max_tokens=n_predict, sampling=sampling, on_text=_out)
         except GgufMtpError as e:
             sys.stdout.write("\n")
             err(f"error: {e}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
-from typing import Optional
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -14,35 +15,55 @@ from gguf_mtp.files import read_input_text
 
 from .run_cmd import _draft_n, _list_devices
 
+if TYPE_CHECKING:  # imported in serve() at run time, after llama.cpp (see gguf_mtp.runtime)
+    import uvicorn
+
+    from gguf_mtp.server.engine import Scheduler
+
 
 def serve(
     model: Path = typer.Argument(..., help="GGUF model (bundled, or trunk with a sidecar beside it)."),
     list_devices: bool = typer.Option(False, "--list-devices", is_eager=True, callback=_list_devices,
                                       help="Print the devices this llama.cpp build can use and exit."),
-    mtp: Optional[Path] = typer.Option(None, "--mtp", help="MTP sidecar to pair (default: the model's own head, or one found beside it)."),
+    mtp: Path | None = typer.Option(None, "--mtp",
+                                    help="MTP sidecar to pair (default: the model's own head, or one found beside "
+                                         "it)."),
     no_mtp: bool = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation."),
     require_mtp: bool = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
-    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port to listen on (0: any free port, printed at start)."),
-    parallel: int = typer.Option(1, "--parallel", "-np", min=1, max=64, help="Slots: requests served at once, each in its own sequence; -c is split between them."),
-    alias: Optional[str] = typer.Option(None, "--alias", "-a", help="Model name for clients (default: the file's stem)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="LLAMA_API_KEY", help="Require 'Authorization: Bearer KEY' (all but /health)."),
-    chat_template_file: Optional[Path] = typer.Option(None, "--chat-template-file", help="Jinja chat template to use instead of the GGUF's."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535,
+                             help="Port to listen on (0: any free port, printed at start)."),
+    parallel: int = typer.Option(1, "--parallel", "-np", min=1, max=64,
+                                 help="Slots: requests served at once, each in its own sequence; -c is split between "
+                                      "them."),
+    alias: str | None = typer.Option(None, "--alias", "-a", help="Model name for clients (default: the file's stem)."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="LLAMA_API_KEY",
+                                       help="Require 'Authorization: Bearer KEY' (all but /health)."),
+    chat_template_file: Path | None = typer.Option(None, "--chat-template-file",
+                                                   help="Jinja chat template to use instead of the GGUF's."),
     draft_n_max: str = typer.Option("3", "--spec-draft-n-max", "--draft-max", help="Draft length, or 'auto'."),
-    p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min", help="Stop drafting when the head's top token is less likely than this."),
-    prompt_window: int = typer.Option(0, "--spec-draft-prompt-window", min=0, help="Give the MTP head only the last N tokens of each prompt (0: all)."),
+    p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min",
+                                help="Stop drafting when the head's top token is less likely than this."),
+    prompt_window: int = typer.Option(0, "--spec-draft-prompt-window", min=0,
+                                      help="Give the MTP head only the last N tokens of each prompt (0: all)."),
     n_gpu_layers: int = typer.Option(0, "--n-gpu-layers", "-ngl", help="Layers to offload to the GPU."),
-    draft_gpu_layers: Optional[int] = typer.Option(None, "--n-gpu-layers-draft", "-ngld", help="GPU layers for a self-contained sidecar (default: as -ngl; all with --device-draft)."),
-    device: Optional[str] = typer.Option(None, "--device", "-dev", help="Devices for the target, as run's."),
-    device_draft: Optional[str] = typer.Option(None, "--device-draft", "-devd", help="Device for the MTP head, as run's."),
+    draft_gpu_layers: int | None = typer.Option(None, "--n-gpu-layers-draft", "-ngld",
+                                                help="GPU layers for a self-contained sidecar (default: as -ngl; all "
+                                                     "with --device-draft)."),
+    device: str | None = typer.Option(None, "--device", "-dev", help="Devices for the target, as run's."),
+    device_draft: str | None = typer.Option(None, "--device-draft", "-devd", help="Device for the MTP head, as run's."),
     split_mode: str = typer.Option("layer", "--split-mode", "-sm", help="none, layer, row or tensor, as run's."),
-    tensor_split: Optional[str] = typer.Option(None, "--tensor-split", "-ts", help="Proportion of the target per device, e.g. 3,1."),
+    tensor_split: str | None = typer.Option(None, "--tensor-split", "-ts",
+                                            help="Proportion of the target per device, e.g. 3,1."),
     main_gpu: int = typer.Option(0, "--main-gpu", "-mg", help="The device for --split-mode none."),
-    rpc: Optional[str] = typer.Option(None, "--rpc", help="RPC servers (host:port,...) whose devices join the list. No authentication: trusted networks only."),
+    rpc: str | None = typer.Option(None, "--rpc",
+                                   help="RPC servers (host:port,...) whose devices join the list. No authentication: "
+                                        "trusted networks only."),
     ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens, shared by the slots."),
     batch_size: int = typer.Option(512, "--batch-size", "-b", help="Prompt batch size."),
-    threads: Optional[int] = typer.Option(None, "--threads", "-t", help="CPU threads."),
-    n_predict: int = typer.Option(-1, "--n-predict", "-n", help="Default max_tokens (-1: until the end or the slot's context is full)."),
+    threads: int | None = typer.Option(None, "--threads", "-t", help="CPU threads."),
+    n_predict: int = typer.Option(-1, "--n-predict", "-n",
+                                  help="Default max_tokens (-1: until the end or the slot's context is full)."),
     temp: float = typer.Option(0.8, "--temp", help="Default temperature for requests that set none."),
     top_k: int = typer.Option(40, "--top-k", help="Default top-k."),
     top_p: float = typer.Option(0.95, "--top-p", help="Default top-p."),
@@ -83,7 +104,8 @@ def serve(
                         devices=placement.parse_device_list(device) if device is not None else None,
                         draft_devices=placement.parse_device_list(device_draft, "--device-draft")
                         if device_draft is not None else None,
-                        split_mode=split_mode, tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
+                        split_mode=split_mode,
+                        tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
                         main_gpu=main_gpu, rpc=placement.parse_endpoints(rpc) if rpc else None)
     if cfg.rpc:  # before the start-up line, so that it names their devices
         placement.add_rpc_servers(cfg.rpc)
@@ -116,13 +138,13 @@ def serve(
     err("gguf-mtp serve: stopped")
 
 
-def _Server(config, sched):  # type: ignore[no-untyped-def]
+def _Server(config: uvicorn.Config, sched: Scheduler) -> uvicorn.Server:
     """uvicorn's server, with the signal handler also cancelling every generation, so that open streams end
     now instead of holding the graceful shutdown until their last token."""
     import uvicorn
 
     class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame):  # type: ignore[no-untyped-def]
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             sched.cancel_all()
             super().handle_exit(sig, frame)
             # uvicorn re-raises the signal once shut down (death by SIGTERM, KeyboardInterrupt for SIGINT);

@@ -17,20 +17,21 @@ import sys
 if __name__ == "__main__" and sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
     del sys.path[0]  # run by path: no module of this folder may shadow one of the standard library
 
-import argparse  # noqa: E402
-import ctypes  # noqa: E402
-import json  # noqa: E402
-import re  # noqa: E402
-import shlex  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sysconfig  # noqa: E402
-import tempfile  # noqa: E402
-import zipfile  # noqa: E402
-import zlib  # noqa: E402
-from dataclasses import asdict, dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Mapping, Sequence  # noqa: E402
+import argparse
+import ctypes
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -245,18 +246,21 @@ def probe_isolated(libdir: str | os.PathLike[str], timeout: float = 300) -> Prob
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
     except subprocess.TimeoutExpired:
-        return Probe(str(libdir), files=files_present(Path(libdir)), error=f"loading the libraries took over {timeout:.0f} s")
+        return Probe(str(libdir), files=files_present(Path(libdir)),
+                     error=f"loading the libraries took over {timeout:.0f} s")
     log = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()]
     if r.returncode != 0:
         why = f"signal {-r.returncode}" if r.returncode < 0 else f"exit status {r.returncode}"
         tail = next((ln for ln in reversed(log) if ln), "")
         return Probe(str(libdir), files=files_present(Path(libdir)),
-                     error=f"loading the libraries failed ({why})" + (f": {tail[-300:]}" if tail else ""), log=log[-20:])
+                     error=f"loading the libraries failed ({why})" + (f": {tail[-300:]}" if tail else ""),
+                     log=log[-20:])
     try:
         d = json.loads(r.stdout.strip().splitlines()[-1])
         pr = Probe(**{k: v for k, v in d.items() if k != "devices"}, devices=[Device(**x) for x in d["devices"]])
     except (ValueError, IndexError, TypeError, KeyError) as e:
-        return Probe(str(libdir), files=files_present(Path(libdir)), error=f"the probe printed no result ({e})", log=log[-20:])
+        return Probe(str(libdir), files=files_present(Path(libdir)), error=f"the probe printed no result ({e})",
+                     log=log[-20:])
     pr.log = pr.log + log[-20:]
     return pr
 
@@ -279,7 +283,8 @@ def extract_libs(wheel: str | os.PathLike[str], dest: str | os.PathLike[str]) ->
         picks = []
         for info in zf.infolist():
             parts = info.filename.split("/")
-            if len(parts) == 3 and parts[:2] == ["llama_cpp", "lib"] and _LIB_NAME.match(parts[2]) and not info.is_dir():
+            if (len(parts) == 3 and parts[:2] == ["llama_cpp", "lib"] and _LIB_NAME.match(parts[2])
+                    and not info.is_dir()):
                 if info.file_size > MAX_LIB_BYTES:
                     raise WheelError(f"{w}: {info.filename} claims {info.file_size} bytes, more than a library can be")
                 picks.append((info, parts[2]))
@@ -341,8 +346,8 @@ def judge(pr: Probe, wanted: Sequence[Backend], what: str, cmake_args: str, requ
             lines.append(f"error: {msg}")
         else:
             lines.append(f"warning: {msg}")
-    devs = ", ".join(f"{d.name} ({d.description})" for d in pr.devices) or "none"
-    lines.insert(0, f"{what}: backends {', '.join(pr.compiled)}; devices {devs}; GPU offload "
+    dev_list = ", ".join(f"{d.name} ({d.description})" for d in pr.devices) or "none"
+    lines.insert(0, f"{what}: backends {', '.join(pr.compiled)}; devices {dev_list}; GPU offload "
                     f"{'yes' if pr.gpu_offload else 'no'}")
     return Verdict(ok, lines, pr)
 
@@ -376,7 +381,8 @@ def installed_libdir(python: str | None = None) -> Path | None:
 
 # Where each prerequisite comes from: Debian/Ubuntu package, and what the Vulkan SDK route provides.
 PACKAGES = {
-    "nvcc": "the CUDA toolkit: NVIDIA's apt repository (cuda-toolkit-12-8 or newer; https://developer.nvidia.com/cuda-downloads) or Debian/Ubuntu's nvidia-cuda-toolkit",
+    "nvcc": "the CUDA toolkit: NVIDIA's apt repository (cuda-toolkit-12-8 or newer; "
+            "https://developer.nvidia.com/cuda-downloads) or Debian/Ubuntu's nvidia-cuda-toolkit",
     "vulkan_core.h": "libvulkan-dev",
     "libvulkan.so": "libvulkan-dev",
     "glslc": "glslc",
@@ -415,7 +421,8 @@ def _vulkan(env: Mapping[str, str], roots: Sequence[str]) -> tuple[list[str], li
             *(Path(r) / d for r in roots for d in ("lib", "lib64", *(f"lib/{m}" for m in ma)))]
     prefixes = [*sdk, *_paths(env, "CMAKE_PREFIX_PATH"), *(p.parent for p in _paths(env, "PATH")), *map(Path, roots)]
     found = {
-        "vulkan_core.h": next((d / "vulkan" / "vulkan_core.h" for d in inc if (d / "vulkan" / "vulkan_core.h").is_file()), None),
+        "vulkan_core.h": next((d / "vulkan" / "vulkan_core.h" for d in inc
+                               if (d / "vulkan" / "vulkan_core.h").is_file()), None),
         "libvulkan.so": next((d / "libvulkan.so" for d in libs if (d / "libvulkan.so").exists()), None),
         "glslc": _which("glslc", env, [s / "bin" for s in sdk]),
         "SPIRV-Headers": _spirv_config(prefixes, env, ma),
@@ -477,25 +484,27 @@ def _cuda(cmake_args: str, env: Mapping[str, str], gpus: int | None) -> tuple[li
     native_off = (cmake_define(cmake_args, "GGML_NATIVE") or "on").lower() not in _TRUE
     if ((arch or "").lower() == "native" or (arch is None and not native_off)) and not gpus:
         seen = "no GPU is visible (nvidia-smi -L)" if gpus == 0 else "nvidia-smi is not there to find a GPU"
-        warnings.append(f"CUDA build: CMAKE_CUDA_ARCHITECTURES is {'native' if arch else 'not set (llama.cpp then builds for native)'}"
+        state = "native" if arch else "not set (llama.cpp then builds for native)"
+        warnings.append(f"CUDA build: CMAKE_CUDA_ARCHITECTURES is {state}"
                         f" and {seen}: name the architectures, e.g. -DCMAKE_CUDA_ARCHITECTURES=90 "
                         f"(H100/H200), 89 (RTX 40, L4), 86 (RTX 30, A10), 80 (A100), 120 (RTX 50)")
     return errors, warnings
 
 
 def prerequisites(cmake_args: str, env: Mapping[str, str] | None = None, roots: Sequence[str] = ROOTS,
-                  gpus: int | None | str = "detect") -> tuple[list[str], list[str]]:
+                  gpus: int | None | Literal["detect"] = "detect") -> tuple[list[str], list[str]]:
     """(errors, warnings) for building what ``cmake_args`` asks for on this machine, each one line naming
     what is missing and the package that has it."""
     env = os.environ if env is None else env
     errors, warnings = [], []
     if _which("cmake", env) is None:
         warnings.append("cmake is not on PATH: the build fetches one from PyPI (Debian/Ubuntu: apt-get install cmake)")
-    if _which(env.get("CXX", "c++"), env) is None and _which("g++", env) is None and not Path(env.get("CXX", "")).is_file():
+    if (_which(env.get("CXX", "c++"), env) is None and _which("g++", env) is None
+            and not Path(env.get("CXX", "")).is_file()):
         errors.append("no C++ compiler (c++/g++) on PATH: Debian/Ubuntu: sudo apt-get install build-essential")
     names = {b.name for b in requested(cmake_args)}
     if "CUDA" in names:
-        e, w = _cuda(cmake_args, env, _gpus_visible(env) if gpus == "detect" else gpus)  # type: ignore[arg-type]
+        e, w = _cuda(cmake_args, env, _gpus_visible(env) if gpus == "detect" else gpus)
         errors += e
         warnings += w
     if "Vulkan" in names:
@@ -517,7 +526,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("target", help="a wheel" if name == "check-wheel" else "the python whose llama_cpp to check")
         p.add_argument("--cmake-args", default="")
         p.add_argument("--require-device", action="store_true", help="also fail when the backend sees no device")
-    p = sub.add_parser("prereqs", help="what the requested backends need before a build; exit 1 if something is missing")
+    p = sub.add_parser("prereqs",
+                       help="what the requested backends need before a build; exit 1 if something is missing")
     p.add_argument("--cmake-args", default="")
     p = sub.add_parser("probe", help="(internal) load LIBDIR in this process, print JSON")
     p.add_argument("libdir")

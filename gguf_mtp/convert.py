@@ -19,6 +19,7 @@ from gguf import GGMLQuantizationType, GGUFValueType, Keys
 
 from .checkpoint.folder import Checkpoint
 from .checkpoint.hub import looks_like_repo_id, resolve_model
+from .checkpoint.shards import Ref, TensorRef
 from .checkpoint.tokenizer import tokenizer_kvs
 from .errors import MissingTensorError, UnsupportedError
 from .families import family_class
@@ -51,12 +52,12 @@ class ConvertResult:
     notes: list[str] = field(default_factory=list)
 
 
-def model_name(model: str | Path) -> str:
+def model_name(model: str | os.PathLike[str]) -> str:
     """``org/Name`` -> ``Name``; a folder -> its name."""
     return str(model).rstrip("/").split("/")[-1] if looks_like_repo_id(str(model)) else Path(model).resolve().name
 
 
-def default_outfile(model: str | Path, outtype: str, layout: Layout) -> Path:
+def default_outfile(model: str | os.PathLike[str], outtype: str, layout: Layout) -> Path:
     suffix = MTP_SUFFIX if layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY) else ""
     return Path.cwd() / f"{model_name(model)}-{outtype.upper()}{suffix}.gguf"
 
@@ -75,8 +76,10 @@ def general_kvs(arch: str, name: str, file_type: GGMLQuantizationType) -> list[K
 SHARED_COPIES = {"." + w(MT.NEXTN_EMBED_TOKENS): TOKEN_EMBD, "." + w(MT.NEXTN_SHARED_HEAD_HEAD): OUTPUT}
 
 
-def _same_bytes(a, b, chunk: int = 64 << 20) -> bool:  # type: ignore[no-untyped-def]
-    if a.dtype != b.dtype or a.shape != b.shape or a.path is None or b.path is None:
+def _same_bytes(a: Ref, b: Ref, chunk: int = 64 << 20) -> bool:
+    if not isinstance(a, TensorRef) or not isinstance(b, TensorRef):  # a generated array has no file behind it
+        return False
+    if a.dtype != b.dtype or a.shape != b.shape:
         return False
     with open(a.path, "rb", buffering=0) as fa, open(b.path, "rb", buffering=0) as fb:
         for off in range(0, a.nbytes, chunk):
@@ -270,12 +273,13 @@ def out_tensor(pt: PlannedTensor, ggml_type: int, pool: Executor | None) -> OutT
                 progress(nin)
         return OutTensor(pt.name, pt.ggml_shape, ggml_type, write)
 
+    whole = pt.whole  # not None from here on (a local, so that the closures below see it narrowed)
     if pt.elementwise is None and all(_RAW_COPY.get(s.ref.dtype) == ggml_type for s in pt.sources):
         # whole-tensor transforms only move values (reorders, splits): apply them to the stored
         # bits, no float round trip
         def write_layout(fh: BinaryIO, progress: Callable[[int], None]) -> None:
             x = np.concatenate([s.ref.read_raw(s.start, s.n) for s in pt.sources])
-            write_all(fh, np.ascontiguousarray(pt.whole(x.reshape(pt.src_shape))))  # type: ignore[misc]
+            write_all(fh, np.ascontiguousarray(whole(x.reshape(pt.src_shape))))
             progress(pt.src_bytes)
         return OutTensor(pt.name, pt.ggml_shape, ggml_type, write_layout)
 
@@ -283,7 +287,7 @@ def out_tensor(pt: PlannedTensor, ggml_type: int, pool: Executor | None) -> OutT
         x = np.concatenate([s.ref.read_f32(s.start, s.n) for s in pt.sources])
         if pt.elementwise is not None:
             x = pt.elementwise(x)
-        y = np.ascontiguousarray(pt.whole(x.reshape(pt.src_shape)), dtype=np.float32).reshape(-1)  # type: ignore[misc]
+        y = np.ascontiguousarray(whole(x.reshape(pt.src_shape)), dtype=np.float32).reshape(-1)
         del x
         row = pt.np_shape[-1]
         step = max(1, CHUNK_ELEMS // row) * row

@@ -47,7 +47,8 @@ class FileReport:
 
     def _layers(self) -> str:
         if self.layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY):
-            return f"{self.mtp_layers} MTP here; the target has {self.trunk_layers} trunk (block_count {self.block_count})"
+            return (f"{self.mtp_layers} MTP here; the target has {self.trunk_layers} trunk "
+                    f"(block_count {self.block_count})")
         return f"{self.trunk_layers} trunk + {self.mtp_layers} MTP (block_count {self.block_count})"
 
     def format(self) -> str:

@@ -117,8 +117,8 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
 def quantize_q8_0(x: np.ndarray) -> np.ndarray:
     """Q8_0 blocks (fp16 scale + 32 int8) of float32 ``x`` whose size is a multiple of 32, as uint8.
 
-    Same arithmetic as ggml's reference quantizer (d = amax/127, q = roundf(x * (1/d))), bit for bit. The block maximum is
-    taken by pairwise halving: elementwise ufuncs release the GIL and run ~1.3x faster than a reduction
+    Same arithmetic as ggml's reference quantizer (d = amax/127, q = roundf(x * (1/d))), bit for bit. The block
+    maximum is taken by pairwise halving: elementwise ufuncs release the GIL and run ~1.3x faster than a reduction
     along a 32-wide axis, so chunks quantize in parallel threads.
     """
     blocks = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 32)

@@ -16,6 +16,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, Keys
 
 from .errors import CompatibilityError, GgufMtpError, MissingTensorError, UnsupportedError
+from .ggml_types import can_decode, choose_type, dequantize, encode, parse_type
 from .ggufio import keys as K
 from .ggufio.format import KV
 from .ggufio.model import GGUFModel, Tensor
@@ -23,7 +24,6 @@ from .ggufio.shape import ggml_shape, same_ggml_shape
 from .ggufio.validate import LLAMA_MAX_LAYERS, check_tensor_types
 from .ggufio.writer import OutTensor, Progress, copy_tensor, write_all
 from .layout import MODEL_TENSORS, OUTPUT, TOKEN_EMBD, block_index
-from .ggml_types import can_decode, choose_type, dequantize, encode, parse_type
 
 __all__ = ["Head", "find_head", "require_head", "has_trunk", "check_compatible", "GraftPlan", "plan_graft",
            "head_tensor", "per_layer_keys", "with_array", "COMPAT_KEYS"]
@@ -93,7 +93,9 @@ def per_layer_keys(m: GGUFModel, block_count: int) -> set[str]:
 
 
 def with_array(kv: KV, values: list[object]) -> KV:
-    return KV.array(kv.key, kv.item_type, values)  # type: ignore[arg-type]
+    if kv.item_type is None:
+        raise ValueError(f"{kv.key} is not an array")
+    return KV.array(kv.key, kv.item_type, values)
 
 
 # -- compatibility ----------------------------------------------------------------------------
@@ -119,11 +121,11 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
             diffs.append(f"{K.arch_key(tmpl, target.arch).split('.', 1)[1]} {b} (target) vs {a} (head)")
     ta, tb = src.get(Keys.Tokenizer.LIST), target.get(Keys.Tokenizer.LIST)
     if ta is not None and tb is not None:
-        if len(ta) != len(tb):  # type: ignore[arg-type]
-            diffs.append(f"vocabulary {len(tb)} tokens (target) vs {len(ta)} (head)")  # type: ignore[arg-type]
+        if len(ta) != len(tb):
+            diffs.append(f"vocabulary {len(tb)} tokens (target) vs {len(ta)} (head)")
         elif ta != tb:
-            first = next(i for i, (x, y) in enumerate(zip(ta, tb)) if x != y)  # type: ignore[arg-type]
-            diffs.append(f"token {first} is {tb[first]!r} (target) vs {ta[first]!r} (head)")  # type: ignore[index]
+            first = next(i for i, (x, y) in enumerate(zip(ta, tb)) if x != y)
+            diffs.append(f"token {first} is {tb[first]!r} (target) vs {ta[first]!r} (head)")
     # each head tensor must have the shape of the target's tensor of the same kind
     # (several shapes per kind where layer types differ, e.g. step35's sliding-window layers have more heads)
     # compared as ggml compares them: llama.cpp's converter writes [n, 1] where llama-quantize writes [n]
@@ -149,12 +151,13 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
     for name in MODEL_TENSORS:
         if head_only and not isinstance(borrowed, list):
             break  # an unmarked head-only file says nothing about them
-        has = name in borrowed if head_only else name in src.tensors  # type: ignore[operator]
+        has = name in borrowed if head_only else name in src.tensors
         b = target.tensors.get(name)
         if has != (b is not None):
             said = ("borrowed" if has else "not used") if head_only else ("present" if has else "absent")
             diffs.append(f"{name} {'absent' if b is None else 'present'} (target) vs {said} (head)")
-        elif has and not head_only and src.tensors[name].file.read_tensor_bytes(name) != b.file.read_tensor_bytes(name):
+        elif (has and not head_only and b is not None
+              and src.tensors[name].file.read_tensor_bytes(name) != b.file.read_tensor_bytes(name)):
             diffs.append(f"{name} values differ (RoPE scaling)")  # a few hundred bytes
     if diffs:
         raise CompatibilityError(f"{src.path} does not fit {target.path}: " + "; ".join(diffs)

@@ -82,7 +82,8 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
     inputs = m.files + ([Path(imatrix)] if imatrix else [])
     check_output(dst, force=force, inputs=inputs)  # before reading the imatrix or quantizing
     if m.is_split:
-        raise UnsupportedError(f"{m.path}: split input; merge it first (llama-gguf-split --merge) or quantize a single file")
+        raise UnsupportedError(f"{m.path}: split input; merge it first (llama-gguf-split --merge) or quantize a "
+                               "single file")
     head = find_head(m)
     overrides: list[tuple[str, int]] = []
     mt = None
@@ -108,5 +109,6 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
     report = inspect_file(out)
     before = inspect_file(m.path)
     if report.layout != before.layout:
-        raise GgufMtpError(f"{out}: layout changed from {before.layout.value} to {report.layout.value}; please report this")
+        raise GgufMtpError(f"{out}: layout changed from {before.layout.value} to {report.layout.value}; "
+                           "please report this")
     return QuantizeResult(out, ftype.upper(), mt.name if mt else None, report, time.perf_counter() - t0, notes)

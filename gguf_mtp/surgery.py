@@ -25,8 +25,18 @@ from .ggufio.format import KV
 from .ggufio.model import GGUFModel, Tensor, model_stem, split_path, split_prefix
 from .ggufio.validate import check_tensor_types
 from .ggufio.writer import OutTensor, copy_tensor, write_gguf
-from .head import GraftPlan, Head, check_compatible, find_head, has_trunk, head_tensor, per_layer_keys, plan_graft
-from .head import require_head, with_array
+from .head import (
+    GraftPlan,
+    Head,
+    check_compatible,
+    find_head,
+    has_trunk,
+    head_tensor,
+    per_layer_keys,
+    plan_graft,
+    require_head,
+    with_array,
+)
 from .layout import EMBEDDING_TENSORS, MODEL_TENSORS, OUTPUT_NORM, TOKEN_EMBD, borrowed_tensors
 from .progress import Progress as Bar
 
@@ -167,7 +177,8 @@ def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
     follow ``target``'s trunk. A split target gives a split output with the head in the last shard.
 
     Example:
-        >>> graft("Qwen3.5-27B-Q8_0-MTP.gguf", "Qwen3.5-27B-UD-Q4_K_XL.gguf", "Qwen3.5-27B-Q4_K_XL-MTP-bundled.gguf")  # doctest: +SKIP
+        >>> graft("Qwen3.5-27B-Q8_0-MTP.gguf", "Qwen3.5-27B-UD-Q4_K_XL.gguf",  # doctest: +SKIP
+        ...       "Qwen3.5-27B-Q4_K_XL-MTP-bundled.gguf")
     """
     t0 = time.perf_counter()
     plan = plan_graft(source, target, replace=replace, mtp_type=mtp_type)

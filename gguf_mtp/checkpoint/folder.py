@@ -11,8 +11,8 @@ from typing import Any
 from ..errors import FormatError, GgufMtpError, MissingTensorError, UnsupportedError
 from ..files import open_input
 from ..paths import confined, relative_name, shown
-from .shards import TensorRef, attach_fp8_scales, read_header
 from .schema import check_config
+from .shards import TensorRef, attach_fp8_scales, read_header
 
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -47,14 +47,15 @@ class Checkpoint:
     tensors: dict[str, TensorRef] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, root: str | Path) -> "Checkpoint":
+    def open(cls, root: str | Path) -> Checkpoint:
         root = Path(root)
         if not root.exists():
             raise GgufMtpError(f"{root}: no such folder; pass a checkpoint folder or a Hugging Face repo id")
         if not root.is_dir():
             raise GgufMtpError(f"{root}: not a folder; pass the checkpoint folder that holds config.json")
-        config = check_config(load_json(confined(root, "config.json", f"{root}: config.json", links_to=link_roots(root)),
-                                        "this folder is not a Hugging Face checkpoint"), root / "config.json")
+        config_file = confined(root, "config.json", f"{root}: config.json", links_to=link_roots(root))
+        config = check_config(load_json(config_file, "this folder is not a Hugging Face checkpoint"),
+                              root / "config.json")
         qc = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config") or {}
         method = str(qc.get("quant_method", "")).lower()
         if method and method != "fp8":

@@ -177,7 +177,7 @@ def repo_snapshot(repo_id: str, revision: str | None = None) -> RepoSnapshot:
     files: dict[str, RemoteFile] = {}
     for s in info.siblings or []:
         name = relative_name(s.rfilename, f"{where}: the file list of {repo_id}@{commit[:12]}")
-        lfs = s.lfs or {}
+        lfs: object = s.lfs or {}
         sha = lfs.get("sha256") if isinstance(lfs, dict) else None
         blob = s.blob_id
         files[name] = RemoteFile(name, _int_or_none(s.size),
@@ -230,7 +230,7 @@ def _progress_bars(enabled: bool) -> Iterator[None]:
             enable_progress_bars()
 
 
-def resolve_model(model: str | Path, *, revision: str | None = None, local_dir: Path | None = None,
+def resolve_model(model: str | os.PathLike[str], *, revision: str | None = None, local_dir: Path | None = None,
                   include: list[str] | None = None, force_download: bool = False, progress: bool = True) -> Path:
     """A local checkpoint folder for ``model`` (downloading only the needed files for a repo id)."""
     text = str(model)

@@ -32,9 +32,9 @@ class Field:
     kind: str
     lo: float | None = None
     hi: float | None = None
-    item: "Field | None" = None
-    fields: "dict[str, Field] | None" = None
-    alt: "Field | None" = None
+    item: Field | None = None
+    fields: dict[str, Field] | None = None
+    alt: Field | None = None
     max_len: int = 1 << 16
     nullable_items: bool = False
     pattern: str | None = None

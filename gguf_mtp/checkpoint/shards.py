@@ -14,10 +14,10 @@ import numpy as np
 
 from ..errors import FormatError, UnsupportedError
 from ..files import open_input
+from ..ggml_types import bf16_to_f32
 from ..ggufio.format import n_elements
 from ..ggufio.writer import Progress, copy_range, write_all
 from ..paths import shown
-from ..ggml_types import bf16_to_f32
 
 # safetensors dtype -> (bytes per element, numpy storage dtype)
 DTYPES: dict[str, tuple[int, np.dtype]] = {
@@ -60,7 +60,7 @@ class TensorRef:
     shape: tuple[int, ...]
     offset: int
     nbytes: int
-    scale: "TensorRef | None" = None  # FP8 block scales (``weight_scale_inv``)
+    scale: TensorRef | None = None  # FP8 block scales (``weight_scale_inv``)
     block: int = 128
 
     @property
@@ -81,7 +81,7 @@ class TensorRef:
         with open(self.path, "rb", buffering=0) as fh:
             fh.seek(self.offset + start_b)
             got = 0
-            mv = memoryview(buf)
+            mv = buf.data  # memoryview(buf) (numpy's stubs give ndarray a __buffer__ only from Python 3.12)
             while got < n_b:
                 n = fh.readinto(mv[got:])
                 if not n:
@@ -246,18 +246,18 @@ def parse_header(raw: bytes, size: int, where: str) -> list[HeaderEntry]:
                 and all(_nonneg_int(o) for o in ent["data_offsets"])):
             raise FormatError(f"{what} has a malformed header entry (needs dtype, shape and data_offsets "
                               "as non-negative integers)")
-        dtype, shape, (b, e) = ent["dtype"], tuple(ent["shape"]), ent["data_offsets"]
+        dtype, shape, (lo, hi) = ent["dtype"], tuple(ent["shape"]), ent["data_offsets"]
         if dtype not in DTYPES:
             raise UnsupportedError(f"{what} has dtype {shown(dtype, 24)}, which gguf-mtp cannot read")
         count = 1
         for d in shape:
             count *= d
-        if e < b or e - b != count * DTYPES[dtype][0]:
-            raise FormatError(f"{what} byte range [{b}, {e}) does not match shape {list(shape)} {dtype}")
-        if base + e > size:
-            raise FormatError(f"{what} ends at byte {base + e} but the file has {size}; the shard is truncated, "
+        if hi < lo or hi - lo != count * DTYPES[dtype][0]:
+            raise FormatError(f"{what} byte range [{lo}, {hi}) does not match shape {list(shape)} {dtype}")
+        if base + hi > size:
+            raise FormatError(f"{what} ends at byte {base + hi} but the file has {size}; the shard is truncated, "
                               "re-download it")
-        entries.append(HeaderEntry(name, dtype, shape, b, e))
+        entries.append(HeaderEntry(name, dtype, shape, lo, hi))
     end, last = 0, None
     for ent in sorted(entries, key=lambda t: (t.start, t.end)):
         if ent.start < end:

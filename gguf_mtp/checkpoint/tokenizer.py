@@ -149,7 +149,8 @@ def special_kvs(root: Path, n_vocab: int, ids: dict[str, int],
         tid = ids.get(content)
         if tid is not None and typ not in sv.special_token_ids and 0 <= tid < n_vocab:
             sv.special_token_ids[typ] = tid
-    out = [KV.u32(SPECIAL_ID_KEYS[typ], int(tid)) for typ, tid in sv.special_token_ids.items() if typ in SPECIAL_ID_KEYS]
+    out = [KV.u32(SPECIAL_ID_KEYS[typ], int(tid))
+           for typ, tid in sv.special_token_ids.items() if typ in SPECIAL_ID_KEYS]
     out += [KV.boolean(f"tokenizer.ggml.add_{typ}_token", bool(v)) for typ, v in sv.add_special_token.items()
             if typ in ("bos", "eos", "sep")]
     return out + chat_template_kvs(sv.chat_template)

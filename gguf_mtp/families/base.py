@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-
 from gguf import Keys
 
 from ..archs import ARCHS

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from gguf import Keys
 
+from ..checkpoint.folder import Checkpoint
 from ..errors import FormatError, UnsupportedError
 from ..ggufio.format import KV
 from ..ggufio.names import MT, w
@@ -52,10 +53,11 @@ class Deepseek2(NextnLayerFamily):
     #: ``model_type`` -> llama.cpp pre-tokenizer, for releases that share this architecture name
     PRE_BY_MODEL_TYPE: ClassVar[dict[str, str]] = {"kimi_k2": "kimi-k2"}
 
-    def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ck: Checkpoint) -> None:
         super().__init__(ck)
         self.read_attention_dims()
         hp = self.hp
+        # [type: ignore] a per-instance override of the family's class-level pre-tokenizer
         self.tokenizer_pre = self.PRE_BY_MODEL_TYPE.get(str(hp.get("model_type")), self.tokenizer_pre)  # type: ignore[misc]
         if hp.get("q_lora_rank") in (None, 0):
             raise UnsupportedError(f"{ck.root / 'config.json'}: q_lora_rank is null (a DeepSeek-V2-Lite-style model); "

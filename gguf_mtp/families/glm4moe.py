@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gguf import Keys
 
+from ..checkpoint.folder import Checkpoint
 from ..ggufio.format import KV
 from ..ggufio.names import MT, w
 from .base import PlannedTensor
@@ -22,7 +23,7 @@ class Glm4Moe(NextnLayerFamily):
     #: as llama.cpp's converter (_set_vocab_glm) adds them where the tokenizer files leave them unset
     extra_specials = GLM_SPECIALS
 
-    def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ck: Checkpoint) -> None:
         super().__init__(ck)
         hp = self.hp
         self.read_attention_dims()

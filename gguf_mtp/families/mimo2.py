@@ -11,6 +11,7 @@ import re
 
 from gguf import GGUFValueType, Keys
 
+from ..checkpoint.folder import Checkpoint
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
@@ -34,7 +35,7 @@ class Mimo2(MultiHeadFamily):
     skip = re.compile(r"(^|\.)(visual|vision_model|vision_tower|audio_tower|audio_model)\.|rotary_emb\.inv_freq$"
                       r"|weight_scale_inv$")
 
-    def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ck: Checkpoint) -> None:
         super().__init__(ck)
         hp = self.hp
         self.read_attention_dims()
@@ -96,7 +97,7 @@ class Mimo2(MultiHeadFamily):
                     (Keys.LLM.EXPERT_GROUP_USED_COUNT, hp.get("topk_group"), KV.u32),
                     (Keys.LLM.EXPERT_WEIGHTS_SCALE, hp.get("routed_scaling_factor"), KV.f32),
                     (K.K_VALUE_SCALE, hp.get("attention_value_scale"), KV.f32))
-        kvs += [make(k(key), value) for key, value, make in optional if value is not None]  # type: ignore[operator]
+        kvs += [make(k(key), value) for key, value, make in optional if value is not None]
         return kvs
 
     def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:

@@ -17,11 +17,12 @@ from typing import ClassVar
 import numpy as np
 from gguf import GGUFValueType, Keys
 
+from ..checkpoint.folder import Checkpoint
+from ..checkpoint.shards import TensorRef
 from ..errors import UnsupportedError
 from ..ggufio import keys as K
 from ..ggufio.format import KV
 from ..ggufio.names import MT, tensor_name, w
-from ..checkpoint.shards import TensorRef
 from .base import Family, ModelPlan, PlannedTensor, Source, Split, Transform
 
 _MTP_LAYER = re.compile(r"^(?:model\.)?mtp\.layers\.(\d+)\.")
@@ -59,7 +60,8 @@ def tiled_rows(ref: TensorRef, start: int, nk: int, r: int, hdim: int) -> list[S
 
 
 class QwenHybrid(Family):
-    skip = re.compile(r"(^|\.)(visual|vision_tower|vision|merger|patch_embed)\.|rotary_emb\.inv_freq$|weight_scale_inv$")
+    skip = re.compile(r"(^|\.)(visual|vision_tower|vision|merger|patch_embed)\."
+                      r"|rotary_emb\.inv_freq$|weight_scale_inv$")
     plain_norms = (w(MT.SSM_NORM),)  # the linear-attention gated norm is stored as is
     moe: ClassVar[bool] = False
     reorder_v: ClassVar[bool] = True
@@ -67,7 +69,7 @@ class QwenHybrid(Family):
     #: the trunk's RoPE is multimodal (``rope.dimension_sections``); qwen3next's is plain
     mrope_sections: ClassVar[bool] = True
 
-    def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ck: Checkpoint) -> None:
         super().__init__(ck)
         hp = self.hp
         self.read_attention_dims()
@@ -76,7 +78,8 @@ class QwenHybrid(Family):
         self.kc = int(self.need("linear_conv_kernel_dim"))
         if self.dk != self.dv or self.nv % self.nk:
             raise UnsupportedError(f"{ck.root / 'config.json'}: llama.cpp needs linear_key_head_dim == "
-                                   f"linear_value_head_dim and nv % nk == 0 (got dk={self.dk} dv={self.dv} nk={self.nk} nv={self.nv})")
+                                   f"linear_value_head_dim and nv % nk == 0 (got dk={self.dk} dv={self.dv} "
+                                   f"nk={self.nk} nv={self.nv})")
         self.interval = int(hp.get("full_attention_interval", 4))
         self.layer_types = hp.get("layer_types") or [
             "linear_attention" if (i + 1) % self.interval else "full_attention" for i in range(self.L)
@@ -106,7 +109,8 @@ class QwenHybrid(Family):
         declared = self.hp.get("mtp_num_hidden_layers")
         say = f" although config.json declares mtp_num_hidden_layers={declared}" if declared else ""
         return (f"{self.ck.root}: the checkpoint has no MTP weights ({self.mtp_prefix}fc.weight and "
-                f"{self.mtp_prefix}layers.0.* are missing){say}; convert without --mtp, or use a checkpoint that ships the head")
+                f"{self.mtp_prefix}layers.0.* are missing){say}; convert without --mtp, or use a checkpoint that "
+                "ships the head")
 
     # -- metadata ---------------------------------------------------------------------------
     def hparam_kvs(self, n_mtp: int) -> list[KV]:
@@ -170,8 +174,12 @@ class QwenHybrid(Family):
             self.put(out, la + "in_proj_b.weight", b + w(MT.SSM_BETA), (nv, H), False, split=self.v_rows(0, 1))
             self.put(out, la + "in_proj_a.weight", b + w(MT.SSM_ALPHA), (nv, H), False, split=self.v_rows(0, 1))
 
-        squeeze = (lambda x: x.reshape(conv_dim, self.kc))
-        conv = (lambda x, t=tile_heads(2 * key_dim, nk, r, dv): t(squeeze(x))) if tile else squeeze
+        tiled = tile_heads(2 * key_dim, nk, r, dv) if tile else None
+
+        def conv(x: np.ndarray) -> np.ndarray:
+            y = x.reshape(conv_dim, self.kc)
+            return tiled(y) if tiled is not None else y
+
         self.put(out, la + "conv1d.weight", b + "ssm_conv1d.weight", (conv_dim, 1, self.kc), False,
                  (conv_dim, self.kc), conv)
         self.put(out, la + "dt_bias", b + w(MT.SSM_DT, ".bias"), (nv,), False, split=self.v_rows(0, 1))
@@ -217,7 +225,8 @@ class QwenHybrid(Family):
     def plan(self, *, trunk: bool, mtp: bool, embeddings: bool) -> ModelPlan:
         n_mtp = self.mtp_layers() if mtp else 0
         if n_mtp > 1:
-            raise UnsupportedError(f"{self.ck.root}: {n_mtp} MTP layers; llama.cpp's {self.arch} MTP graph runs exactly one")
+            raise UnsupportedError(f"{self.ck.root}: {n_mtp} MTP layers; llama.cpp's {self.arch} MTP graph runs "
+                                   "exactly one")
         out: list[PlannedTensor] = []
         H, V = self.H, self.vocab
         if embeddings:

@@ -9,11 +9,13 @@ itself, so no ``rope.dimension_count`` is written. Llama 3 RoPE scaling becomes 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from gguf import GGUFValueType, Keys
 
+from ..checkpoint.folder import Checkpoint
 from ..checkpoint.shards import ArrayRef
 from ..errors import FormatError, UnsupportedError
 from ..ggufio.format import KV
@@ -44,7 +46,7 @@ class Step35(MultiHeadFamily):
                     ("embed_tokens.weight", MT.NEXTN_EMBED_TOKENS, "VE", False))
     skip = re.compile(r"(^|\.)(vision_model|vision_tower|visual)\.|rotary_emb\.inv_freq$|weight_scale_inv$")
 
-    def __init__(self, ck) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ck: Checkpoint) -> None:
         super().__init__(ck)
         hp = self.hp
         where = ck.root / "config.json"
@@ -142,10 +144,11 @@ class Step35(MultiHeadFamily):
         ]
         if hp.get("moe_every_n_layer") is not None:  # not read by step35 either; written as llama.cpp's converter
             kvs.append(KV.u32(k(Keys.LLM.MOE_EVERY_N_LAYERS), int(hp["moe_every_n_layer"])))
-        optional = ((Keys.Rope.FREQ_BASE_SWA, base_swa, KV.f32),
+        optional: tuple[tuple[str, Any, Callable[[str, Any], KV]], ...] = (
+                   (Keys.Rope.FREQ_BASE_SWA, base_swa, KV.f32),
                     (Keys.LLM.EXPERT_WEIGHTS_SCALE, hp.get("moe_router_scaling_factor"), KV.f32),
                     (Keys.LLM.EXPERT_WEIGHTS_NORM, hp.get("norm_expert_weight"), KV.boolean))
-        kvs += [make(k(key), value) for key, value, make in optional if value is not None]  # type: ignore[operator]
+        kvs += [make(k(key), value) for key, value, make in optional if value is not None]
         # SwiGLU clamps per layer; None (no clamp) and the MTP layers are 0.0
         for key, cfg in ((Keys.LLM.SWIGLU_CLAMP_EXP, "swiglu_limits"),
                          (Keys.LLM.SWIGLU_CLAMP_SHEXP, "swiglu_limits_shared")):

@@ -55,31 +55,31 @@ class KV:
 
     # constructors for the types llama.cpp reads ------------------------------------------
     @classmethod
-    def u32(cls, key: str, v: int) -> "KV":
+    def u32(cls, key: str, v: int) -> KV:
         return cls(key, GGUFValueType.UINT32, int(v))
 
     @classmethod
-    def i32(cls, key: str, v: int) -> "KV":
+    def i32(cls, key: str, v: int) -> KV:
         return cls(key, GGUFValueType.INT32, int(v))
 
     @classmethod
-    def u16(cls, key: str, v: int) -> "KV":
+    def u16(cls, key: str, v: int) -> KV:
         return cls(key, GGUFValueType.UINT16, int(v))
 
     @classmethod
-    def f32(cls, key: str, v: float) -> "KV":
+    def f32(cls, key: str, v: float) -> KV:
         return cls(key, GGUFValueType.FLOAT32, float(v))
 
     @classmethod
-    def boolean(cls, key: str, v: bool) -> "KV":
+    def boolean(cls, key: str, v: bool) -> KV:
         return cls(key, GGUFValueType.BOOL, bool(v))
 
     @classmethod
-    def string(cls, key: str, v: str) -> "KV":
+    def string(cls, key: str, v: str) -> KV:
         return cls(key, GGUFValueType.STRING, str(v))
 
     @classmethod
-    def array(cls, key: str, item_type: GGUFValueType, values: Any) -> "KV":
+    def array(cls, key: str, item_type: GGUFValueType, values: Any) -> KV:
         if item_type == GGUFValueType.STRING:
             return cls(key, GGUFValueType.ARRAY, [str(s) for s in values], item_type)
         return cls(key, GGUFValueType.ARRAY, np.asarray(values, dtype=SCALAR_DTYPES[item_type]), item_type)
@@ -94,7 +94,7 @@ class KV:
             return self.value.tolist()
         return self.value
 
-    def same_value(self, other: "KV") -> bool:
+    def same_value(self, other: KV) -> bool:
         if self.vtype != other.vtype or self.item_type != other.item_type:
             return False
         if self.vtype == GGUFValueType.ARRAY and self.item_type != GGUFValueType.STRING:

@@ -9,6 +9,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gguf import Keys
 
@@ -112,11 +113,12 @@ class GGUFModel:
             raise FormatError(f"{self.path}: no general.architecture key; not a model file")
         return a
 
-    def get(self, key: str, default: object = None) -> object:
+    def get(self, key: str, default: object = None) -> Any:
+        """The value of ``key`` as :meth:`KV.scalar` gives it (its type is the file's), or ``default``."""
         kv = self.kv.get(key)
         return default if kv is None else kv.scalar()
 
-    def arch_get(self, template: str, default: object = None) -> object:
+    def arch_get(self, template: str, default: object = None) -> Any:
         return self.get(K.arch_key(template, self.arch), default)
 
     @property

@@ -84,7 +84,8 @@ class _Cursor:
 _STRUCT_FMT = {t: dt.str[1:] for t, dt in SCALAR_DTYPES.items()}
 
 
-def _read_value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> tuple[GGUFValueType, object, GGUFValueType | None]:
+def _read_value(cur: _Cursor, vtype: int, key: str,
+                depth: int = 0) -> tuple[GGUFValueType, object, GGUFValueType | None]:
     try:
         vt = GGUFValueType(vtype)
     except ValueError:
@@ -108,12 +109,14 @@ def _read_value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> tuple[GGU
     if item in SCALAR_DTYPES:
         dt = SCALAR_DTYPES[item]
         if n > cur.remaining() // dt.itemsize:
-            raise cur.fail(f"array {key!r} claims {n} items, more than the file holds; the file is truncated or corrupt")
+            raise cur.fail(f"array {key!r} claims {n} items, more than the file holds; the file is truncated or "
+                           "corrupt")
         arr = np.frombuffer(cur.take(n * dt.itemsize, f"array {key!r}"), dtype=dt).copy()
         return vt, arr, item
     if item == GGUFValueType.STRING:
         if n > cur.remaining() // 8:
-            raise cur.fail(f"array {key!r} claims {n} strings, more than the file holds; the file is truncated or corrupt")
+            raise cur.fail(f"array {key!r} claims {n} strings, more than the file holds; the file is truncated or "
+                           "corrupt")
         return vt, [cur.string(f"item of {key!r}") for _ in range(n)], item
     raise cur.fail(f"key {key!r} holds a nested array, which llama.cpp does not read")
 
@@ -164,7 +167,8 @@ class GGUFFile:
         n_tensors = cur.u64("tensor count")
         n_kv = cur.u64("metadata count")
         if n_kv > cur.remaining() // 13 or n_tensors > cur.remaining() // 24:
-            raise FormatError(f"{self.path}: header claims {n_kv} keys and {n_tensors} tensors, more than the file holds; the file is truncated or corrupt")
+            raise FormatError(f"{self.path}: header claims {n_kv} keys and {n_tensors} tensors, more than the file "
+                              "holds; the file is truncated or corrupt")
         self.kv: dict[str, KV] = {}
         for _ in range(n_kv):
             key = cur.string("metadata key")

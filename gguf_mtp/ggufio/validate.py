@@ -23,8 +23,8 @@ from gguf import MODEL_TENSOR, GGMLQuantizationType, GGUFValueType, Keys
 
 from ..archs import arch as arch_row
 from ..errors import FormatError, UnsupportedError
-from . import keys as K
 from ..ggml_types import type_name
+from . import keys as K
 from .format import KV
 from .names import w
 
@@ -149,12 +149,12 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def _check_number(path: Path, key: str, v: object, rule: Rule) -> None:
+def _check_number(path: Path, key: str, v: float, rule: Rule) -> None:
     if isinstance(v, float) and not math.isfinite(v):
         raise _bad(path, key, f"is {v}, not a finite number")
-    if rule.lo is not None and v < rule.lo:  # type: ignore[operator]
+    if rule.lo is not None and v < rule.lo:
         raise _bad(path, key, f"is {v}, below {_num(rule.lo)}")
-    if rule.hi is not None and v > rule.hi:  # type: ignore[operator]
+    if rule.hi is not None and v > rule.hi:
         raise _bad(path, key, f"is {v}, above llama.cpp's limit {_num(rule.hi)}")
 
 
@@ -163,7 +163,8 @@ def _check_kv(path: Path, kv: KV, rule: Rule, block_count: int | None) -> None:
         if not rule.items:
             raise _bad(path, kv.key, f"is {_type_of(kv)}, expected a single {rule.types[0].name}")
         if kv.item_type not in rule.items:
-            raise _bad(path, kv.key, f"is {_type_of(kv)}, expected an array of {' or '.join(t.name for t in rule.items)}")
+            items = " or ".join(t.name for t in rule.items)
+            raise _bad(path, kv.key, f"is {_type_of(kv)}, expected an array of {items}")
         n = len(kv.value)
         if rule.per_layer and block_count is not None and n != block_count:
             raise _bad(path, kv.key, f"has {n} entries but block_count is {block_count}; per-layer arrays need "

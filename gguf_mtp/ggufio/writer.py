@@ -86,6 +86,8 @@ def encode_header(kvs: Sequence[KV], tensors: Sequence[OutTensor], alignment: in
 
 
 def write_all(fh: BinaryIO, data: bytes | memoryview | np.ndarray) -> None:
+    if isinstance(data, np.ndarray):
+        data = data.data  # the array's buffer (numpy's stubs give ndarray a __buffer__ only from Python 3.12)
     mv = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else memoryview(data)
     while mv:
         n = fh.write(mv)

@@ -10,8 +10,8 @@ try:
 except Exception:  # noqa: BLE001 - missing or broken: .llama reports it as a GgufMtpError
     pass
 
-from .sampling import SamplerConfig  # noqa: E402
-from .session import Generation, MTPSession, SessionConfig  # noqa: E402
-from .stats import Stats  # noqa: E402
+from .sampling import SamplerConfig
+from .session import Generation, MTPSession, SessionConfig
+from .stats import Stats
 
 __all__ = ["MTPSession", "SessionConfig", "SamplerConfig", "Generation", "Stats"]

@@ -13,7 +13,8 @@ import json
 import signal
 import threading
 import time
-from typing import Any
+from collections.abc import Sized
+from typing import Any, cast
 
 from ..errors import GgufMtpError
 
@@ -31,7 +32,7 @@ class _Stop(Exception):
     """Raised inside a render that ran out of time or space."""
 
 
-def _env(limits: "_Limits") -> Any:
+def _env(limits: _Limits) -> Any:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class LimitedEnvironment(ImmutableSandboxedEnvironment):
@@ -46,14 +47,14 @@ def _env(limits: "_Limits") -> Any:
             if operator == "*" and (isinstance(left, (str, list, tuple)) and isinstance(right, int)
                                     or isinstance(right, (str, list, tuple)) and isinstance(left, int)):
                 seq, n = (left, right) if isinstance(right, int) else (right, left)
-                if len(seq) * n > MAX_OUTPUT:
+                if len(cast(Sized, seq)) * cast(int, n) > MAX_OUTPUT:
                     raise _Stop("a repeated string or list is too large")
             if operator == "+" and isinstance(left, (str, list)) and isinstance(right, (str, list)) \
                     and len(left) + len(right) > MAX_OUTPUT:
                 raise _Stop("a string is too large")
             return super().call_binop(context, operator, left, right)
 
-        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
             limits.tick()
             return super().call(__context, __obj, *args, **kwargs)
 
@@ -85,7 +86,8 @@ class ChatTemplate:
         if template is not None and not isinstance(template, str):
             raise GgufMtpError(f"chat template: tokenizer.chat_template is {type(template).__name__}, not text")
         if template is not None and len(template) > MAX_SOURCE:
-            raise GgufMtpError(f"chat template: {len(template)} characters, more than {MAX_SOURCE}; not a chat template")
+            raise GgufMtpError(f"chat template: {len(template)} characters, more than {MAX_SOURCE}; "
+                               "not a chat template")
         self.source = template or FALLBACK_TEMPLATE
         self.bos, self.eos = bos, eos
         self._limits = _Limits()
@@ -112,7 +114,7 @@ class ChatTemplate:
                                    "or a model file with a working template") from None
         return self._template
 
-    def _range(self, *args: int) -> "_Range":
+    def _range(self, *args: int) -> _Range:
         r = range(*args)
         if len(r) > MAX_RANGE:
             raise _Stop(f"range() of {len(r)} items")
@@ -163,7 +165,7 @@ class _Range:
         x = self.r[i]
         return _Range(x, self.limits) if isinstance(x, range) else x
 
-    def __reversed__(self) -> "_Range":
+    def __reversed__(self) -> _Range:
         return _Range(self.r[::-1], self.limits)
 
     def __contains__(self, x: object) -> bool:
@@ -181,7 +183,7 @@ class _Alarm:
     def _fire(self, signum: int, frame: Any) -> None:
         raise _Stop(f"it ran longer than {self.seconds:g} s")
 
-    def __enter__(self) -> "_Alarm":
+    def __enter__(self) -> _Alarm:
         if self.armed:
             self.old = signal.signal(signal.SIGALRM, self._fire)
             self.old_timer = signal.setitimer(signal.ITIMER_REAL, self.seconds)

@@ -81,12 +81,13 @@ def quantize_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftyp
     params.ftype = file_types()[ftype]
     params.nthread = threads
     keep: list[object] = []  # ctypes buffers that must outlive the call
+    # [type: ignore] below: llama-cpp-python annotates .pattern and .name as bytes; ctypes takes a c_char_p
     if tensor_types:
         arr = (_ll.llama_model_tensor_override * (len(tensor_types) + 1))()
         for i, (pattern, gtype) in enumerate(tensor_types):
             b = ctypes.create_string_buffer(pattern.encode())
             keep.append(b)
-            arr[i].pattern = ctypes.cast(b, ctypes.c_char_p)
+            arr[i].pattern = ctypes.cast(b, ctypes.c_char_p)  # type: ignore[assignment]
             arr[i].type = int(gtype)
         arr[len(tensor_types)].pattern = None
         params.tt_overrides = arr
@@ -97,7 +98,7 @@ def quantize_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftyp
             v = np.ascontiguousarray(values, dtype=np.float32)
             nb = ctypes.create_string_buffer(name.encode())
             keep += [v, nb]
-            data[i].name = ctypes.cast(nb, ctypes.c_char_p)
+            data[i].name = ctypes.cast(nb, ctypes.c_char_p)  # type: ignore[assignment]
             data[i].data = v.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
             data[i].size = v.size
         data[len(imatrix)].name = None
@@ -112,7 +113,7 @@ class Model:
     """A loaded llama.cpp model. ``load_mtp`` must be true whenever an MTP context will be made on it."""
 
     def __init__(self, path: str | os.PathLike[str], *, load_mtp: bool = False, n_gpu_layers: int = 0,
-                 use_mmap: bool = True, file_ptr: int | None = None, placement: "ModelParams | None" = None) -> None:
+                 use_mmap: bool = True, file_ptr: int | None = None, placement: ModelParams | None = None) -> None:
         """``placement``: devices, split mode, tensor split and main GPU (its -ngl replaces ``n_gpu_layers``)."""
         _init()
         self.path = Path(path)
@@ -149,8 +150,8 @@ class Model:
         """The file's YaRN ``beta_fast`` / ``beta_slow``. Most arch loaders (deepseek2 among them) never read these
         keys and use 32 / 1; Kimi-K2's 1 / 1 therefore only take effect as context parameters."""
         arch = self.meta("general.architecture")
-        vals = [self.meta(f"{arch}.rope.scaling.yarn_beta_{k}") for k in ("fast", "slow")]
-        return (float(vals[0]), float(vals[1])) if None not in vals else None  # type: ignore[arg-type]
+        fast, slow = (self.meta(f"{arch}.rope.scaling.yarn_beta_{k}") for k in ("fast", "slow"))
+        return (float(fast), float(slow)) if fast is not None and slow is not None else None
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")
@@ -180,7 +181,7 @@ class Model:
             _ll.llama_model_free(self.ptr)
             self.ptr = None
 
-    def __enter__(self) -> "Model":
+    def __enter__(self) -> Model:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -213,13 +214,14 @@ class Batch:
         self.pos_np = np.ctypeslib.as_array(self._pos)
         self.logits_np = np.ctypeslib.as_array(self._logits)
         self.batch = _ll.llama_batch()
+        # [type: ignore] llama-cpp-python annotates these fields with other ctypes types than the ones it takes
         self.batch.token = self._tok
-        self.batch.pos = self._pos
-        self.batch.n_seq_id = self._nseq
-        self.batch.seq_id = self._seq
+        self.batch.pos = self._pos  # type: ignore[assignment]
+        self.batch.n_seq_id = self._nseq  # type: ignore[assignment]
+        self.batch.seq_id = self._seq  # type: ignore[assignment]
         self.batch.logits = self._logits
         if self.embd is not None:
-            self.batch.embd = self.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            self.batch.embd = self.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))  # type: ignore[assignment]
         self.n = 0
 
     def clear(self) -> None:
@@ -229,7 +231,7 @@ class Batch:
     def n_outputs(self) -> int:
         return int(np.count_nonzero(self.logits_np[:self.n]))
 
-    def fill(self, tokens: "np.ndarray | list[int]", pos0: int, *, last_logits: bool = False,
+    def fill(self, tokens: np.ndarray | Sequence[int], pos0: int, *, last_logits: bool = False,
              embd: np.ndarray | None = None) -> None:
         """Set the whole batch at once: ``tokens`` at ``pos0..``, logits for the last one only if asked,
         and (MTP batches) one hidden row per token."""
@@ -348,7 +350,7 @@ class Context:
         if rc != 0:
             raise GgufMtpError(f"{self.model.path}: llama_decode failed with code {rc}: {last_error()}")
 
-    def sampler(self, seq: int = 0) -> "ContextSampler":
+    def sampler(self, seq: int = 0) -> ContextSampler:
         """The llama.cpp sampler chain of sequence ``seq`` of this context (``sampling.ContextSampler``)."""
         if seq not in self._samplers:
             from .sampling import ContextSampler
@@ -388,11 +390,11 @@ class Context:
     def state_size(self, flags: int, seq: int = 0) -> int:
         return int(_ll.llama_state_seq_get_size_ext(self.ptr, seq, flags))
 
-    def state_get(self, buf: "ctypes.Array[ctypes.c_uint8]", flags: int, seq: int = 0) -> int:
+    def state_get(self, buf: ctypes.Array[ctypes.c_uint8], flags: int, seq: int = 0) -> int:
         """Save sequence ``seq``'s state (what ``flags`` select) into ``buf``; bytes written, 0 on failure."""
         return int(_ll.llama_state_seq_get_data_ext(self.ptr, buf, len(buf), seq, flags))
 
-    def state_set(self, buf: "ctypes.Array[ctypes.c_uint8]", n: int, flags: int, seq: int = 0) -> int:
+    def state_set(self, buf: ctypes.Array[ctypes.c_uint8], n: int, flags: int, seq: int = 0) -> int:
         """Restore sequence ``seq``'s state saved by ``state_get``; bytes read, 0 on failure."""
         return int(_ll.llama_state_seq_set_data_ext(self.ptr, buf, n, seq, flags))
 
@@ -452,7 +454,7 @@ class Context:
             _ll.llama_free(self.ptr)
             self.ptr = None
 
-    def __enter__(self) -> "Context":
+    def __enter__(self) -> Context:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-
 from ..errors import GgufMtpError
 from .llama import Batch, Context
 from .sampling import Sampler
@@ -45,6 +44,7 @@ class MultiStep:
         if any(e.chain for e in engines):
             return [e.step(s) for e, s in zip(engines, samplers)]
         t_step = time.perf_counter()
+        lasts: list[int] = []  # each engine's id_last
         for e, s in zip(engines, samplers):
             if e.id_last is None:
                 raise GgufMtpError("nothing to decode: feed a prompt first")
@@ -52,19 +52,20 @@ class MultiStep:
                 raise ContextFull(e.n_ctx)
             e.use_sampler(s)  # a new job's sampler starts from its seed; the same one carries on
             e.before_batched_step()
+            lasts.append(e.id_last)
         n_past = [len(e.tokens) for e in engines]
         ks = [min(e._next_k(), e.n_ctx - n - 2) if e.mtp is not None else 0 for e, n in zip(engines, n_past)]
-        drafts, draft_t = self._draft(engines, ks, n_past)
+        drafts, draft_t = self._draft(engines, ks, n_past, lasts)
         # verify: every sequence's [id_last, drafts] in one target batch
         tb = self.tbatch
         tb.clear()
         offs, pres = [], []
-        for e, n, d in zip(engines, n_past, drafts):
+        for e, n, d, last in zip(engines, n_past, drafts, lasts):
             pres.append(len(pre := e.rollback.prefix(e.tokens)))  # accepted tokens to decode again first
             for i, t in enumerate(pre):
                 tb.add(t, n - len(pre) + i, logits=False, seq=e.seq)
             offs.append(tb.n)
-            tb.add(e.id_last, n, logits=True, seq=e.seq)  # type: ignore[arg-type]
+            tb.add(last, n, logits=True, seq=e.seq)
             for i, t in enumerate(d):
                 tb.add(t, n + 1 + i, logits=True, seq=e.seq)
         tv = self._decode(self.tgt, tb)
@@ -87,19 +88,19 @@ class MultiStep:
             mb = self.mbatch
             assert mb is not None and mb.embd is not None
             mb.clear()
-            for e, n, d, r in zip(engines, n_past, drafts, rows):  # the MTP context gets (x_p, h_{p-1})
-                for i, t in enumerate([e.id_last] + d):
-                    mb.add(t, n + i, logits=False, embd=e.pending_h if i == 0 else r[i - 1], seq=e.seq)  # type: ignore[arg-type]
+            for e, n, d, r, last in zip(engines, n_past, drafts, rows, lasts):  # the MTP context gets (x_p, h_{p-1})
+                for i, t in enumerate([last] + d):
+                    mb.add(t, n + i, logits=False, embd=e.pending_h if i == 0 else r[i - 1], seq=e.seq)
             feed_t = self._decode(self.mtp, mb)
             for e, n, d, r, j in zip(engines, n_past, drafts, rows, accepted):
                 e._remember_h(n, r[: j + 1])
                 e.pending_h = r[j].copy()
                 if d:
                     e.stats.record(len(d), j)
-        for e, n, d, emitted, j, p in zip(engines, n_past, drafts, out, accepted, pres):
+        for e, n, d, emitted, j, p, last in zip(engines, n_past, drafts, out, accepted, pres, lasts):
             if j < len(d) and self.mtp is not None:
                 self.mtp.seq_rm(n + j + 1, seq=e.seq)
-            e.tokens.extend(([e.id_last] + d)[: j + 1])  # type: ignore[list-item]
+            e.tokens.extend(([last] + d)[: j + 1])
             spent, replayed = e.rollback.settle(e.tokens, n + len(d) + 1)
             e.stats.rollback_seconds += spent
             e.stats.replayed_tokens += replayed + p
@@ -112,14 +113,15 @@ class MultiStep:
                 e.adaptive.observe(len(d), step_s)
         return out
 
-    def _draft(self, engines: Sequence[Engine], ks: list[int], n_past: list[int]) -> tuple[list[list[int]], float]:
+    def _draft(self, engines: Sequence[Engine], ks: list[int], n_past: list[int],
+               lasts: list[int]) -> tuple[list[list[int]], float]:
         """Draft step i of every sequence that still drafts, in one MTP batch; drafts leave no trace in the cache."""
         drafts: list[list[int]] = [[] for _ in engines]
         if self.mtp is None or not any(k > 0 for k in ks):
             return drafts, 0.0
         mb = self.mbatch
         assert mb is not None
-        tok = [e.id_last for e in engines]
+        tok = list(lasts)  # each sequence's token to draft from: id_last, then its drafts
         h = [e.pending_h for e in engines]
         live = [k > 0 for k in ks]
         spent = 0.0
@@ -129,7 +131,7 @@ class MultiStep:
             for s, e in enumerate(engines):
                 if live[s] and i < ks[s]:
                     rows.append(s)
-                    mb.add(tok[s], n_past[s] + i, logits=True, embd=h[s], seq=e.seq)  # type: ignore[arg-type]
+                    mb.add(tok[s], n_past[s] + i, logits=True, embd=h[s], seq=e.seq)
             if not rows:
                 break
             spent += self._decode(self.mtp, mb)

@@ -57,7 +57,8 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def check_threads(n: int | None, option: str = "--threads", *, zero_means_all: bool = False) -> tuple[int | None, list[str]]:
+def check_threads(n: int | None, option: str = "--threads", *,
+                  zero_means_all: bool = False) -> tuple[int | None, list[str]]:
     """A thread count: None (llama.cpp's default), or 1..CPUs; more than the CPUs here is clamped with a note.
     ``zero_means_all`` (the quantizer's ``-t 0``) accepts 0 as "every core"."""
     if n is None:
@@ -66,14 +67,15 @@ def check_threads(n: int | None, option: str = "--threads", *, zero_means_all: b
     if n == 0 and zero_means_all:
         return 0, []
     if n < 1:
-        raise _fail(option, n, "must be at least 1" + (" (0: all cores)" if zero_means_all else " (omit it for llama.cpp's default)"))
+        raise _fail(option, n, "must be at least 1"
+                    + (" (0: all cores)" if zero_means_all else " (omit it for llama.cpp's default)"))
     cpus = cpu_count()
     if n > cpus:
         return cpus, [f"{option} {n} is more than the {cpus} CPUs this process may use; using {cpus}"]
     return n, []
 
 
-def check_session(cfg: "SessionConfig", *, speculative: bool = True) -> tuple["SessionConfig", list[str]]:
+def check_session(cfg: SessionConfig, *, speculative: bool = True) -> tuple[SessionConfig, list[str]]:
     """Refuse or clamp a session's options; returns the options to use and notes for the user.
     ``speculative``: a head may run (``--no-mtp`` passes False: the batch need not hold a verify step)."""
     notes: list[str] = []
@@ -109,7 +111,7 @@ def check_session(cfg: "SessionConfig", *, speculative: bool = True) -> tuple["S
     return replace(cfg, n_threads=threads), notes
 
 
-def check_sampling(cfg: "SamplerConfig") -> tuple["SamplerConfig", list[str]]:
+def check_sampling(cfg: SamplerConfig) -> tuple[SamplerConfig, list[str]]:
     """Refuse sampling options llama.cpp would misread; ``--seed -1`` becomes a random seed (said in a note)."""
     _float("--temp", cfg.temp)
     top_p = _float("--top-p", cfg.top_p)

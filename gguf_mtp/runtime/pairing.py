@@ -3,6 +3,7 @@ a sidecar named by the user, or none. Compatibility is checked before anything i
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -10,8 +11,8 @@ from pathlib import Path
 from ..errors import GgufMtpError
 from ..ggufio.model import GGUFModel, model_stem
 from ..ggufio.validate import check_tensor_types
-from ..layout import Layout
 from ..head import check_compatible, find_head
+from ..layout import Layout
 
 
 class HeadSource(str, Enum):
@@ -65,7 +66,7 @@ def _check_runnable(model: GGUFModel) -> None:
     _check_types(model)
 
 
-def resolve(model_path: str | Path, mtp: str | Path | bool | None = "auto") -> Pairing:
+def resolve(model_path: str | os.PathLike[str], mtp: str | os.PathLike[str] | bool | None = "auto") -> Pairing:
     """Decide the head for ``model_path``. ``mtp``: ``"auto"`` (bundled head, else a sidecar beside the
     model), a sidecar path, or ``False``/``None`` (no speculation)."""
     model = GGUFModel(model_path)

@@ -20,10 +20,15 @@ import math
 import re
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import GgufMtpError
+
+if TYPE_CHECKING:  # llama.cpp itself is loaded on first use (see ggml())
+    from llama_cpp.llama_cpp import llama_model_params
 
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2, "tensor": 3}  # enum llama_split_mode
 _DEV_TYPES = ("CPU", "GPU", "IGPU", "ACCEL", "META")  # enum ggml_backend_dev_type
@@ -76,7 +81,8 @@ class _Ggml:
         g.ggml_backend_dev_memory(ptr, ctypes.byref(free), ctypes.byref(total))
         t = g.ggml_backend_dev_type(ptr)
         reg = g.ggml_backend_dev_backend_reg(ptr)
-        return Device((g.ggml_backend_dev_name(ptr) or b"").decode(), (g.ggml_backend_dev_description(ptr) or b"").decode(),
+        return Device((g.ggml_backend_dev_name(ptr) or b"").decode(),
+                      (g.ggml_backend_dev_description(ptr) or b"").decode(),
                       _DEV_TYPES[t] if 0 <= t < len(_DEV_TYPES) else str(t),
                       (g.ggml_backend_reg_name(reg) or b"").decode() if reg else "", free.value, total.value, ptr)
 
@@ -92,7 +98,7 @@ _rpc_added: set[str] = set()
 def ggml() -> _Ggml:
     global _ggml
     if _ggml is None:
-        from . import llama  # noqa: F401  (llama.cpp initialised and its log captured before ggml talks)
+        from . import llama  # llama.cpp initialised and its log captured before ggml talks
 
         llama._init()
         _ggml = _Ggml()
@@ -184,7 +190,8 @@ def resolve(names: list[str] | None, option: str = "--device") -> list[Device]:
         d = g.device(ptr) if ptr else None
         if d is None or d.type == "CPU":
             have = ", ".join(x.name for x in devices() if x.type not in ("CPU", "ACCEL")) or "none"
-            why = "is the CPU, which holds whatever is not offloaded (use -ngl, or --device none)" if d else "does not exist"
+            why = ("is the CPU, which holds whatever is not offloaded (use -ngl, or --device none)" if d
+                   else "does not exist")
             raise GgufMtpError(f"{option} {n}: the device {why}; offload devices of this build: {have} "
                                f"(see --list-devices; RPC devices appear after --rpc)")
         if d in out:
@@ -234,15 +241,16 @@ class ModelParams:
             n = max(int(ll.llama_max_devices()), len(split))
             self._split = (ctypes.c_float * n)(*split)
 
-    def apply(self, mp: object) -> None:
+    def apply(self, mp: llama_model_params) -> None:
         """Fill a llama_model_params."""
-        mp.n_gpu_layers = self.n_gpu_layers  # type: ignore[attr-defined]
-        mp.split_mode = self.split_mode  # type: ignore[attr-defined]
-        mp.main_gpu = self.main_gpu  # type: ignore[attr-defined]
+        mp.n_gpu_layers = self.n_gpu_layers
+        mp.split_mode = self.split_mode
+        mp.main_gpu = self.main_gpu
+        # [type: ignore] below: llama-cpp-python annotates these fields as arrays; llama.cpp takes the pointers
         if self._devs is not None:
-            mp.devices = ctypes.cast(self._devs, ctypes.c_void_p)  # type: ignore[attr-defined]
+            mp.devices = ctypes.cast(self._devs, ctypes.c_void_p)  # type: ignore[assignment]
         if self._split is not None:
-            mp.tensor_split = ctypes.cast(self._split, ctypes.POINTER(ctypes.c_float))  # type: ignore[attr-defined]
+            mp.tensor_split = ctypes.cast(self._split, ctypes.POINTER(ctypes.c_float))  # type: ignore[assignment]
 
     def describe(self) -> str:
         names = ", ".join(d.name for d in self.devices) or "none"
@@ -314,17 +322,19 @@ def probe_rpc(host: str, port: int, timeout: float = RPC_PROBE_TIMEOUT) -> tuple
                 if not chunk:
                     break
                 data += chunk
-    except socket.timeout:
+    except TimeoutError:
         raise GgufMtpError(f"--rpc {ep}: no answer within {timeout:g} s (a firewall, the wrong port, or the "
                            "server is serving another client; rpc-server takes one client at a time)") from None
     except OSError as e:
         raise GgufMtpError(f"--rpc {ep}: cannot connect ({e.strerror or e}); start it there with "
-                           f"`gguf-mtp rpc-server --host <address> --port {port}` (or llama.cpp's rpc-server)") from None
+                           f"`gguf-mtp rpc-server --host <address> --port {port}` "
+                           "(or llama.cpp's rpc-server)") from None
     if len(data) < 12 or struct.unpack_from("<Q", data)[0] != 4 + _RPC_CAPS:
         raise GgufMtpError(f"--rpc {ep}: the server does not speak ggml's RPC protocol (no HELLO reply)")
     major, minor, patch = data[8], data[9], data[10]
     if major != _RPC_MAJOR or minor > _RPC_MINOR:
-        raise GgufMtpError(f"--rpc {ep}: RPC protocol {major}.{minor}.{patch}, this build speaks {_RPC_MAJOR}.{_RPC_MINOR}.x; "
+        raise GgufMtpError(f"--rpc {ep}: RPC protocol {major}.{minor}.{patch}, "
+                           f"this build speaks {_RPC_MAJOR}.{_RPC_MINOR}.x; "
                            "build both sides from the same llama.cpp version")
     return major, minor, patch
 
@@ -364,7 +374,7 @@ def rpc_cache_dir() -> Path:
 
 
 def serve_rpc(host: str, port: int, names: list[str] | None = None, threads: int | None = None,
-              cache: bool = False, on_ready=None) -> None:  # type: ignore[no-untyped-def]
+              cache: bool = False, on_ready: Callable[[list[Device]], None] | None = None) -> None:
     """ggml's own RPC server (ggml_backend_rpc_start_server, what llama.cpp's rpc-server runs) on host:port,
     serving ``names`` (default: the accelerators, else the CPU). Blocks until interrupted; the server runs
     on a thread so Ctrl-C reaches Python. It has no authentication: bind to a trusted network only."""
@@ -392,7 +402,8 @@ def serve_rpc(host: str, port: int, names: list[str] | None = None, threads: int
     if not start:
         raise GgufMtpError("rpc-server: the RPC backend does not export ggml_backend_rpc_start_server")
     if ":" in host or not host:
-        raise GgufMtpError(f"rpc-server --host {host!r}: an IPv4 address or a host name (ggml's endpoints are host:port)")
+        raise GgufMtpError(f"rpc-server --host {host!r}: an IPv4 address or a host name "
+                           "(ggml's endpoints are host:port)")
     try:  # bind once ourselves: ggml only prints "Failed to create server socket"
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

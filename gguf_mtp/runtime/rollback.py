@@ -192,17 +192,21 @@ def parse(spec: str) -> Choice:
     """``auto``, ``native``, ``replay`` or ``replay:store=seq|state|state-device,every=N,merge=N``."""
     kind, _, opts = spec.partition(":")
     if kind not in ("auto", "native", "replay") or (opts and kind != "replay"):
-        raise GgufMtpError(f"rollback {spec!r}: use auto, native, or replay[:store=seq|state|state-device,every=N,merge=N]")
-    kw: dict[str, object] = {}
+        raise GgufMtpError(f"rollback {spec!r}: use auto, native, or "
+                           "replay[:store=seq|state|state-device,every=N,merge=N]")
+    choice = Choice(kind)
     for item in filter(None, opts.split(",")):
         key, _, val = item.partition("=")
         if key == "store" and val in ("seq", "state", "state-device"):
-            kw[key] = val
-        elif key in ("every", "merge") and val.isdigit():
-            kw[key] = int(val)
+            choice = replace(choice, store=val)
+        elif key == "every" and val.isdigit():
+            choice = replace(choice, every=int(val))
+        elif key == "merge" and val.isdigit():
+            choice = replace(choice, merge=int(val))
         else:
-            raise GgufMtpError(f"rollback {spec!r}: unknown option {item!r} (store=seq|state|state-device, every=N, merge=N)")
-    return Choice(kind, **kw)  # type: ignore[arg-type]
+            raise GgufMtpError(f"rollback {spec!r}: unknown option {item!r} "
+                               "(store=seq|state|state-device, every=N, merge=N)")
+    return choice
 
 
 #: what ``auto`` picks where llama.cpp keeps no snapshots. bench/qwen3next.py measures the alternatives: saving is
@@ -253,4 +257,5 @@ def open_target(model: Model, arch: str, k: int, make: Callable[[int, int, bool]
         ctx.close()
         ctx = make(0, 2 * n_seq, True)
     rbs = replay(ctx)
-    return ctx, rbs, f"{arch}: {why}; rejected drafts are undone from a saved copy of that state (lossless, {rbs[0].name})"
+    return ctx, rbs, (f"{arch}: {why}; rejected drafts are undone from a saved copy of that state "
+                      f"(lossless, {rbs[0].name})")

@@ -16,10 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .llama import Context  # first: it turns a missing or broken llama-cpp-python into one clear error
+# isort: split
+# Not sorted on purpose: .llama comes before llama_cpp, as it turns a missing or broken llama-cpp-python
+# into one clear error (llama_cpp itself would raise a bare ImportError or OSError first).
+from .llama import Context
 from .options import check_sampling
 
-import llama_cpp as _ll  # noqa: E402,I001
+# isort: split
+import llama_cpp as _ll
 
 
 @dataclass
@@ -34,9 +38,10 @@ class Sampler:
     """What the target samples with: a config, whether it may run on the device, and an optional observer that
     sees every row's logits before the pick (which forces host sampling: the logits must come back)."""
 
-    def __init__(self, cfg: SamplerConfig = SamplerConfig(), *, device: bool = True,
+    def __init__(self, cfg: SamplerConfig | None = None, *, device: bool = True,
                  on_logits: Callable[[np.ndarray], None] | None = None) -> None:
-        self.cfg, _ = check_sampling(cfg)  # NaN temperatures, top_p out of range, seed -1 -> a random seed
+        # NaN temperatures, top_p out of range, seed -1 -> a random seed
+        self.cfg, _ = check_sampling(cfg if cfg is not None else SamplerConfig())
         self.device = device
         self.on_logits = on_logits
 

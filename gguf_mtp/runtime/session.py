@@ -118,9 +118,9 @@ class MTPSession:
         toks = m.get(Keys.Tokenizer.LIST) or []
         bos_id, eos_id = m.get(Keys.Tokenizer.BOS_ID), m.get(Keys.Tokenizer.EOS_ID)
         self.template = ChatTemplate(
-            chat_template or m.get(Keys.Tokenizer.CHAT_TEMPLATE),  # type: ignore[arg-type]
-            toks[bos_id] if isinstance(bos_id, int) and bos_id < len(toks) else "",  # type: ignore[index,arg-type]
-            toks[eos_id] if isinstance(eos_id, int) and eos_id < len(toks) else "")  # type: ignore[index,arg-type]
+            chat_template or m.get(Keys.Tokenizer.CHAT_TEMPLATE),
+            toks[bos_id] if isinstance(bos_id, int) and bos_id < len(toks) else "",
+            toks[eos_id] if isinstance(eos_id, int) and eos_id < len(toks) else "")
         self.stats = Stats(n_draft_max=self.engine.n_draft_max)
 
     # -- loading -------------------------------------------------------------------------------
@@ -153,7 +153,9 @@ class MTPSession:
             raise GgufMtpError(f"--device-draft {','.join(c.draft_devices) or 'none'}: a {p.source.value} head is "
                                "part of the target model and takes one device (its layers and the LM head after them); "
                                "it stays on the CPU only with the whole model (-ngl 0, no --device-draft)")
-        head = find_head(p.model if p.source == HeadSource.BUNDLED else p.sidecar)  # type: ignore[arg-type]
+        src = p.model if p.source == HeadSource.BUNDLED else p.sidecar
+        assert src is not None  # a head-only pairing has its sidecar
+        head = find_head(src)
         assert head is not None
         mp = placement.ModelParams(pl, draft_layers=(head.n_trunk + head.n_mtp, head.n_mtp),
                                    draft_device=c.draft_devices[0], n_gpu_layers=c.n_gpu_layers)
@@ -312,7 +314,7 @@ class MTPSession:
             m.close()
         self._contexts, self._models = [], []
 
-    def __enter__(self) -> "MTPSession":
+    def __enter__(self) -> MTPSession:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -34,7 +34,7 @@ class Breakdown:
     def python(self) -> float:
         return max(0.0, self.steps - self.verify - sum(self.draft) - self.feed - self.read)
 
-    def merge(self, o: "Breakdown", sign: int = 1) -> None:
+    def merge(self, o: Breakdown, sign: int = 1) -> None:
         for k in ("steps", "verify", "feed", "read", "launch", "d2h_bytes", "h2d_bytes", "decodes", "reused"):
             setattr(self, k, getattr(self, k) + sign * getattr(o, k))
         for i, x in enumerate(o.draft):
@@ -118,7 +118,7 @@ class Stats:
         """Share of decode time spent outside llama.cpp (sampling, bookkeeping, ctypes)."""
         return max(0.0, 1 - self.llama_seconds / self.decode_seconds) if self.decode_seconds else 0.0
 
-    def merge(self, o: "Stats") -> None:
+    def merge(self, o: Stats) -> None:
         self.prompt_tokens += o.prompt_tokens
         self.prompt_seconds += o.prompt_seconds
         self.emitted += o.emitted
@@ -140,12 +140,12 @@ class Stats:
                 self.breakdown = Breakdown()
             self.breakdown.merge(o.breakdown)
 
-    def copy(self) -> "Stats":
+    def copy(self) -> Stats:
         c = Stats(n_draft_max=self.n_draft_max)
         c.merge(self)
         return c
 
-    def since(self, before: "Stats") -> "Stats":
+    def since(self, before: Stats) -> Stats:
         """What was added to these statistics after ``before`` (a copy taken earlier)."""
         d = Stats(n_draft_max=self.n_draft_max)
         for f in ("prompt_tokens", "prompt_seconds", "emitted", "steps", "decode_seconds", "llama_seconds",

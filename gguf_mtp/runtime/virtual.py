@@ -50,7 +50,8 @@ class VirtualGGUF:
         header, offsets = encode_header(plan.kvs, tensors, plan.alignment)
         segs = [_Segment(0, len(header), None, 0, header)]
         for t, off in zip(tensors, offsets):
-            path, src_off = t.source  # type: ignore[misc]
+            assert t.source is not None  # checked above
+            path, src_off = t.source
             segs.append(_Segment(len(header) + off, t.nbytes, path, src_off))
         self.size = len(header) + (offsets[-1] + tensors[-1].nbytes if tensors else 0)
         self.segments = segs
@@ -108,13 +109,13 @@ class VirtualFile:
             raise UnsupportedError("this C library has no fopencookie; use a self-contained sidecar")
         self.vg = vg
 
-        def _read(cookie: int, buf: ctypes.POINTER(ctypes.c_char), size: int) -> int:  # type: ignore[valid-type]
+        def _read(cookie: int, buf: ctypes._Pointer[ctypes.c_char], size: int) -> int:
             try:
                 return vg.read_into(ctypes.cast(buf, ctypes.c_void_p).value or 0, size)
             except Exception:  # noqa: BLE001 - must not raise into C
                 return -1
 
-        def _seek(cookie: int, offset: ctypes.POINTER(ctypes.c_int64), whence: int) -> int:  # type: ignore[valid-type]
+        def _seek(cookie: int, offset: ctypes._Pointer[ctypes.c_int64], whence: int) -> int:
             base = {0: 0, 1: vg.pos, 2: vg.size}.get(whence)
             if base is None:
                 return -1

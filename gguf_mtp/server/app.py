@@ -78,7 +78,7 @@ def _tokenize(st: ServerState, req: GenRequest) -> list[int]:
     if req.messages:
         try:
             text = s.template.render(req.messages, add_generation_prompt=True)
-        except Exception as e:  # the template's raise_exception, or a template that cannot take these messages
+        except Exception as e:  # noqa: BLE001 - the template's raise_exception, or a template that cannot take these messages
             raise APIError(400, f"the chat template cannot render these messages: {e}", param="messages",
                            code="chat_template_error") from None
         return s.model.tokenize(text, add_special=False, parse_special=True)

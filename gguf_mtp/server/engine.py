@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GgufMtpError
+from ..runtime.multistep import MultiStep
 from ..runtime.sampling import Sampler, SamplerConfig
 from ..runtime.session import MTPSession
-from ..runtime.multistep import MultiStep
 from ..runtime.speculative import Engine
 from ..runtime.stats import Stats
 from .metrics import Metrics
@@ -206,9 +206,11 @@ class Scheduler:
         """One speculative step of every active slot, their decodes batched together."""
         t0 = time.perf_counter()
         try:
+            # [type: ignore] every active slot has its job's sampler
             outs = self.multi.step([s.engine for s in slots], [s.sampler for s in slots])  # type: ignore[misc]
         except Exception as e:  # noqa: BLE001 - llama.cpp failed mid-step: these requests fail, the server goes on
-            msg = f"generation failed: {e}" if isinstance(e, GgufMtpError) else f"internal error: {type(e).__name__}: {e}"
+            msg = (f"generation failed: {e}" if isinstance(e, GgufMtpError)
+                   else f"internal error: {type(e).__name__}: {e}")
             for slot in slots:
                 slot.dirty = True
                 self._fail(slot, APIError(500, msg, type="server_error", code="engine_error"))

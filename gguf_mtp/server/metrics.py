@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..runtime.stats import Stats
@@ -84,9 +85,10 @@ class Metrics:
                 _Item("prompt_seconds_total", "counter", "Time spent processing prompts", s.prompt_seconds),
                 _Item("tokens_predicted_total", "counter", "Tokens generated", s.emitted),
                 _Item("tokens_predicted_seconds_total", "counter", "Time spent generating tokens", s.decode_seconds),
-                _Item("n_decode_steps_total", "counter", "Target decode steps (one verify of 1 + drafts each)", s.steps),
-                _Item("spec_decode_num_draft_tokens_total", "counter", "Speculative: draft tokens proposed by the MTP head",
-                      s.drafted),
+                _Item("n_decode_steps_total", "counter", "Target decode steps (one verify of 1 + drafts each)",
+                      s.steps),
+                _Item("spec_decode_num_draft_tokens_total", "counter",
+                      "Speculative: draft tokens proposed by the MTP head", s.drafted),
                 _Item("spec_decode_num_accepted_tokens_total", "counter", "Speculative: draft tokens accepted",
                       s.accepted),
                 _Item("spec_decode_num_drafts_total", "counter", "Speculative: verification steps with drafts",
@@ -105,12 +107,13 @@ class Metrics:
             for it in items:
                 n = self.PREFIX + it.name
                 lines += [f"# HELP {n} {it.help}", f"# TYPE {n} {it.kind}", f"{n} {_fmt(it.value)}"]
-            per_pos = [("spec_decode_num_draft_tokens_per_pos_total", "counter",
-                        "Speculative: draft tokens proposed at each draft position", s.drafted_at),
-                       ("spec_decode_num_accepted_tokens_per_pos_total", "counter",
-                        "Speculative: draft tokens accepted at each draft position", s.accepted_at),
-                       ("spec_decode_acceptance_ratio_per_pos", "gauge",
-                        "Speculative: acceptance at each draft position", s.acceptance_at)]
+            per_pos: list[tuple[str, str, str, Sequence[float]]] = [
+                ("spec_decode_num_draft_tokens_per_pos_total", "counter",
+                 "Speculative: draft tokens proposed at each draft position", s.drafted_at),
+                ("spec_decode_num_accepted_tokens_per_pos_total", "counter",
+                 "Speculative: draft tokens accepted at each draft position", s.accepted_at),
+                ("spec_decode_acceptance_ratio_per_pos", "gauge",
+                 "Speculative: acceptance at each draft position", s.acceptance_at)]
             for name, kind, help_, values in per_pos:
                 if not values:
                     continue
