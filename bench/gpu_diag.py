@@ -6,7 +6,8 @@ import tempfile
 from pathlib import Path
 
 from gguf_mtp import convert
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
+from tests.synthetic import SyntheticSpec, write_checkpoint
 
 d = Path(tempfile.mkdtemp())
 write_checkpoint(d / "ck", SyntheticSpec("qwen35", oracle_head=True, trunk_scale=0.0))

@@ -2,12 +2,14 @@
 differ only by float noise (batch of 2 vs batch of 1) and that the top-2 margin there is smaller than that noise."""
 
 import sys
+from pathlib import Path
 
 from gguf_mtp.runtime import MTPSession  # first: loads llama.cpp before numpy (see gguf_mtp/runtime)
 import numpy as np  # noqa: E402
 from gguf_mtp import convert  # noqa: E402
 from gguf_mtp.runtime.llama import Batch
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
+from tests.synthetic import SyntheticSpec, write_checkpoint
 
 ngl = int(sys.argv[1]) if len(sys.argv) > 1 else 99
 write_checkpoint("/tmp/m-ck", SyntheticSpec("qwen35", oracle_head=True, trunk_scale=0.5))

@@ -115,7 +115,7 @@ def test_identical_mtp_embedding_copies_are_left_out(checkpoint, tmp_path, famil
     import numpy as np
 
     from gguf_mtp import convert
-    from gguf_mtp.synthetic.safetensors_writer import write_safetensors
+    from tests.synthetic.safetensors_writer import write_safetensors
 
     src = checkpoint(family)
     r = convert(src, outfile=tmp_path / "a.gguf", outtype="q8_0", progress=False)

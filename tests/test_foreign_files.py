@@ -23,7 +23,7 @@ from gguf_mtp.ggml_types import choose_type
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.pairing import HeadSource, resolve
 from gguf_mtp.quantize import llama_quantize as quantize
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+from tests.synthetic import SyntheticSpec, write_checkpoint
 
 REF = Path(__file__).parent / "data" / "ref"
 CASES = json.loads((REF / "manifest.json").read_text())["cases"]

@@ -18,7 +18,7 @@ from gguf_mtp.ggufio.reader import GGUFFile
 from gguf_mtp.layout import Layout
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Context, Model
-from gguf_mtp.synthetic import SyntheticSpec
+from tests.synthetic import SyntheticSpec
 
 from .test_surgery import same_model
 from .test_tensor_values import gguf_values

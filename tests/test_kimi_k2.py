@@ -15,8 +15,8 @@ from gguf_mtp.errors import FormatError, GgufMtpError
 from gguf_mtp.ggufio.reader import GGUFFile
 from gguf_mtp.layout import Layout
 from gguf_mtp.runtime.llama import Context, Model
-from gguf_mtp.synthetic.kimi import KIMI_SPECIALS, N_RESERVED
-from gguf_mtp.synthetic.tokenizer import DEFAULT_CORPUS
+from tests.synthetic.kimi import KIMI_SPECIALS, N_RESERVED
+from tests.synthetic.tokenizer import DEFAULT_CORPUS
 from .mtp_smoke import assert_head_drafts
 
 FAMILY = "kimik2"

@@ -21,7 +21,7 @@ from gguf_mtp.ggufio.reader import GGUFFile
 from gguf_mtp.layout import Layout
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Batch, Context, Model
-from gguf_mtp.synthetic import SyntheticSpec
+from tests.synthetic import SyntheticSpec
 
 from .test_surgery import same_model
 from .mtp_smoke import assert_head_drafts

@@ -22,7 +22,7 @@ from gguf_mtp.quantize import quantize_model
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Context, Model
 from gguf_mtp.surgery import graft
-from gguf_mtp.synthetic.safetensors_writer import write_safetensors
+from tests.synthetic.safetensors_writer import write_safetensors
 from gguf_mtp_cli.main import app
 
 TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"

@@ -2,7 +2,7 @@
 Qwen3.5 dense, Qwen3.5 MoE and Qwen3-Next releases (random weights), for tests, demos and benchmarks.
 
 Example:
-    >>> from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+    >>> from tests.synthetic import SyntheticSpec, write_checkpoint
     >>> write_checkpoint("tiny-qwen35", SyntheticSpec("qwen35"))        # doctest: +SKIP
 """
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..ggml_types import f32_to_bf16
+from gguf_mtp.ggml_types import f32_to_bf16
+
 from .kimi import kimi_config, write_tiktoken
 from .multihead import mimo_config, mimo_shapes, step_config, step_shapes
 from .safetensors_writer import write_safetensors
@@ -479,7 +480,7 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
 
 def _to_fp8(entries: list) -> tuple[list, list]:
     """Matrices -> (F8_E4M3 codes, F32 weight_scale_inv); the rest unchanged. Also the exact float32 twin."""
-    from ..ggml_types import bf16_to_f32
+    from gguf_mtp.ggml_types import bf16_to_f32
 
     out, twin = [], []
     for name, shape, dtype, make in entries:
