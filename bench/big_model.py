@@ -3,7 +3,7 @@
 written as holes of a sparse file.
 
 Why zeros measure speed honestly: ggml's kernels do the same work whatever the values, and the template is the
-oracle fixture of gguf_mtp.synthetic with trunk_scale 0 (its trunk adds nothing to the residual stream), so the
+oracle fixture of tests.synthetic with trunk_scale 0 (its trunk adds nothing to the residual stream), so the
 inflated model computes exactly the template's function: the MTP head keeps its acceptance. The MoE routers are
 the exception: they get random weights, so each token picks its own experts as in a real model (a zero router
 would send every token to the same experts and flatter batched verification). Token embeddings, LM head and

@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
 from common import best_of, machine, run_measured, save, table  # noqa: E402
 
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint  # noqa: E402
+from tests.synthetic import SyntheticSpec, write_checkpoint  # noqa: E402
 
 
 def spec_for(size_gb: float) -> SyntheticSpec:

@@ -44,6 +44,7 @@ deps() {  # llama-cpp-python's Python package (its libraries come from the llama
     fi
     ln -sfn "$PWD/gguf_mtp" "$SITE/gguf_mtp"  # no build step: the sources as they are
     ln -sfn "$PWD/cli" "$SITE/gguf_mtp_cli"
+    ln -sfn "$PWD/tests" "$SITE/tests"  # tests.synthetic: the benchmarks' synthetic checkpoints
 }
 
 build() {  # $@: extra targets (llama-server)

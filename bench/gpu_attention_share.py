@@ -14,7 +14,8 @@ import numpy as np  # noqa: E402
 
 from gguf_mtp import convert  # noqa: E402
 from gguf_mtp.runtime.llama import Batch, Context, Model  # noqa: E402
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
+from tests.synthetic import SyntheticSpec, write_checkpoint  # noqa: E402
 
 work = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/tmp/gguf-mtp-attn")
 ngl = int(sys.argv[2]) if len(sys.argv) > 2 else 99

@@ -6,7 +6,9 @@ import tempfile
 from pathlib import Path
 
 from gguf_mtp import convert
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+ROOT = str(Path(__file__).resolve().parent.parent)
+sys.path.insert(0, ROOT)  # the repo root: tests.synthetic, tests.helpers
+from tests.synthetic import SyntheticSpec, write_checkpoint
 
 d = Path(tempfile.mkdtemp())
 write_checkpoint(d / "ck", SyntheticSpec("qwen35", oracle_head=True, trunk_scale=0.0))
@@ -20,8 +22,9 @@ cases = [
 ]
 for log in ("", "raw"):
     for name, expr in cases:
-        code = ("from gguf_mtp.runtime.llama import Model, Context\n"
-                f"m = {expr}\nc = Context(m)\nprint(c.greedy(m.tokenize('hello world'), 4))")
+        code = (f"import sys; sys.path.insert(0, {ROOT!r})\n"
+                "from gguf_mtp.runtime.llama import Model, Context\nfrom tests.helpers import greedy\n"
+                f"m = {expr}\nc = Context(m)\nprint(greedy(c, m.tokenize('hello world'), 4))")
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env={**__import__("os").environ, "GGUF_MTP_LLAMA_LOG": log})
         tail = (r.stdout.strip() or r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "")[-200:]

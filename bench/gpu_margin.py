@@ -2,12 +2,15 @@
 differ only by float noise (batch of 2 vs batch of 1) and that the top-2 margin there is smaller than that noise."""
 
 import sys
+from pathlib import Path
 
 from gguf_mtp.runtime import MTPSession  # first: loads llama.cpp before numpy (see gguf_mtp/runtime)
 import numpy as np  # noqa: E402
 from gguf_mtp import convert  # noqa: E402
 from gguf_mtp.runtime.llama import Batch
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
+from tests import helpers
+from tests.synthetic import SyntheticSpec, write_checkpoint
 
 ngl = int(sys.argv[1]) if len(sys.argv) > 1 else 99
 write_checkpoint("/tmp/m-ck", SyntheticSpec("qwen35", oracle_head=True, trunk_scale=0.5))
@@ -34,7 +37,7 @@ if i is not None:
             if toks == 2:
                 b.add(ref[i], n + 1, logits=True)
             e.tgt.decode_batch(b)
-            logits[mode] = e.tgt.logits(0)
+            logits[mode] = helpers.logits(e.tgt, 0)
     for mode, lg in logits.items():
         top = np.argsort(-lg)[:2]
         print(f"{mode}: top-2 tokens {top.tolist()} margin {float(lg[top[0]] - lg[top[1]]):.6f}")

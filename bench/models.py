@@ -23,6 +23,8 @@ from pathlib import Path
 import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
+
 WIDTHS = {  # Qwen3.5-9B's widths
     "9b": dict(hidden=4096, heads=16, kv_heads=4, head_dim=256, intermediate=12288, lin_k_heads=16, lin_v_heads=32,
                lin_head_dim=128),
@@ -35,7 +37,7 @@ NOISY = ("attn_output.weight", "ffn_down.weight")  # the head block's output pro
 
 
 def checkpoint(work: Path, *, widths: str, layers: int, vocab: int, seed: int = 0) -> Path:
-    from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+    from tests.synthetic import SyntheticSpec, write_checkpoint
 
     ck = work / f"ckpt-{widths}-{layers}L-{vocab}"
     if not (ck / "config.json").exists():

@@ -54,7 +54,7 @@ def make_model(work: Path, name: str, small: bool, vocab: int, threads: int) -> 
     from big_model import inflate
 
     from gguf_mtp import convert
-    from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+    from tests.synthetic import SyntheticSpec, write_checkpoint
 
     family, widths, layers, experts, used = MODELS[name]
     if small:

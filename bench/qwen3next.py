@@ -14,7 +14,7 @@ ahead of the next verify batch instead of in a decode of their own); ``native`` 
 by draft position, the rollback's own time per step (restore + separate re-decode; merged tokens ride in the
 verify batch and show in the step time instead), tokens decoded again per step, and the step time.
 
-The model is a bigram trunk with an "oracle" head (gguf_mtp.synthetic) that is always right; the imperfect head
+The model is a bigram trunk with an "oracle" head (tests.synthetic) that is always right; the imperfect head
 is the same head with each draft token replaced by a wrong one with probability --spoil (default 0.3: 70% at the
 first position, 49% at the second, ...), from a seeded generator, so every strategy sees the same drafts and the
 acceptance does not depend on the model's widths. Speed, not text, is measured. Target (issue 16): >= 1.4x plain
@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
 import gguf_mtp.runtime  # noqa: E402,F401  llama.cpp's libraries before numpy (CUDA builds; README "CUDA")
 from common import machine, save, table  # noqa: E402
 
@@ -41,7 +42,7 @@ ROLLBACKS = ["auto", "replay", "replay:store=state-device", "replay:store=state-
 
 
 def spec_for(size: str):  # type: ignore[no-untyped-def]
-    from gguf_mtp.synthetic import SyntheticSpec
+    from tests.synthetic import SyntheticSpec
 
     if size == "cpu":  # small widths; the structure of Qwen3-Next (3 DeltaNet : 1 attention, MoE + shared expert)
         w = dict(layers=8, hidden=512, heads=8, kv_heads=2, head_dim=64, lin_k_heads=4, lin_v_heads=8,
@@ -58,7 +59,7 @@ def spec_for(size: str):  # type: ignore[no-untyped-def]
 
 def make_model(work: Path, size: str, threads: int) -> Path:
     from gguf_mtp import convert
-    from gguf_mtp.synthetic import write_checkpoint
+    from tests.synthetic import write_checkpoint
 
     out = work / f"q3n-{size}.gguf"
     if not out.exists():

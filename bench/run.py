@@ -5,7 +5,7 @@ step spent outside llama.cpp, and peak memory of the three pairings. Prints tabl
     python bench/run.py --make 1.0 [--ngl 99]          # generate a ~1 GB Qwen3.5-shaped model with a head
     python bench/run.py --model M.gguf [--mtp S.gguf]  # any model
 
-The generated model is a bigram trunk with an "oracle" head (see gguf_mtp.synthetic) plus noise in the head
+The generated model is a bigram trunk with an "oracle" head (see tests.synthetic) plus noise in the head
 (--head-noise), so acceptance is high but not perfect (~70/60/55% by position); speed, not text quality, is
 measured here.
 Targets (issue 4): Python overhead < 5% of step time; prompt-processing cost of MTP no more than the MTP
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
 import gguf_mtp.runtime  # noqa: E402,F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
 from common import machine, save, table  # noqa: E402
 
@@ -36,7 +37,7 @@ PROMPT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\
 
 def make_model(work: Path, size_gb: float, head_noise: float, threads: int) -> tuple[Path, Path, Path, Path]:
     from gguf_mtp import convert
-    from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+    from tests.synthetic import SyntheticSpec, write_checkpoint
 
     if size_gb >= 4:  # Qwen3.5-9B widths (hidden 4096): ~232 MB of Q8_0 per layer
         widths = dict(hidden=4096, heads=16, kv_heads=4, head_dim=256, intermediate=12288, lin_k_heads=16,

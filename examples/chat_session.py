@@ -2,8 +2,8 @@
 
     .venv/bin/python examples/chat_session.py MODEL.gguf [SIDECAR.gguf]
 
-Without arguments it builds the small demo model of examples/quickstart.py (a head that is always right, so
-every draft is accepted) and splits it into a trunk and a head-only sidecar first.
+Without arguments it converts the shipped tiny model (examples/tiny-qwen35-mtp, a trained MTP head) into a
+trunk and a head-only sidecar first.
 """
 
 from __future__ import annotations
@@ -13,18 +13,15 @@ from pathlib import Path
 
 from gguf_mtp.runtime import MTPSession, SamplerConfig  # first: llama.cpp before numpy
 from gguf_mtp import convert  # noqa: E402
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+
+TINY = Path(__file__).resolve().parent / "tiny-qwen35-mtp"
 
 
 def demo_files(out: Path) -> tuple[Path, Path]:
-    ck = out / "oracle-qwen35"
-    if not (ck / "config.json").exists():
-        write_checkpoint(ck, SyntheticSpec("qwen35", layers=8, hidden=256, intermediate=512, vocab_size=1024,
-                                           oracle_head=True, trunk_scale=0.0))
-    trunk = convert(ck, outfile=out / "oracle-Q8_0.gguf", outtype="q8_0", layout="trunk-only", force=True,
-                    progress=False).path
-    head = convert(ck, outfile=out / "oracle-Q8_0-MTP.gguf", outtype="q8_0", layout="head-only", force=True,
-                   progress=False).path
+    trunk = convert(TINY, outfile=out / "tiny-qwen35-mtp-Q8_0.gguf", outtype="q8_0", layout="trunk-only",
+                    force=True, progress=False).path
+    head = convert(TINY, outfile=out / "tiny-qwen35-mtp-Q8_0-MTP.gguf", outtype="q8_0", layout="head-only",
+                   force=True, progress=False).path
     return trunk, head
 
 

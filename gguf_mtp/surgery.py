@@ -233,27 +233,6 @@ def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.
     return g
 
 
-def reshard(source: str | os.PathLike[str], outfile: str | os.PathLike[str], *, shards: int,
-            force: bool = False, progress: bool = False) -> SurgeryResult:
-    """Rewrite a model as a split set of ``shards`` files (tensors in order, sizes balanced), as gguf-split does."""
-    t0 = time.perf_counter()
-    m = _open(source)
-    ts = [copy_tensor(t) for t in m.tensors.values()]
-    per = -(-sum(t.nbytes for t in ts) // max(1, shards))
-    groups: list[list[OutTensor]] = [[]]
-    acc = 0
-    for t in ts:
-        if acc >= per and len(groups) < shards:
-            groups.append([])
-            acc = 0
-        groups[-1].append(t)
-        acc += t.nbytes
-    paths, written = _write(Path(outfile), m.model_kvs(), groups, alignment=m.alignment, force=force,
-                            inputs=m.files, label="reshard", progress=progress)
-    return SurgeryResult("reshard", paths, len(ts), _header_bytes(m) + written,
-                         sum(p.stat().st_size for p in paths), time.perf_counter() - t0)
-
-
 # Head, find_head, check_compatible, plan_graft and GraftPlan are gguf_mtp.head's, re-exported (public API)
 __all__ = ["extract", "strip", "graft", "graft_from_hub", "plan_graft", "GraftPlan", "check_compatible", "find_head",
            "Head", "SurgeryResult", "type_name"]

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint  # noqa: E402
+from tests.synthetic import SyntheticSpec, write_checkpoint  # noqa: E402
 
 #: what llama.cpp's pre-tokenizer hash table answers for each family's released tokenizer
 PRE = {"qwen35": "qwen35", "qwen35moe": "qwen35", "qwen3next": "qwen2", "glm4moe": "glm4", "deepseek2": "deepseek-v3",

@@ -14,7 +14,7 @@ except Exception:  # noqa: BLE001 - the fast tier (make test-fast) runs without 
     HAVE_LLAMA = False
 from gguf_mtp import convert
 from gguf_mtp.archs import ARCHS
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+from tests.synthetic import SyntheticSpec, write_checkpoint
 
 # The fast tier: `make test-fast` runs these modules in .venv-fast, which has no llama-cpp-python, in about two
 # minutes and before the llama.cpp build (converters, readers, tensor values, hostile checkpoints and Hub servers).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from gguf_mtp.runtime.llama import Batch, Context, Model
+from tests import helpers
 
 
 def head_logits(m: Model, ctx: Context, token: int, h: np.ndarray) -> np.ndarray:
@@ -14,7 +15,7 @@ def head_logits(m: Model, ctx: Context, token: int, h: np.ndarray) -> np.ndarray
     b = Batch(1, m.n_embd_out)
     b.add(token, 0, logits=True, embd=h.astype(np.float32))
     ctx.decode_batch(b)
-    return ctx.logits(0)
+    return helpers.logits(ctx, 0)
 
 
 def assert_head_drafts(m: Model, ctx: Context) -> None:

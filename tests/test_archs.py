@@ -49,3 +49,14 @@ def test_family_lookup_imports_that_family_only() -> None:
     families = {m for m in mods if m.startswith("gguf_mtp.families.")}
     assert "gguf_mtp.families.glm4moe" in families
     assert not families & {"gguf_mtp.families.qwen35", "gguf_mtp.families.mimo2", "gguf_mtp.families.step35"}
+
+
+def test_each_arch_has_a_synthetic_checkpoint() -> None:
+    # the shared tests write one per arch of the table (conftest); a family named like an arch converts to it
+    from tests.synthetic import WRITERS, SyntheticSpec
+
+    assert set(archs.ARCHS) <= set(WRITERS)
+    for family, writer in WRITERS.items():
+        hf = writer.config(SyntheticSpec(family), 1000)["architectures"][0]
+        arch = load(REGISTRY[hf]).arch
+        assert arch == family or family not in archs.ARCHS, (family, arch)

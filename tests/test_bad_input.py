@@ -111,7 +111,7 @@ def test_partial_head_names_the_missing_tensor(checkpoint, tmp_path: Path) -> No
 
 def test_unknown_tensor_is_refused(checkpoint, tmp_path: Path) -> None:
     """A tensor we would silently drop means the checkpoint is not what we think: refuse."""
-    from gguf_mtp.synthetic.safetensors_writer import write_safetensors
+    from tests.synthetic.safetensors_writer import write_safetensors
     import numpy as np
 
     ck = copy_ckpt(checkpoint("qwen35"), tmp_path / "ck")

@@ -21,7 +21,7 @@ from gguf_mtp.checkpoint.folder import Checkpoint
 from gguf_mtp.checkpoint.shards import read_header
 from gguf_mtp.errors import FormatError, GgufMtpError
 from gguf_mtp.paths import component, confined, relative_name
-from gguf_mtp.synthetic.safetensors_writer import write_safetensors
+from tests.synthetic.safetensors_writer import write_safetensors
 
 INDEX = "model.safetensors.index.json"
 SHARD = "model-00002-of-00002.safetensors"

@@ -12,6 +12,7 @@ from gguf_mtp.runtime.llama import Context, Model
 
 from .conftest import FAMILIES
 from .mtp_smoke import assert_head_drafts
+from tests import helpers
 
 PROMPT = "The quick brown fox jumps over the lazy dog."
 
@@ -23,9 +24,9 @@ def test_model_layouts_load_and_generate(converted, family: str, layout: str) ->
     assert inspect_file(path).layout == Layout(layout)
     with Model(path) as m, Context(m) as ctx:
         toks = m.tokenize(PROMPT)
-        out = ctx.greedy(toks, 12)
+        out = helpers.greedy(ctx, toks, 12)
         assert len(out) >= 1 and all(0 <= t < m.n_vocab for t in out)
-        logits = ctx.logits()
+        logits = helpers.logits(ctx)
         assert logits.shape == (m.n_vocab,) and (logits == logits).all()  # no NaN
 
 
@@ -35,7 +36,7 @@ def test_bundled_and_trunk_only_give_the_same_tokens(converted, family: str) -> 
     outs = []
     for layout in ("bundled", "trunk-only"):
         with Model(converted(family, layout), load_mtp=layout == "bundled") as m, Context(m) as ctx:
-            outs.append(ctx.greedy(m.tokenize(PROMPT), 16))
+            outs.append(helpers.greedy(ctx, m.tokenize(PROMPT), 16))
     assert outs[0] == outs[1]
 
 
@@ -90,7 +91,7 @@ def test_tied_embeddings_and_no_output_tensor(converted) -> None:
     path = converted("qwen35", "bundled", tie_embeddings=True)
     assert "output.weight" not in GGUFFile(path).tensors
     with Model(path, load_mtp=True) as m, Context(m) as ctx:
-        assert ctx.greedy(m.tokenize(PROMPT), 4)
+        assert helpers.greedy(ctx, m.tokenize(PROMPT), 4)
         with Context(m, mtp=True):
             pass
 
@@ -102,7 +103,7 @@ def test_checkpoint_without_mtp_weights_converts_to_trunk_only(checkpoint, tmp_p
     r = convert(src, outfile=tmp_path / "m.gguf", outtype="q8_0", progress=False)
     assert r.layout == Layout.TRUNK_ONLY and r.notes
     with Model(r.path) as m, Context(m) as ctx:
-        assert ctx.greedy(m.tokenize(PROMPT), 4)
+        assert helpers.greedy(ctx, m.tokenize(PROMPT), 4)
 
 
 @pytest.mark.parametrize("family", ["glm4moe", "deepseek2"])
@@ -115,7 +116,7 @@ def test_identical_mtp_embedding_copies_are_left_out(checkpoint, tmp_path, famil
     import numpy as np
 
     from gguf_mtp import convert
-    from gguf_mtp.synthetic.safetensors_writer import write_safetensors
+    from tests.synthetic.safetensors_writer import write_safetensors
 
     src = checkpoint(family)
     r = convert(src, outfile=tmp_path / "a.gguf", outtype="q8_0", progress=False)

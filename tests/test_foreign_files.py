@@ -23,7 +23,8 @@ from gguf_mtp.ggml_types import choose_type
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.pairing import HeadSource, resolve
 from gguf_mtp.quantize import llama_quantize as quantize
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+from tests.synthetic import SyntheticSpec, write_checkpoint
+from tests import helpers
 
 REF = Path(__file__).parent / "data" / "ref"
 CASES = json.loads((REF / "manifest.json").read_text())["cases"]
@@ -62,7 +63,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
         for flavour, head_only in (("head-only", True), ("self-contained", False)):
             out = root / f"{src.split()[1]}-{flavour}.gguf"
             f[f"{src} -> {flavour}"] = surgery.extract(f[src], out, head_only=head_only, progress=False).paths[0]
-    f["quantize trunk split"] = surgery.reshard(f["quantize trunk"], root / "q4split.gguf", shards=2).paths[0]
+    f["quantize trunk split"] = helpers.reshard(f["quantize trunk"], root / "q4split.gguf", shards=2)[0]
     return f
 
 

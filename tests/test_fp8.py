@@ -14,7 +14,7 @@ from gguf_mtp import convert
 from gguf_mtp.checkpoint.folder import Checkpoint
 from gguf_mtp.errors import UnsupportedError
 from gguf_mtp.ggufio.model import GGUFModel
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+from tests.synthetic import SyntheticSpec, write_checkpoint
 
 
 @pytest.fixture(scope="module")

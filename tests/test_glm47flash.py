@@ -18,11 +18,12 @@ from gguf_mtp.ggufio.reader import GGUFFile
 from gguf_mtp.layout import Layout
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Context, Model
-from gguf_mtp.synthetic import SyntheticSpec
+from tests.synthetic import SyntheticSpec
 
 from .test_surgery import same_model
 from .test_tensor_values import gguf_values
 from .mtp_smoke import assert_head_drafts
+from tests import helpers
 
 FAMILY = "glm47flash"
 S = SyntheticSpec()
@@ -33,7 +34,7 @@ LAYOUTS = ("bundled", "trunk-only", "mtp-only", "head-only")
 
 def greedy(path: Path, n: int = 12) -> list[int]:
     with Model(path, load_mtp=True) as m, Context(m) as ctx:
-        return ctx.greedy(m.tokenize(PROMPT), n)
+        return helpers.greedy(ctx, m.tokenize(PROMPT), n)
 
 
 def test_layouts_convert_and_load(converted) -> None:

@@ -12,7 +12,7 @@ from gguf_mtp import convert, surgery
 from gguf_mtp.checkpoint.folder import Checkpoint
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.ggufio.model import GGUFModel
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+from tests.synthetic import SyntheticSpec, write_checkpoint
 from gguf_mtp_cli.main import main
 
 from .hub_server import HubStandIn

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import pytest
 
 from gguf_mtp import convert
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+from tests.synthetic import SyntheticSpec, write_checkpoint
 from gguf_mtp_cli.main import main
 
 from .hub_server import HubStandIn

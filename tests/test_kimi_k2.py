@@ -15,9 +15,10 @@ from gguf_mtp.errors import FormatError, GgufMtpError
 from gguf_mtp.ggufio.reader import GGUFFile
 from gguf_mtp.layout import Layout
 from gguf_mtp.runtime.llama import Context, Model
-from gguf_mtp.synthetic.kimi import KIMI_SPECIALS, N_RESERVED
-from gguf_mtp.synthetic.tokenizer import DEFAULT_CORPUS
+from tests.synthetic.kimi import KIMI_SPECIALS, N_RESERVED
+from tests.synthetic.tokenizer import DEFAULT_CORPUS
 from .mtp_smoke import assert_head_drafts
+from tests import helpers
 
 FAMILY = "kimik2"
 VOCAB = 640  # 384 base ranks (256 bytes + 128 merges) + 256 special slots
@@ -146,7 +147,7 @@ def test_llama_cpp_tokenizes_like_rank_bpe(kimi) -> None:
 def test_loads_and_generates(kimi) -> None:
     _, path = kimi
     with Model(path) as m, Context(m) as ctx:
-        out = ctx.greedy(m.tokenize("The quick brown fox"), 8)
+        out = helpers.greedy(ctx, m.tokenize("The quick brown fox"), 8)
         assert len(out) == 8 and all(0 <= t < m.n_vocab for t in out)
 
 
@@ -179,6 +180,6 @@ def test_yarn_betas_reach_the_context(checkpoint, tmp_path: Path) -> None:
         with Model(path) as m:
             assert m.yarn_betas() == ((1.0, 1.0) if i == 0 else (32.0, 1.0))
             with Context(m) as ctx:
-                ctx.decode(m.tokenize(DEFAULT_CORPUS[:200], add_special=False), 0)
-                logits.append(ctx.logits())
+                helpers.decode(ctx, m.tokenize(DEFAULT_CORPUS[:200], add_special=False), 0)
+                logits.append(helpers.logits(ctx))
     assert np.abs(logits[0] - logits[1]).max() > 0  # exactly 0 when the contexts ignore the keys (checked)

@@ -21,7 +21,7 @@ import pytest
 from gguf_mtp import convert
 from gguf_mtp.ggufio.model import GGUFModel
 from gguf_mtp.ggufio.shape import ggml_shape
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+from tests.synthetic import SyntheticSpec, write_checkpoint
 
 REF = Path(__file__).parent / "data" / "ref"
 MANIFEST = json.loads((REF / "manifest.json").read_text())

@@ -17,12 +17,13 @@ from gguf_mtp.ggufio.reader import GGUFFile
 from gguf_mtp.layout import Layout
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Context, Model
-from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+from tests.synthetic import SyntheticSpec, write_checkpoint
 
 from .conftest import MULTIHEAD_FAMILIES as FAMILIES
 from .test_surgery import same_model
 from .test_tensor_values import gguf_values
 from .mtp_smoke import assert_head_drafts
+from tests import helpers
 
 S = SyntheticSpec()
 L, NX = S.layers, S.mtp_heads
@@ -39,7 +40,7 @@ ARRAYS = {
 
 def greedy(path: Path, n: int = 12) -> list[int]:
     with Model(path, load_mtp=True) as m, Context(m) as ctx:
-        return ctx.greedy(m.tokenize(PROMPT), n)
+        return helpers.greedy(ctx, m.tokenize(PROMPT), n)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -174,7 +175,7 @@ def test_surgery_round_trip(converted, tmp_path: Path, family: str, head_only: b
 @pytest.mark.parametrize("family", FAMILIES)
 def test_split_sets(converted, tmp_path: Path, family: str) -> None:
     x = converted(family, "bundled")
-    parts = surgery.reshard(x, tmp_path / "x.gguf", shards=3).paths
+    parts = helpers.reshard(x, tmp_path / "x.gguf", shards=3)
     side = surgery.extract(parts[2], tmp_path / "side.gguf", head_only=True, progress=False).paths[0]
     trunk = surgery.strip(parts[1], tmp_path / "trunk.gguf", progress=False).paths
     assert len(trunk) >= 2
@@ -225,7 +226,7 @@ def test_checkpoint_without_heads(checkpoint, tmp_path: Path, family: str) -> No
     r = convert(src, outfile=tmp_path / "t.gguf", outtype="q8_0", progress=False)
     assert r.layout == Layout.TRUNK_ONLY and r.notes
     with Model(r.path) as m, Context(m) as ctx:
-        assert ctx.greedy(m.tokenize(PROMPT), 4)
+        assert helpers.greedy(ctx, m.tokenize(PROMPT), 4)
     with pytest.raises(MissingTensorError, match="no MTP weights"):
         convert(src, outfile=tmp_path / "h.gguf", layout="mtp-only", progress=False)
 

@@ -109,13 +109,15 @@ def test_quantize_threads(converted, tmp_path: Path, capsys) -> None:
     assert any("--threads 100000" in n for n in r.notes)
 
 
-BATCH = textwrap.dedent("""
+BATCH = textwrap.dedent(f"""
     import sys
+    sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})  # the repo root: tests.helpers
     from gguf_mtp.runtime.llama import Context, Model
+    from tests import helpers
     k = 3
     m = Model(sys.argv[1], load_mtp=True)
     ctx = Context(m, n_ctx=64, n_batch=int(sys.argv[2]), n_rs_seq=k, embeddings_nextn=True)
-    ctx.decode(m.tokenize("hello world, hello there")[:k + 1], 0)  # a verify step: the last token + k drafts
+    helpers.decode(ctx, m.tokenize("hello world, hello there")[:k + 1], 0)  # a verify step: the last token + k drafts
     print("survived")
 """)
 

@@ -22,10 +22,10 @@ from gguf_mtp.errors import OutputError, OutputExistsError
 from gguf_mtp.ggufio import atomic
 from gguf_mtp.ggufio.atomic import atomic_paths, check_output, remove_stale
 from gguf_mtp.ggufio.model import GGUFModel
-from gguf_mtp.surgery import reshard
 
 from .reliability import can_unshare_mount, changes, cli, dead_pid, deadline, spawn, sub, temps, tree
 from .test_hub import REPO, hub  # noqa: F401 - the Hub stand-in fixture
+from tests import helpers
 
 CK_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
             "generation_config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
@@ -79,7 +79,7 @@ def test_hub_snapshot_blobs_are_inputs(ck: Path, tmp_path: Path, capsys) -> None
 def test_gguf_commands_refuse_their_inputs(converted, tmp_path: Path, capsys) -> None:
     bundled = shutil.copy(converted("qwen35", "bundled"), tmp_path / "m.gguf")
     trunk = shutil.copy(converted("qwen35", "trunk-only"), tmp_path / "t.gguf")
-    split = reshard(trunk, tmp_path / "s.gguf", shards=2).paths
+    split = helpers.reshard(trunk, tmp_path / "s.gguf", shards=2)
     side = shutil.copy(converted("qwen35", "head-only"), tmp_path / "m-MTP.gguf")
     (tmp_path / "link.gguf").symlink_to(bundled)
     os.link(bundled, tmp_path / "hard.gguf")

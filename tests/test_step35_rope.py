@@ -21,10 +21,11 @@ from gguf_mtp.ggufio.reader import GGUFFile
 from gguf_mtp.layout import Layout
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Batch, Context, Model
-from gguf_mtp.synthetic import SyntheticSpec
+from tests.synthetic import SyntheticSpec
 
 from .test_surgery import same_model
 from .mtp_smoke import assert_head_drafts
+from tests import helpers
 
 S = SyntheticSpec("step35", llama3_rope=True)
 L, NX, D = S.layers, S.mtp_heads, S.head_dim
@@ -63,22 +64,22 @@ def rope_freqs(path: Path) -> np.ndarray | None:
 
 def trunk_logits(path: Path) -> np.ndarray:
     with Model(path) as m, Context(m) as ctx:
-        ctx.decode(m.tokenize(PROMPT), 0)
-        return ctx.logits(-1)
+        helpers.decode(ctx, m.tokenize(PROMPT), 0)
+        return helpers.logits(ctx, -1)
 
 
 def head_logits(trunk: Path, draft: Path, head: int) -> np.ndarray:
     """Logits of MTP head ``head`` (``draft``'s) on the prompt, fed ``trunk``'s hidden rows."""
     with Model(trunk, load_mtp=True) as m, Context(m, embeddings_nextn=True) as t:
         toks = m.tokenize(PROMPT)
-        t.decode(toks, 0)
+        helpers.decode(t, toks, 0)
         rows = t.h_rows(len(toks)).copy()
     with Model(draft, load_mtp=True) as dm, Context(dm, mtp=True) as d:
         b = Batch(len(toks), dm.n_embd_out)
         b.fill(toks[1:], 1, last_logits=True, embd=rows[:-1])  # token p+1 with the row of position p
         d.set_head(head)
         d.decode_batch(b)
-        return d.logits(-1)
+        return helpers.logits(d, -1)
 
 
 def test_rope_freqs_values(converted, checkpoint) -> None:
@@ -109,9 +110,9 @@ def test_layouts_convert_and_load(converted) -> None:
     for lay, p in paths.items():
         assert inspect_file(p).layout == Layout(lay)
     with Model(paths["bundled"], load_mtp=True) as m, Context(m) as ctx:
-        ref = ctx.greedy(m.tokenize(PROMPT), 12)
+        ref = helpers.greedy(ctx, m.tokenize(PROMPT), 12)
     with Model(paths["trunk-only"]) as m, Context(m) as ctx:
-        assert ctx.greedy(m.tokenize(PROMPT), 12) == ref
+        assert helpers.greedy(ctx, m.tokenize(PROMPT), 12) == ref
     for lay in ("bundled", "mtp-only"):
         with Model(paths[lay], load_mtp=True) as m, Context(m, mtp=True) as ctx:
             assert m.n_nextn == NX

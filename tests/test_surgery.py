@@ -16,6 +16,7 @@ from gguf_mtp.runtime.llama import Context, Model
 from gguf_mtp.quantize import llama_quantize as quantize
 
 from .conftest import FAMILIES
+from tests import helpers
 
 PROMPT = "The quick brown fox jumps over the lazy dog."
 
@@ -32,12 +33,12 @@ def same_model(a_path: Path, b_path: Path) -> None:
     kb = {k: v for k, v in b.kv.items() if not k.startswith("split.")}
     assert ka.keys() == kb.keys()
     for k in ka:
-        assert ka[k].same_value(kb[k]), k
+        assert helpers.same_value(ka[k], kb[k]), k
 
 
 def greedy(path: Path, n: int = 16) -> list[int]:
     with Model(path, load_mtp=True) as m, Context(m) as ctx:
-        return ctx.greedy(m.tokenize(PROMPT), n)
+        return helpers.greedy(ctx, m.tokenize(PROMPT), n)
 
 
 def digest(paths: list[Path]) -> list[str]:
@@ -79,7 +80,7 @@ def test_converted_layouts_round_trip_with_convert(converted, tmp_path: Path, fa
 @pytest.mark.parametrize("family", ["qwen35", "qwen35moe"])
 def test_split_sets(converted, tmp_path: Path, family: str) -> None:
     x = converted(family, "bundled")
-    parts = surgery.reshard(x, tmp_path / "x.gguf", shards=3).paths
+    parts = helpers.reshard(x, tmp_path / "x.gguf", shards=3)
     assert [p.name for p in parts] == [f"x-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
     same_model(x, parts[0])
     assert greedy(parts[0]) == greedy(x)
@@ -190,7 +191,7 @@ def test_bad_inputs(converted, tmp_path: Path) -> None:
     with pytest.raises(OutputExistsError, match="--force"):
         surgery.extract(x, out, progress=False)
     assert out.read_bytes() == b"old"
-    parts = surgery.reshard(x, tmp_path / "s.gguf", shards=3).paths
+    parts = helpers.reshard(x, tmp_path / "s.gguf", shards=3)
     parts[2].unlink()
     with pytest.raises(FormatError, match=r"s-00003-of-00003\.gguf: shard 3 of 3 is missing"):
         surgery.strip(parts[0], tmp_path / "b.gguf", progress=False)
@@ -213,7 +214,7 @@ def test_cli_extract_modes(converted, tmp_path: Path, capsys) -> None:
 
 def test_inspect_a_split_set(converted, tmp_path: Path) -> None:
     x = converted("qwen35", "bundled")
-    parts = surgery.reshard(x, tmp_path / "s.gguf", shards=3).paths
+    parts = helpers.reshard(x, tmp_path / "s.gguf", shards=3)
     whole, rep = inspect_file(x), inspect_file(parts[1])
     assert rep.layout == Layout.BUNDLED and rep.tensor_count == whole.tensor_count
     assert [t.name for t in rep.mtp_tensors] == [t.name for t in whole.mtp_tensors]

@@ -13,7 +13,7 @@ from gguf.quants import dequantize as gguf_dequantize
 
 from gguf_mtp.checkpoint.folder import Checkpoint
 from gguf_mtp.ggufio.reader import GGUFFile
-from gguf_mtp.synthetic import SyntheticSpec
+from tests.synthetic import SyntheticSpec
 
 S = SyntheticSpec()  # fixture sizes
 H, NK, NV, DH, KC = S.hidden, S.lin_k_heads, S.lin_v_heads, S.lin_head_dim, S.conv_kernel

@@ -22,8 +22,9 @@ from gguf_mtp.quantize import quantize_model
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Context, Model
 from gguf_mtp.surgery import graft
-from gguf_mtp.synthetic.safetensors_writer import write_safetensors
+from tests.synthetic.safetensors_writer import write_safetensors
 from gguf_mtp_cli.main import app
+from tests import helpers
 
 TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
 REF = json.loads((TINY / "reference.json").read_text())
@@ -68,7 +69,7 @@ def test_logits_match_pytorch(files: dict[str, Path]) -> None:
         for toks in z["tokens"]:
             c.clear()
             for j, t in enumerate(toks):
-                c.decode([int(t)], j)
+                helpers.decode(c, [int(t)], j)
                 got.append(c.logits_view(0).copy())
     got, want = np.stack(got), z["logits"].reshape(-1, z["logits"].shape[-1])
     top1 = float(np.mean(got.argmax(-1) == want.argmax(-1)))

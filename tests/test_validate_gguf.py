@@ -209,13 +209,15 @@ def test_multi_head_files(converted, tmp_path: Path) -> None:
 
 
 # -- what llama.cpp does without these checks ---------------------------------------------------
-LOAD = textwrap.dedent("""
+LOAD = textwrap.dedent(f"""
     import sys
+    sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})  # the repo root: tests.helpers
     from gguf_mtp.runtime.llama import Context, Model
+    from tests import helpers
     m = Model(sys.argv[1], load_mtp=True)
     with Context(m, n_ctx=64, n_batch=8) as ctx, Context(m, n_ctx=64, n_batch=8, mtp=True) as mctx:
-        ctx.decode(m.tokenize("hello"), 0)
-        mctx.decode([1], 0)
+        helpers.decode(ctx, m.tokenize("hello"), 0)
+        helpers.decode(mctx, [1], 0)
     print("survived")
 """)
 

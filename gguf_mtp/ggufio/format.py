@@ -93,12 +93,3 @@ class KV:
                 return [bool(x) for x in self.value]
             return self.value.tolist()
         return self.value
-
-    def same_value(self, other: KV) -> bool:
-        if self.vtype != other.vtype or self.item_type != other.item_type:
-            return False
-        if self.vtype == GGUFValueType.ARRAY and self.item_type != GGUFValueType.STRING:
-            return bool(np.array_equal(self.value, other.value))
-        if self.vtype == GGUFValueType.FLOAT32:
-            return np.float32(self.value).tobytes() == np.float32(other.value).tobytes()
-        return self.value == other.value

@@ -323,24 +323,6 @@ class Context:
             _ext.llama_set_embeddings_nextn(self.ptr, on, False)
             self._nextn_rows = on
 
-    def decode(self, tokens: Sequence[int], pos0: int) -> None:
-        """Decode ``tokens`` at positions ``pos0..``; logits are kept for the last one."""
-        n = len(tokens)
-        batch = _ll.llama_batch_init(n, 0, 1)
-        try:
-            for i, t in enumerate(tokens):
-                batch.token[i] = t
-                batch.pos[i] = pos0 + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = i == n - 1
-            batch.n_tokens = n
-            rc = _ll.llama_decode(self.ptr, batch)
-        finally:
-            _ll.llama_batch_free(batch)
-        if rc != 0:
-            raise GgufMtpError(f"{self.model.path}: llama_decode failed with code {rc}: {last_error()}")
-
     def decode_batch(self, batch: Batch) -> None:
         batch.batch.n_tokens = batch.n
         if batch.n_outputs > self.n_outputs_max:  # llama.cpp would abort the process (an assert), not fail
@@ -428,24 +410,6 @@ class Context:
         if not ptr:
             raise GgufMtpError(f"{self.model.path}: no logits for row {i}")
         return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
-
-    def logits(self, i: int = -1) -> np.ndarray:
-        ptr = _ll.llama_get_logits_ith(self.ptr, i)
-        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,)).copy()
-
-    def greedy(self, prompt: Sequence[int], n: int) -> list[int]:
-        """Plain greedy decoding: the reference every speculative path must reproduce."""
-        self.decode(prompt, 0)
-        out: list[int] = []
-        pos = len(prompt)
-        for _ in range(n):
-            tok = int(np.argmax(self.logits()))
-            out.append(tok)
-            if self.model.is_eog(tok):
-                break
-            self.decode([tok], pos)
-            pos += 1
-        return out
 
     def close(self) -> None:
         if getattr(self, "ptr", None):

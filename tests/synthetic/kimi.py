@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint.tiktoken_bpe import byte_to_unicode
+from gguf_mtp.checkpoint.tiktoken_bpe import byte_to_unicode
+
 from .tokenizer import DEFAULT_CORPUS, train_bpe
 
 #: offset from the first special id -> name, as in Kimi-K2's tokenizer_config.json (163584 = [BOS], ...)

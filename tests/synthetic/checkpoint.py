@@ -1,33 +1,39 @@
 """Small synthetic Hugging Face checkpoints with the exact tensor names, shapes and config keys of real
-Qwen3.5 dense, Qwen3.5 MoE and Qwen3-Next releases (random weights), for tests, demos and benchmarks.
+releases of each arch gguf-mtp converts (random weights), for tests and benchmarks. ``WRITERS`` holds one
+writer (config, tensor shapes, tokenizer) per family.
 
 Example:
-    >>> from gguf_mtp.synthetic import SyntheticSpec, write_checkpoint
+    >>> from tests.synthetic import SyntheticSpec, write_checkpoint
     >>> write_checkpoint("tiny-qwen35", SyntheticSpec("qwen35"))        # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from ..ggml_types import f32_to_bf16
+from gguf_mtp.ggml_types import f32_to_bf16
+
 from .kimi import kimi_config, write_tiktoken
 from .multihead import mimo_config, mimo_shapes, step_config, step_shapes
 from .safetensors_writer import write_safetensors
 from .tokenizer import write_tokenizer
 
 Entry = tuple[str, tuple[int, ...], str, object]
+#: (name, shape, kind) of every tensor, in file order; kind picks the random init
+Shapes = list[tuple[str, tuple[int, ...], str]]
 
 
 @dataclass(frozen=True)
 class SyntheticSpec:
     """Sizes of a synthetic checkpoint. Defaults give a ~1 MB model that converts in well under a second."""
 
-    family: str = "qwen35"  # qwen35 | qwen35moe | qwen3next | glm4moe | deepseek2 | mimo2 | step35 | glm47flash | kimik2
+    family: str = "qwen35"  # a key of WRITERS: a GGUF arch (qwen35, deepseek2, ...) or a release (glm47flash, kimik2)
     layers: int = 4
     hidden: int = 64
     heads: int = 4
@@ -92,11 +98,10 @@ class _Rand:
         return np.concatenate([np.roll(self.pool, c) for c in range(reps)])[start:start + n]
 
 
-def _config(s: SyntheticSpec, vocab_tokens: int) -> dict:
+def _qwen_text(s: SyntheticSpec, vocab_tokens: int) -> dict:
+    """The text-model keys every Qwen hybrid shares."""
     L, H = s.layers, s.hidden
-    rope_dims = s.head_dim // 4
-    sections = [rope_dims // 2 - 2 * (rope_dims // 6), rope_dims // 6, rope_dims // 6]
-    text = {
+    return {
         "hidden_size": H, "num_hidden_layers": L, "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads,
         "head_dim": s.head_dim, "full_attention_interval": s.attention_interval,
         "layer_types": ["linear_attention" if (i + 1) % s.attention_interval else "full_attention" for i in range(L)],
@@ -106,30 +111,41 @@ def _config(s: SyntheticSpec, vocab_tokens: int) -> dict:
         "vocab_size": s.vocab_size, "hidden_act": "silu", "attn_output_gate": True, "attention_bias": False,
         "bos_token_id": vocab_tokens - 5, "eos_token_id": vocab_tokens - 3,
     }
-    if s.family in ("qwen35", "qwen35moe"):
-        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
-                                   "mrope_section": sections, "mrope_interleaved": True}
-        if s.declare_mtp:
-            text["mtp_num_hidden_layers"] = 1
-        text["mtp_use_dedicated_embeddings"] = False
-    if s.family == "qwen35":
-        text["intermediate_size"] = s.intermediate
-    if s.family in ("qwen35moe", "qwen3next"):
-        text.update({"num_experts": s.experts, "num_experts_per_tok": s.experts_used,
-                     "moe_intermediate_size": s.moe_intermediate,
-                     "shared_expert_intermediate_size": s.shared_intermediate, "norm_topk_prob": True})
-    if s.family == "qwen3next":
-        text.update({"rope_theta": 10000000.0, "partial_rotary_factor": 0.25, "intermediate_size": s.intermediate,
-                     "decoder_sparse_step": 1, "mlp_only_layers": []})
-        del text["layer_types"]
-        return {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
-                "tie_word_embeddings": s.tie_embeddings, "torch_dtype": "bfloat16", **text, **s.extra}
-    arch = "Qwen3_5ForConditionalGeneration" if s.family == "qwen35" else "Qwen3_5MoeForConditionalGeneration"
-    mt = "qwen3_5" if s.family == "qwen35" else "qwen3_5_moe"
+
+
+def _qwen_moe(s: SyntheticSpec) -> dict:
+    return {"num_experts": s.experts, "num_experts_per_tok": s.experts_used,
+            "moe_intermediate_size": s.moe_intermediate, "shared_expert_intermediate_size": s.shared_intermediate,
+            "norm_topk_prob": True}
+
+
+def _qwen35_config(s: SyntheticSpec, vocab_tokens: int, *, moe: bool) -> dict:
+    """Qwen3.5 (dense or MoE): the text model under ``text_config`` beside a vision tower's."""
+    text = _qwen_text(s, vocab_tokens)
+    rope_dims = s.head_dim // 4
+    sections = [rope_dims // 2 - 2 * (rope_dims // 6), rope_dims // 6, rope_dims // 6]
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                               "mrope_section": sections, "mrope_interleaved": True}
+    if s.declare_mtp:
+        text["mtp_num_hidden_layers"] = 1
+    text["mtp_use_dedicated_embeddings"] = False
+    text.update(_qwen_moe(s) if moe else {"intermediate_size": s.intermediate})
+    arch, mt = ("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe") if moe else ("Qwen3_5ForConditionalGeneration",
+                                                                                 "qwen3_5")
     return {"architectures": [arch], "model_type": mt, "tie_word_embeddings": s.tie_embeddings,
             "text_config": {"model_type": mt + "_text", **text},
-            "vision_config": {"depth": 1, "hidden_size": 32, "num_heads": 2, "out_hidden_size": H},
+            "vision_config": {"depth": 1, "hidden_size": 32, "num_heads": 2, "out_hidden_size": s.hidden},
             "image_token_id": vocab_tokens - 2, "torch_dtype": "bfloat16", **s.extra}
+
+
+def _qwen3next_config(s: SyntheticSpec, vocab_tokens: int) -> dict:
+    text = _qwen_text(s, vocab_tokens)
+    del text["layer_types"]
+    text.update(_qwen_moe(s))
+    text.update({"rope_theta": 10000000.0, "partial_rotary_factor": 0.25, "intermediate_size": s.intermediate,
+                 "decoder_sparse_step": 1, "mlp_only_layers": []})
+    return {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+            "tie_word_embeddings": s.tie_embeddings, "torch_dtype": "bfloat16", **text, **s.extra}
 
 
 def _glm_config(s: SyntheticSpec, vocab_tokens: int) -> dict:
@@ -180,69 +196,47 @@ def _glm_lite_config(s: SyntheticSpec, vocab_tokens: int) -> dict:
             "use_cache": True, **s.extra}
 
 
-def _ds_shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
-    H, V, nh = s.hidden, s.vocab_size, s.heads
+def _mla_attn(s: SyntheticSpec, a: str) -> Shapes:
+    """DeepSeek-V3's multi-head latent attention (also GLM-4.7-Flash's and Kimi-K2's)."""
+    H, nh = s.hidden, s.heads
+    return [(a + "q_a_proj.weight", (s.q_lora, H), "w"), (a + "q_a_layernorm.weight", (s.q_lora,), "gnorm"),
+            (a + "q_b_proj.weight", (nh * (s.qk_nope + s.qk_rope), s.q_lora), "w"),
+            (a + "kv_a_proj_with_mqa.weight", (s.kv_lora + s.qk_rope, H), "w"),
+            (a + "kv_a_layernorm.weight", (s.kv_lora,), "gnorm"),
+            (a + "kv_b_proj.weight", (nh * (s.qk_nope + s.v_dim), s.kv_lora), "w"),
+            (a + "o_proj.weight", (H, nh * s.v_dim), "wout")]
+
+
+def _glm_attn(s: SyntheticSpec, a: str) -> Shapes:
+    """GLM-4.5's attention: biased q/k/v, per-head q/k norms."""
+    H, hd = s.hidden, s.head_dim
+    q, kv = s.heads * hd, s.kv_heads * hd
+    return [(a + "q_proj.weight", (q, H), "w"), (a + "q_proj.bias", (q,), "w"),
+            (a + "k_proj.weight", (kv, H), "w"), (a + "k_proj.bias", (kv,), "w"),
+            (a + "v_proj.weight", (kv, H), "w"), (a + "v_proj.bias", (kv,), "w"),
+            (a + "o_proj.weight", (H, q), "wout"),
+            (a + "q_norm.weight", (hd,), "gnorm"), (a + "k_norm.weight", (hd,), "gnorm")]
+
+
+def _nextn_shapes(s: SyntheticSpec, *, attn: Callable[[SyntheticSpec, str], Shapes], router_bias: str) -> Shapes:
+    """DeepSeek-V3's layout (GLM-4.5 and GLM-4.7-Flash, Kimi-K2 alike): a dense first layer, then MoE layers with
+    per-expert matrices and shared experts; the MTP block is ``model.layers.{L}`` with its own embedding and
+    shared head (copies of the trunk's). ``attn`` gives a layer's attention tensors, ``router_bias`` the init
+    of the router's score-correction bias."""
+    H, V = s.hidden, s.vocab_size
     E, Ie = s.experts, s.moe_intermediate
-    out: list[tuple[str, tuple[int, ...], str]] = [("model.embed_tokens.weight", (V, H), "w")]
-
-    def block(il: int) -> None:
-        p, a = f"model.layers.{il}.", f"model.layers.{il}.self_attn."
-        out.extend([(p + "input_layernorm.weight", (H,), "gnorm"), (p + "post_attention_layernorm.weight", (H,), "gnorm"),
-                    (a + "q_a_proj.weight", (s.q_lora, H), "w"), (a + "q_a_layernorm.weight", (s.q_lora,), "gnorm"),
-                    (a + "q_b_proj.weight", (nh * (s.qk_nope + s.qk_rope), s.q_lora), "w"),
-                    (a + "kv_a_proj_with_mqa.weight", (s.kv_lora + s.qk_rope, H), "w"),
-                    (a + "kv_a_layernorm.weight", (s.kv_lora,), "gnorm"),
-                    (a + "kv_b_proj.weight", (nh * (s.qk_nope + s.v_dim), s.kv_lora), "w"),
-                    (a + "o_proj.weight", (H, nh * s.v_dim), "wout")])
-        if il < 1:
-            out.extend([(p + "mlp.gate_proj.weight", (s.intermediate, H), "w"),
-                        (p + "mlp.up_proj.weight", (s.intermediate, H), "w"),
-                        (p + "mlp.down_proj.weight", (H, s.intermediate), "wout")])
-            return
-        out.extend([(p + "mlp.gate.weight", (E, H), "w"), (p + "mlp.gate.e_score_correction_bias", (E,), "ones")])
-        for e in range(E):
-            out.extend([(f"{p}mlp.experts.{e}.gate_proj.weight", (Ie, H), "w"),
-                        (f"{p}mlp.experts.{e}.up_proj.weight", (Ie, H), "w"),
-                        (f"{p}mlp.experts.{e}.down_proj.weight", (H, Ie), "wout")])
-        out.extend([(p + "mlp.shared_experts.gate_proj.weight", (Ie, H), "w"),
-                    (p + "mlp.shared_experts.up_proj.weight", (Ie, H), "w"),
-                    (p + "mlp.shared_experts.down_proj.weight", (H, Ie), "wout")])
-
-    for il in range(s.layers):
-        block(il)
-    out.append(("model.norm.weight", (H,), "goutnorm"))
-    if not s.tie_embeddings:
-        out.append(("lm_head.weight", (V, H), "w"))
-    if s.mtp:
-        p = f"model.layers.{s.layers}."
-        out.extend([(p + "eh_proj.weight", (H, 2 * H), "fc"), (p + "enorm.weight", (H,), "genorm"),
-                    (p + "hnorm.weight", (H,), "gnorm"), (p + "shared_head.norm.weight", (H,), "goutnorm"),
-                    (p + "embed_tokens.weight", (V, H), "copy:model.embed_tokens.weight"),
-                    (p + "shared_head.head.weight", (V, H),
-                     "copy:" + ("model.embed_tokens.weight" if s.tie_embeddings else "lm_head.weight"))])
-        block(s.layers)
-    return out
-
-
-def _glm_shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
-    H, V, hd = s.hidden, s.vocab_size, s.head_dim
-    q, kv, E, Ie = s.heads * hd, s.kv_heads * hd, s.experts, s.moe_intermediate
-    out: list[tuple[str, tuple[int, ...], str]] = [("model.embed_tokens.weight", (V, H), "w")]
+    out: Shapes = [("model.embed_tokens.weight", (V, H), "w")]
 
     def block(il: int) -> None:
         p = f"model.layers.{il}."
-        out.extend([(p + "input_layernorm.weight", (H,), "gnorm"), (p + "post_attention_layernorm.weight", (H,), "gnorm"),
-                    (p + "self_attn.q_proj.weight", (q, H), "w"), (p + "self_attn.q_proj.bias", (q,), "w"),
-                    (p + "self_attn.k_proj.weight", (kv, H), "w"), (p + "self_attn.k_proj.bias", (kv,), "w"),
-                    (p + "self_attn.v_proj.weight", (kv, H), "w"), (p + "self_attn.v_proj.bias", (kv,), "w"),
-                    (p + "self_attn.o_proj.weight", (H, q), "wout"),
-                    (p + "self_attn.q_norm.weight", (hd,), "gnorm"), (p + "self_attn.k_norm.weight", (hd,), "gnorm")])
+        out.extend([(p + "input_layernorm.weight", (H,), "gnorm"),
+                    (p + "post_attention_layernorm.weight", (H,), "gnorm"), *attn(s, p + "self_attn.")])
         if il < 1:
             out.extend([(p + "mlp.gate_proj.weight", (s.intermediate, H), "w"),
                         (p + "mlp.up_proj.weight", (s.intermediate, H), "w"),
                         (p + "mlp.down_proj.weight", (H, s.intermediate), "wout")])
             return
-        out.extend([(p + "mlp.gate.weight", (E, H), "w"), (p + "mlp.gate.e_score_correction_bias", (E,), "w")])
+        out.extend([(p + "mlp.gate.weight", (E, H), "w"), (p + "mlp.gate.e_score_correction_bias", (E,), router_bias)])
         for e in range(E):
             out.extend([(f"{p}mlp.experts.{e}.gate_proj.weight", (Ie, H), "w"),
                         (f"{p}mlp.experts.{e}.up_proj.weight", (Ie, H), "w"),
@@ -267,16 +261,17 @@ def _glm_shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
     return out
 
 
-def _shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
-    """(name, shape, kind) of every tensor; kind picks the random init."""
+def _qwen_shapes(s: SyntheticSpec, *, qwen35: bool, moe: bool) -> Shapes:
+    """The Qwen hybrids (Qwen3.5 dense and MoE, Qwen3-Next): linear-attention layers with every
+    ``attention_interval``-th one full attention, the MTP block under ``mtp.``. ``qwen35``: Qwen3.5's names
+    (``model.language_model.``, split in_proj, a few vision tensors), else Qwen3-Next's."""
     H, V, L = s.hidden, s.vocab_size, s.layers
     nh, nkv, hd = s.heads, s.kv_heads, s.head_dim
     nk, nv, dh = s.lin_k_heads, s.lin_v_heads, s.lin_head_dim
     key_dim, value_dim = nk * dh, nv * dh
     conv_dim = 2 * key_dim + value_dim
-    qwen35 = s.family in ("qwen35", "qwen35moe")
     pre = "model.language_model." if qwen35 else "model."
-    out: list[tuple[str, tuple[int, ...], str]] = [(pre + "embed_tokens.weight", (V, H), "w")]
+    out: Shapes = [(pre + "embed_tokens.weight", (V, H), "w")]
 
     def attn(p: str) -> None:
         out.extend([
@@ -300,7 +295,7 @@ def _shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
                     (la + "out_proj.weight", (H, value_dim), "wout")])
 
     def mlp(p: str, fused: bool) -> None:
-        if s.family == "qwen35":
+        if not moe:
             I = s.intermediate
             out.extend([(p + "mlp.gate_proj.weight", (I, H), "w"), (p + "mlp.up_proj.weight", (I, H), "w"),
                         (p + "mlp.down_proj.weight", (H, I), "wout")])
@@ -319,7 +314,7 @@ def _shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
                     (p + "mlp.shared_expert.down_proj.weight", (H, Is), "wout"),
                     (p + "mlp.shared_expert_gate.weight", (1, H), "w")])
 
-    trunk_fused = s.fused_experts and s.family == "qwen35moe"
+    trunk_fused = s.fused_experts and qwen35 and moe
     for il in range(L):
         p = f"{pre}layers.{il}."
         if (il + 1) % s.attention_interval:
@@ -339,6 +334,39 @@ def _shapes(s: SyntheticSpec) -> list[tuple[str, tuple[int, ...], str]]:
         out.extend([("model.visual.patch_embed.proj.weight", (32, 3, 2, 16, 16), "w"),
                     ("model.visual.blocks.0.attn.qkv.weight", (96, 32), "w")])
     return out
+
+
+@dataclass(frozen=True)
+class Writer:
+    """How the checkpoint of one family is written."""
+
+    #: config.json from the spec and the tokenizer's size
+    config: Callable[[SyntheticSpec, int], dict]
+    #: (name, shape, kind) of every tensor, in file order
+    shapes: Callable[[SyntheticSpec], Shapes]
+    #: write_tokenizer's style (qwen | glm | deepseek), or "tiktoken": Kimi's rank file (write_tiktoken)
+    tokenizer: str = "qwen"
+    #: the MTP block is ``model.layers.{L}`` (DeepSeek-V3's layout): an oracle head zeroes its output projections
+    #: there, as under ``mtp.`` in the Qwen hybrids
+    head_is_layer: bool = False
+
+
+_DS = partial(_nextn_shapes, attn=_mla_attn, router_bias="ones")
+
+#: ``SyntheticSpec.family`` -> its writer: one per GGUF arch of gguf_mtp.archs.ARCHS, named alike, and releases
+#: whose config and tokenizer differ from their arch's first one (glm47flash and kimik2 are deepseek2 models)
+WRITERS: Mapping[str, Writer] = {
+    "qwen35": Writer(partial(_qwen35_config, moe=False), partial(_qwen_shapes, qwen35=True, moe=False)),
+    "qwen35moe": Writer(partial(_qwen35_config, moe=True), partial(_qwen_shapes, qwen35=True, moe=True)),
+    "qwen3next": Writer(_qwen3next_config, partial(_qwen_shapes, qwen35=False, moe=True)),
+    "glm4moe": Writer(_glm_config, partial(_nextn_shapes, attn=_glm_attn, router_bias="w"), "glm",
+                      head_is_layer=True),
+    "deepseek2": Writer(_ds_config, _DS, "deepseek", head_is_layer=True),
+    "mimo2": Writer(mimo_config, mimo_shapes),
+    "step35": Writer(step_config, step_shapes, "deepseek"),
+    "glm47flash": Writer(_glm_lite_config, _DS, "glm", head_is_layer=True),
+    "kimik2": Writer(kimi_config, _DS, "tiktoken", head_is_layer=True),
+}
 
 
 def _e4m3_grid() -> tuple[np.ndarray, np.ndarray]:
@@ -382,20 +410,23 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    glm = spec.family in ("glm4moe", "deepseek2", "glm47flash", "kimik2")  # MTP layer at model.layers.{L}, plain norms
-    style = {"glm4moe": "glm", "deepseek2": "deepseek", "step35": "deepseek", "glm47flash": "glm"}.get(spec.family, "qwen")
-    n_tok = write_tiktoken(root, spec.vocab_size) if spec.family == "kimik2" else write_tokenizer(root, style=style)
+    if spec.family not in WRITERS:
+        raise ValueError(f"no synthetic checkpoint for family {spec.family!r}; known: {', '.join(WRITERS)}")
+    writer = WRITERS[spec.family]
+    if writer.tokenizer == "tiktoken":
+        n_tok = write_tiktoken(root, spec.vocab_size)
+    else:
+        n_tok = write_tokenizer(root, style=writer.tokenizer)
     if n_tok > spec.vocab_size:
         raise ValueError(f"vocab_size {spec.vocab_size} is smaller than the tokenizer ({n_tok} tokens)")
-    config = {"glm4moe": _glm_config, "deepseek2": _ds_config, "mimo2": mimo_config,
-              "step35": step_config, "glm47flash": _glm_lite_config, "kimik2": kimi_config}.get(spec.family, _config)(spec, n_tok)
+    config = writer.config(spec, n_tok)
     (root / "config.json").write_text(json.dumps(config, indent=2))
     rand = _Rand(spec.seed, spec.std)
     made: dict[str, np.ndarray] = {}  # embedding/LM-head values, for the MTP layer's copies (GLM)
 
     def make(kind: str, shape: tuple[int, ...], name: str):  # type: ignore[no-untyped-def]
         n = int(np.prod(shape))
-        mtp = name.startswith("mtp.") or name.startswith(f"model.layers.{spec.layers}.") and glm
+        mtp = name.startswith("mtp.") or name.startswith(f"model.layers.{spec.layers}.") and writer.head_is_layer
         if kind.startswith("copy:"):
             return lambda: made[kind[5:]]
         if kind.startswith("g"):  # GLM norms are plain weights around 1 (no +1 offset in the checkpoint)
@@ -438,9 +469,7 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
             return bits
         return f
 
-    entries = [(name, shape, "BF16", make(kind, shape, name))
-               for name, shape, kind in {"glm4moe": _glm_shapes, "deepseek2": _ds_shapes, "mimo2": mimo_shapes,
-                                         "step35": step_shapes, "glm47flash": _ds_shapes, "kimik2": _ds_shapes}.get(spec.family, _shapes)(spec)]
+    entries = [(name, shape, "BF16", make(kind, shape, name)) for name, shape, kind in writer.shapes(spec)]
     if spec.fp8:
         config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                          "weight_block_size": [128, 128]}
@@ -479,7 +508,7 @@ def write_checkpoint(root: str | Path, spec: SyntheticSpec = SyntheticSpec(), *,
 
 def _to_fp8(entries: list) -> tuple[list, list]:
     """Matrices -> (F8_E4M3 codes, F32 weight_scale_inv); the rest unchanged. Also the exact float32 twin."""
-    from ..ggml_types import bf16_to_f32
+    from gguf_mtp.ggml_types import bf16_to_f32
 
     out, twin = [], []
     for name, shape, dtype, make in entries:
