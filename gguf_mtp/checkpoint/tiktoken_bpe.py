@@ -23,6 +23,7 @@ from ..errors import FormatError
 from ..files import read_input_text
 from ..ggufio.format import KV
 from .folder import load_json
+from .vocab_kvs import gpt2_vocab_kvs, special_kvs, token_id  # shared with the tokenizer.json path
 
 #: special-token slots after the base ranks: tokenization_kimi.py reserves 256 + 2 ids there and names the ones
 #: in ``added_tokens_decoder``, the rest ``<|reserved_token_{id}|>``; all are special (control) tokens
@@ -100,7 +101,6 @@ def encode_piece(ranks: dict[bytes, int], piece: bytes) -> list[int]:
 def _specials(root: Path, tok_config: dict[str, Any], n_base: int, n: int) -> dict[int, str]:
     """id -> name of every special token: the reserved slots after the base ranks, named from
     ``added_tokens_decoder`` where it names them, plus any other id it lists (each below ``n``)."""
-    from .tokenizer import token_id
 
     where = root / "tokenizer_config.json"
     decoder = tok_config.get("added_tokens_decoder") or {}
@@ -126,7 +126,6 @@ def tiktoken_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str,
     Ids below ``vocab_size`` that are neither a rank nor a special become ``[PAD<i>]`` (UNUSED), as llama.cpp's
     converter writes them.
     """
-    from .tokenizer import gpt2_vocab_kvs, special_kvs  # shared with the tokenizer.json path
 
     ranks = read_ranks(root / "tiktoken.model")
     tc_path = root / "tokenizer_config.json"
