@@ -18,7 +18,7 @@
 # and examples/ (CMakeLists.txt, speculative-simple/), and the llama_cpp/ Python package) and .carry/whl/{gguf,
 # diskcache}-*.whl (`serve` also starlette, uvicorn, typer). Environment: OUT (results), CUDA=0 (a CPU build: how this script is tested without a GPU),
 # LCPP (build folder; an existing build is reused), WORK (models), SITE and BDIR (Python packages, unpacked
-# sdist), LAYERS, VOCAB, WIDTHS, NOISE, QUANT, THREADS, BUDGET (seconds for the whole of `all`, default 540).
+# sdist), LAYERS, VOCAB, WIDTHS, NOISE, QUANT, THREADS, BUDGET (seconds for the whole of `all`, default 540), SBS_ARGS (more side_by_side.py options, e.g. --no-tools).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 T0=$SECONDS
@@ -91,7 +91,7 @@ all)
     left=$(( ${BUDGET:-540} - (SECONDS - T0) ))
     log "side-by-side benchmark, $left s left"
     PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 bench/side_by_side.py "${args[@]}" \
-        --bin "$LCPP/bin" --ngl $NGL ${THREADS:+--threads $THREADS} -n 128 --repeats 2 --tool-repeats 1 \
+        --bin "$LCPP/bin" --ngl $NGL ${THREADS:+--threads $THREADS} -n 128 --repeats 2 --tool-repeats 1 ${SBS_ARGS:-} \
         --out "$OUT/side-by-side.json" 2>&1 | tee "$OUT/side-by-side.txt" || log "side-by-side stopped early (time budget or error); the JSON keeps every finished model"
     log "done"
     ;;

@@ -20,7 +20,10 @@ import os
 import sys
 from pathlib import Path
 
-import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
+try:  # llama.cpp's libraries before numpy (README, CUDA pitfall); the "python" stage runs without them
+    import gguf_mtp.runtime  # noqa: F401
+except Exception:  # noqa: BLE001 - no llama.cpp yet (gpu.sh builds it meanwhile): conversions need none
+    pass
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic

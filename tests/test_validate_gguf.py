@@ -252,3 +252,21 @@ def test_graft_beyond_llama_cpps_layer_limit(files, tmp_path: Path) -> None:
     target = g.write(tmp_path / "deep.gguf")
     with pytest.raises(UnsupportedError, match="make 513 blocks, more than llama.cpp's 512"):
         surgery.graft(files["sidecar"], target, tmp_path / "o.gguf", progress=False)
+
+
+@pytest.mark.parametrize("key,value", [("full_attention_interval", 1000), ("attention.recurrent_layers", None)])
+def test_a_trunk_without_attention_is_refused(files, tmp_path: Path, key: str, value: int | None) -> None:
+    """A Qwen hybrid whose every trunk block is recurrent: llama.cpp cannot allocate its empty KV cache and aborts
+    the process (GGML_ASSERT in ggml-backend), at --no-mtp too. It is refused before llama.cpp sees it."""
+    g = RawGGUF.read(files["bundled"])
+    n = int(next(kv.value for kv in g.kvs if kv.key == g.key("block_count")))
+    kv = (KV.u32(g.key(key), value) if value is not None
+          else KV.array(g.key(key), GGUFValueType.BOOL, [True] * (n - 1) + [False]))  # only the MTP block attends
+    if value is not None:  # the interval counts only where the file has no per-layer array
+        g.drop(g.key("attention.recurrent_layers"))
+    bad = g.set(kv).write(tmp_path / "no-attention.gguf")
+    for op, err in every_op(bad, files, tmp_path):
+        assert isinstance(err, FormatError) and "none of the" in str(err) and "llama.cpp aborts" in str(err), (op, err)
+    r = subprocess.run([sys.executable, "-m", "gguf_mtp_cli.main", "run", str(bad), "--no-mtp", "-p", "x", "-n", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "none of the" in r.stderr, r.stderr[-500:]
