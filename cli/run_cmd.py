@@ -14,6 +14,8 @@ from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.files import read_input_text
 from gguf_mtp.ggufio.atomic import check_output, write_bytes
 
+from . import options as O
+
 if TYPE_CHECKING:  # at run time they are imported in run(), after llama.cpp (see gguf_mtp.runtime)
     from gguf_mtp.runtime import MTPSession, SamplerConfig
 
@@ -44,53 +46,28 @@ def run(
     list_devices: bool = typer.Option(False, "--list-devices",
                                       help="Print the devices this llama.cpp build can use (with --rpc: the servers' "
                                            "too) and exit."),
-    mtp: Path | None = typer.Option(None, "--mtp",
-                                    help="MTP sidecar to pair (default: the model's own head, or <name>-MTP.gguf / "
-                                         "mtp-<name>.gguf beside it)."),
-    no_mtp: bool = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation."),
-    require_mtp: bool = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding."),
+    mtp: Path | None = O.MTP,
+    no_mtp: bool = O.NO_MTP,
+    require_mtp: bool = O.REQUIRE_MTP,
     prompt: str | None = typer.Option(None, "--prompt", "-p",
                                       help="One-shot completion of this text (no chat template)."),
     prompt_file: Path | None = typer.Option(None, "--file", "-f", help="One-shot completion of the text in this file."),
     n_predict: int = typer.Option(256, "--n-predict", "-n", help="Tokens to generate (per answer in chat)."),
     system: str | None = typer.Option(None, "--system", "-sys", help="System message for chat."),
-    draft_n_max: str = typer.Option("3", "--spec-draft-n-max", "--draft-max",
-                                    help="Draft length, or 'auto' to adapt it to measured acceptance and cost."),
-    p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min",
-                                help="Stop drafting when the head's top token is less likely than this."),
-    prompt_window: int = typer.Option(0, "--spec-draft-prompt-window", min=0,
-                                      help="Give the MTP head only the last N tokens of each prompt (0: all). Bounds "
-                                           "the head's share of prompt processing on long prompts; output is "
-                                           "unchanged, early drafts may be accepted less often."),
-    n_gpu_layers: int = typer.Option(0, "--n-gpu-layers", "-ngl",
-                                     help="Layers to offload to the GPU (CUDA / Vulkan builds)."),
-    draft_gpu_layers: int | None = typer.Option(None, "--n-gpu-layers-draft", "-ngld",
-                                                help="GPU layers for a self-contained sidecar (default: as -ngl; all "
-                                                     "with --device-draft)."),
-    device: str | None = typer.Option(None, "--device", "-dev",
-                                      help="Comma-separated devices to offload the target to (none: no offload; "
-                                           "default: every GPU and RPC device). See --list-devices."),
-    device_draft: str | None = typer.Option(None, "--device-draft", "-devd",
-                                            help="Device(s) for the MTP head. A bundled or head-only head takes one "
-                                                 "device: its layers and the LM head after them go there, the trunk "
-                                                 "stays on --device. A self-contained sidecar is placed like its own "
-                                                 "model (default: as the target)."),
-    split_mode: str = typer.Option("layer", "--split-mode", "-sm",
-                                   help="How to split the target across devices: none (one device: --main-gpu), layer "
-                                        "(runs of layers), row (rows of each matrix), tensor (llama.cpp's experimental "
-                                        "tensor parallelism)."),
-    tensor_split: str | None = typer.Option(None, "--tensor-split", "-ts",
-                                            help="Proportion of the target per device, e.g. 3,1 (default: by free "
-                                                 "memory)."),
-    main_gpu: int = typer.Option(0, "--main-gpu", "-mg",
-                                 help="The device (index into the device list) for --split-mode none, or for "
-                                      "intermediate results with row."),
-    rpc: str | None = typer.Option(None, "--rpc",
-                                   help="Comma-separated RPC servers (host:port) whose devices join the device list "
-                                        "(before the local GPUs). No authentication: trusted networks only."),
+    draft_n_max: str = O.DRAFT_N_MAX,
+    p_min: float = O.P_MIN,
+    prompt_window: int = O.PROMPT_WINDOW,
+    n_gpu_layers: int = O.N_GPU_LAYERS,
+    draft_gpu_layers: int | None = O.DRAFT_GPU_LAYERS,
+    device: str | None = O.DEVICE,
+    device_draft: str | None = O.DEVICE_DRAFT,
+    split_mode: str = O.SPLIT_MODE,
+    tensor_split: str | None = O.TENSOR_SPLIT,
+    main_gpu: int = O.MAIN_GPU,
+    rpc: str | None = O.RPC,
     ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens."),
-    batch_size: int = typer.Option(512, "--batch-size", "-b", help="Prompt batch size."),
-    threads: int | None = typer.Option(None, "--threads", "-t", help="CPU threads."),
+    batch_size: int = O.BATCH_SIZE,
+    threads: int | None = O.THREADS,
     temp: float = typer.Option(0.0, "--temp", help="Temperature (0: greedy)."),
     top_k: int = typer.Option(40, "--top-k"),
     top_p: float = typer.Option(0.95, "--top-p"),

@@ -13,6 +13,7 @@ import typer
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.files import read_input_text
 
+from . import options as O
 from .run_cmd import _draft_n, _list_devices
 
 if TYPE_CHECKING:  # imported in serve() at run time, after llama.cpp (see gguf_mtp.runtime)
@@ -25,11 +26,9 @@ def serve(
     model: Path = typer.Argument(..., help="GGUF model (bundled, or trunk with a sidecar beside it)."),
     list_devices: bool = typer.Option(False, "--list-devices", is_eager=True, callback=_list_devices,
                                       help="Print the devices this llama.cpp build can use and exit."),
-    mtp: Path | None = typer.Option(None, "--mtp",
-                                    help="MTP sidecar to pair (default: the model's own head, or one found beside "
-                                         "it)."),
-    no_mtp: bool = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation."),
-    require_mtp: bool = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding."),
+    mtp: Path | None = O.MTP,
+    no_mtp: bool = O.NO_MTP,
+    require_mtp: bool = O.REQUIRE_MTP,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8080, "--port", min=0, max=65535,
                              help="Port to listen on (0: any free port, printed at start)."),
@@ -41,27 +40,20 @@ def serve(
                                        help="Require 'Authorization: Bearer KEY' (all but /health)."),
     chat_template_file: Path | None = typer.Option(None, "--chat-template-file",
                                                    help="Jinja chat template to use instead of the GGUF's."),
-    draft_n_max: str = typer.Option("3", "--spec-draft-n-max", "--draft-max", help="Draft length, or 'auto'."),
-    p_min: float = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min",
-                                help="Stop drafting when the head's top token is less likely than this."),
-    prompt_window: int = typer.Option(0, "--spec-draft-prompt-window", min=0,
-                                      help="Give the MTP head only the last N tokens of each prompt (0: all)."),
-    n_gpu_layers: int = typer.Option(0, "--n-gpu-layers", "-ngl", help="Layers to offload to the GPU."),
-    draft_gpu_layers: int | None = typer.Option(None, "--n-gpu-layers-draft", "-ngld",
-                                                help="GPU layers for a self-contained sidecar (default: as -ngl; all "
-                                                     "with --device-draft)."),
-    device: str | None = typer.Option(None, "--device", "-dev", help="Devices for the target, as run's."),
-    device_draft: str | None = typer.Option(None, "--device-draft", "-devd", help="Device for the MTP head, as run's."),
-    split_mode: str = typer.Option("layer", "--split-mode", "-sm", help="none, layer, row or tensor, as run's."),
-    tensor_split: str | None = typer.Option(None, "--tensor-split", "-ts",
-                                            help="Proportion of the target per device, e.g. 3,1."),
-    main_gpu: int = typer.Option(0, "--main-gpu", "-mg", help="The device for --split-mode none."),
-    rpc: str | None = typer.Option(None, "--rpc",
-                                   help="RPC servers (host:port,...) whose devices join the list. No authentication: "
-                                        "trusted networks only."),
+    draft_n_max: str = O.DRAFT_N_MAX,
+    p_min: float = O.P_MIN,
+    prompt_window: int = O.PROMPT_WINDOW,
+    n_gpu_layers: int = O.N_GPU_LAYERS,
+    draft_gpu_layers: int | None = O.DRAFT_GPU_LAYERS,
+    device: str | None = O.DEVICE,
+    device_draft: str | None = O.DEVICE_DRAFT,
+    split_mode: str = O.SPLIT_MODE,
+    tensor_split: str | None = O.TENSOR_SPLIT,
+    main_gpu: int = O.MAIN_GPU,
+    rpc: str | None = O.RPC,
     ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens, shared by the slots."),
-    batch_size: int = typer.Option(512, "--batch-size", "-b", help="Prompt batch size."),
-    threads: int | None = typer.Option(None, "--threads", "-t", help="CPU threads."),
+    batch_size: int = O.BATCH_SIZE,
+    threads: int | None = O.THREADS,
     n_predict: int = typer.Option(-1, "--n-predict", "-n",
                                   help="Default max_tokens (-1: until the end or the slot's context is full)."),
     temp: float = typer.Option(0.8, "--temp", help="Default temperature for requests that set none."),
