@@ -41,6 +41,7 @@ class Backend:
     lib: str  # its shared library in llama_cpp/lib (lib<lib>.so)
     reg: str  # its registration function
     gpu: bool  # offloads layers (-ngl)
+    remote: bool = False  # its devices are other machines', present only once servers are named (--rpc)
 
 
 # One row per backend llama-cpp-python can be built with on Linux (ggml/src/CMakeLists.txt, ggml-*.h).
@@ -51,7 +52,7 @@ BACKENDS: tuple[Backend, ...] = (
     Backend("GGML_VULKAN", "Vulkan", "ggml-vulkan", "ggml_backend_vk_reg", True),
     Backend("GGML_SYCL", "SYCL", "ggml-sycl", "ggml_backend_sycl_reg", True),
     Backend("GGML_OPENCL", "OpenCL", "ggml-opencl", "ggml_backend_opencl_reg", True),
-    Backend("GGML_RPC", "RPC", "ggml-rpc", "ggml_backend_rpc_reg", True),
+    Backend("GGML_RPC", "RPC", "ggml-rpc", "ggml_backend_rpc_reg", True, remote=True),
     Backend("GGML_BLAS", "BLAS", "ggml-blas", "ggml_backend_blas_reg", False),
 )
 CPU = Backend("", "CPU", "ggml-cpu", "ggml_backend_cpu_reg", False)
@@ -62,33 +63,26 @@ _LIB_NAME = re.compile(r"^lib[A-Za-z0-9_.+-]+\.so(\.[0-9]+)*$")
 MAX_LIB_BYTES = 4 << 30  # one library of a wheel; CUDA fat binaries stay well below
 
 
-def requested(cmake_args: str) -> list[Backend]:
-    """The backends ``CMAKE_ARGS`` turns on (``-DGGML_VULKAN=on``, ``-DGGML_CUDA:BOOL=ON``; the last setting
-    of an option wins, as in CMake). The CPU backend is always built and not listed."""
-    state: dict[str, bool] = {}
+def _defines(cmake_args: str) -> list[tuple[str, str]]:
+    """(name, value) of every ``-D<name>[:TYPE]=<value>`` in ``CMAKE_ARGS``, in order."""
     try:
         words = shlex.split(cmake_args)
     except ValueError:
         words = cmake_args.split()
-    for w in words:
-        m = re.fullmatch(r"-D([A-Za-z0-9_]+)(?::[A-Za-z]+)?=(.*)", w)
-        if m:
-            state[m.group(1).upper()] = m.group(2).strip().lower() in _TRUE
+    return [(m.group(1), m.group(2)) for w in words
+            if (m := re.fullmatch(r"-D([A-Za-z0-9_]+)(?::[A-Za-z]+)?=(.*)", w))]
+
+
+def requested(cmake_args: str) -> list[Backend]:
+    """The backends ``CMAKE_ARGS`` turns on (``-DGGML_VULKAN=on``, ``-DGGML_CUDA:BOOL=ON``; the last setting
+    of an option wins, as in CMake). The CPU backend is always built and not listed."""
+    state = {name.upper(): value.strip().lower() in _TRUE for name, value in _defines(cmake_args)}
     return [b for b in BACKENDS if state.get(b.option)]
 
 
 def cmake_define(cmake_args: str, name: str) -> str | None:
-    """The value ``CMAKE_ARGS`` gives ``-D<name>``, or None."""
-    val = None
-    try:
-        words = shlex.split(cmake_args)
-    except ValueError:
-        words = cmake_args.split()
-    for w in words:
-        m = re.fullmatch(rf"-D{re.escape(name)}(?::[A-Za-z]+)?=(.*)", w)
-        if m:
-            val = m.group(1)
-    return val
+    """The value ``CMAKE_ARGS`` gives ``-D<name>`` (the last one), or None."""
+    return next((v for n, v in reversed(_defines(cmake_args)) if n == name), None)
 
 
 # --------------------------------------------------------------------------------------------- probing
@@ -181,9 +175,9 @@ def files_present(libdir: Path) -> list[str]:
 
 
 def local_gpu(names: Sequence[str]) -> list[str]:
-    """The backends among ``names`` that offload to a device on this machine. RPC is left out: its devices
-    exist only once servers are named (``--rpc``), so a CPU+RPC build runs on the CPU until then."""
-    return [b.name for b in BACKENDS if b.gpu and b.name != "RPC" and b.name in names]
+    """The backends among ``names`` that offload to a device on this machine. Remote ones (RPC) are left out: their
+    devices exist only once servers are named (``--rpc``), so a CPU+RPC build runs on the CPU until then."""
+    return [b.name for b in BACKENDS if b.gpu and not b.remote and b.name in names]
 
 
 def _loaded_from_elsewhere(libdir: Path) -> list[str]:
@@ -331,10 +325,10 @@ def judge(pr: Probe, wanted: Sequence[Backend], what: str, cmake_args: str, requ
         devs = pr.devices_of(b.name)
         if devs:
             continue
-        if b.name == "RPC":  # RPC devices appear only once servers are named (--rpc)
-            if "RPC" not in pr.registries:
+        if b.remote:  # its devices appear only once servers are named (--rpc)
+            if b.name not in pr.registries:
                 ok = False
-                lines.append(f"error: {what}: the RPC backend did not register")
+                lines.append(f"error: {what}: the {b.name} backend did not register")
             continue
         hint = next((ln for ln in reversed(pr.log) if re.search(b.name[:4], ln, re.I)), "")
         state = "registered" if b.name in pr.registries else "did not register"

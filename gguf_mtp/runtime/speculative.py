@@ -305,16 +305,20 @@ class Engine:
         self.id_last = None
         return True
 
-    def sync(self, tokens: Sequence[int]) -> int:
-        """Make the conversation equal ``tokens`` (the last one left pending), reusing the longest common prefix
-        with what is already decoded; returns how many tokens were reused."""
+    def matching_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading ``tokens`` the conversation already holds (its decoded tokens, then the pending one)."""
         history = self.tokens + ([self.id_last] if self.id_last is not None else [])
-        common = 0
+        n = 0
         for a, b in zip(history, tokens):
             if a != b:
                 break
-            common += 1
-        common = min(common, len(tokens) - 1)  # always leave a token to decode
+            n += 1
+        return n
+
+    def sync(self, tokens: Sequence[int]) -> int:
+        """Make the conversation equal ``tokens`` (the last one left pending), reusing the longest common prefix
+        with what is already decoded; returns how many tokens were reused."""
+        common = min(self.matching_prefix(tokens), len(tokens) - 1)  # always leave a token to decode
         if common > len(self.tokens):  # id_last matches: keep it pending
             self.feed(tokens[common:])
             return common

@@ -77,14 +77,7 @@ class _Slot:
         self.t_prompt = self.t_gen0 = 0.0
 
     def common_prefix(self, tokens: list[int]) -> int:
-        e = self.engine
-        hist = e.tokens + ([e.id_last] if e.id_last is not None else [])
-        n = 0
-        for a, b in zip(hist, tokens):
-            if a != b:
-                break
-            n += 1
-        return 0 if self.dirty else n
+        return 0 if self.dirty else self.engine.matching_prefix(tokens)
 
 
 class Scheduler:
