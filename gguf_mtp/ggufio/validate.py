@@ -303,7 +303,7 @@ def check_tensor_set(path: Path, kv: Mapping[str, KV], names: Iterable[str]) -> 
                                   "layers")
     row = arch_row(arch)
     needs = row.recurrent_needs if row is not None else ()
-    if needs and any(b < n_trunk for b in blocks) and all(_recurrent(kv, arch, n_trunk)):
+    if row is not None and row.recurrent and any(b < n_trunk for b in blocks) and all(_recurrent(kv, arch, n_trunk)):
         # ggml cannot allocate the empty KV cache of a trunk without attention: llama.cpp aborts the process
         raise FormatError(f"{path}: none of the {n_trunk} trunk blocks is an attention block (full_attention_interval "
                           "or recurrent_layers make every one recurrent); llama.cpp aborts on such a file")

@@ -36,7 +36,7 @@ class DraftLength:
         self.k = self.k_max
         self._last = -1  # draft length of the previous step
         self._block: list[int] = [self.k_max] * self.BLOCK  # lengths still to run in the current exploration block
-        self._explored: set[int] = set()
+        self._explored = {self.k_max}  # lengths measured or being measured (k_max is the first block)
 
     def next(self, stats: Stats) -> int:
         """Draft length for the next step."""
@@ -60,7 +60,6 @@ class DraftLength:
 
     def _unexplored(self, stats: Stats) -> int | None:
         """The next length to measure: 1 after k_max, then the current best or a neighbour of it."""
-        self._explored.add(self.k_max)
         if 1 not in self._explored:
             return 1
         b = self.best(stats)
