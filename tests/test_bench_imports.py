@@ -8,6 +8,7 @@ before a GPU call does (it once cost a whole benchmark run).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -20,7 +21,7 @@ USES_RUNTIME = re.compile(r"gguf_mtp\.runtime|MTPSession|\bllama_cpp\b")
 SCRIPTS = sorted(p for p in BENCH.glob("*.py") if USES_RUNTIME.search(p.read_text()))
 
 PROBE = """
-import importlib.abc, runpy, sys
+import importlib.abc, json, runpy, sys
 order = []
 class Watch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
@@ -31,7 +32,7 @@ sys.meta_path.insert(0, Watch())
 sys.path.insert(0, sys.argv[2])
 sys.argv = [sys.argv[1]]
 runpy.run_path(sys.argv[0], run_name="imported_by_a_test")  # module level only: main() is not run
-print(order)
+print(json.dumps(order))
 """
 
 
@@ -51,6 +52,6 @@ def test_llama_cpp_loads_before_numpy(script: Path) -> None:
     r = subprocess.run([sys.executable, "-c", PROBE, str(script), str(BENCH)], capture_output=True, text=True,
                        timeout=300, cwd=BENCH.parent)
     assert r.returncode == 0, r.stderr[-2000:]
-    order = eval(r.stdout.strip().splitlines()[-1])  # noqa: S307 - our own probe's list of two names
+    order = json.loads(r.stdout.strip().splitlines()[-1])
     # first, at module level: a later import inside main() comes after whatever main() imported before it
     assert order[:1] == ["llama_cpp.llama_cpp"], f"{script.name}: imports {order} in this order at module level"
