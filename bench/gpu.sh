@@ -18,7 +18,7 @@
 # and examples/ (CMakeLists.txt, speculative-simple/), and the llama_cpp/ Python package) and .carry/whl/{gguf,
 # diskcache}-*.whl (`serve` also starlette, uvicorn, typer). Environment: OUT (results), CUDA=0 (a CPU build: how this script is tested without a GPU),
 # LCPP (build folder; an existing build is reused), WORK (models), SITE and BDIR (Python packages, unpacked
-# sdist), LAYERS, VOCAB, WIDTHS, NOISE, QUANT, THREADS, BUDGET (seconds for the whole of `all`, default 540), SBS_ARGS (more side_by_side.py options, e.g. --no-tools).
+# sdist), LAYERS, VOCAB, WIDTHS, NOISE, QUANT, THREADS, BUDGET (seconds for the whole of `all`, default 540), BUILD_EXTRA (more llama.cpp targets for `all`'s build, e.g. llama-server), SBS_ARGS (more side_by_side.py options, e.g. --no-tools).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 T0=$SECONDS
@@ -81,7 +81,7 @@ all)
     log "models (python stage) in the background, llama.cpp build in the foreground"
     models python > "$OUT/models.log" 2>&1 &
     MODELS=$!
-    build
+    build ${BUILD_EXTRA:-}
     wait "$MODELS" || { tail -20 "$OUT/models.log"; exit 1; }
     log "models: python stage done"
     models llama >> "$OUT/models.log" 2>&1 || { tail -20 "$OUT/models.log"; exit 1; }
