@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -92,6 +93,12 @@ def run_ours(model: Path, a: argparse.Namespace, sb, gbs: float | None) -> tuple
         gens = [plain.generate(PROMPT, max_tokens=a.n_predict) for _ in range(a.repeats)]
         ref = gens[0].tokens
         rows.append(_row("run --no-mtp", 0, _best([g.stats for g in gens], lambda s: s.decode_tps), sb, gbs))
+    # what a user gets: the breakdown's timer waits for the device after every decode, which costs a little
+    with MTPSession(model, mtp=False, **{**kw, "timings": False}) as plain:
+        plain.generate(PROMPT, max_tokens=8)
+        st = _best([plain.generate(PROMPT, max_tokens=a.n_predict).stats for _ in range(a.repeats)],
+                   lambda s: s.decode_tps)
+        rows.append(_row("run --no-mtp, timings off", 0, st, sb, gbs))
     checks = {"identical_to_plain": True, "differs": []}
     with MTPSession(model, mtp="auto", n_draft=kmax, **kw) as s:
         if not s.mtp_enabled:
@@ -108,6 +115,12 @@ def run_ours(model: Path, a: argparse.Namespace, sb, gbs: float | None) -> tuple
                 rows.append(_row("run auto, first", "auto", gens[0].stats, sb, gbs))
             rows.append(_row(f"run k={k}" if k != "auto" else "run auto, best", k,
                              _best([g.stats for g in gens], lambda x: x.decode_tps), sb, gbs))
+            if k == "auto" and s.engine.adaptive is not None:  # what the controller measured: why it chose as it did
+                ad = s.engine.adaptive
+                rows[-1]["auto_step_ms"] = {str(j): round(statistics.median(v) * 1e3, 3) for j, v in sorted(ad.times.items()) if v}
+                rows[-1]["auto_acceptance_at"] = [round(x, 4) for x in s.engine.stats.acceptance_at]
+                print(f"auto: median step ms by k {rows[-1]['auto_step_ms']}, acceptance {rows[-1]['auto_acceptance_at']}",
+                      file=sys.stderr)
         best = max((r for r in rows if isinstance(r["k"], int) and r["k"] > 0), key=lambda r: r["t/s"])
         # the best k again without the timer (what it costs), with host sampling and with the head's decodes
         # in the shapes they come (what the device sampler and stable shapes bring)
