@@ -91,19 +91,18 @@ def one_stream(port: int, prompt: str, n: int) -> dict | None:
     if r.status != 200:
         r.read()
         return None
-    first = last = first_event = None
+    first = last = None
     chunks = tokens = 0
     while line := r.readline():
         if line.startswith(b"data: [DONE]"):
             break  # llama-server keeps the connection open: reading on to EOF would wait for its keep-alive timeout
         if not line.startswith(b"data: "):
             continue
-        first_event = first_event or time.perf_counter()
         ev = json.loads(line[6:])
         if "error" in ev:
             return None
         ch = ev.get("choices") or [{}]
-        if ch[0].get("text"):
+        if "text" in ch[0] and ch[0].get("finish_reason") is None:  # a token event (its text may be held back)
             now = time.perf_counter()
             first = first or now
             last = now
@@ -115,7 +114,7 @@ def one_stream(port: int, prompt: str, n: int) -> dict | None:
     tokens = tokens or chunks
     if first is None:
         return None
-    return {"ttft": first - t0, "ttfe": (first_event or first) - t0, "itl": (last - first) / (tokens - 1) if tokens > 1 else 0.0, "tokens": tokens,
+    return {"ttft": first - t0, "itl": (last - first) / (tokens - 1) if tokens > 1 else 0.0, "tokens": tokens,
             "end": time.perf_counter()}
 
 
@@ -143,11 +142,10 @@ def drive(port: int, clients: int, seconds: float, n: int) -> dict:
     toks = sum(r["tokens"] for r in results)
     q = lambda xs, p: statistics.quantiles(xs, n=100)[p - 1] if len(xs) > 1 else (xs[0] if xs else 0.0)  # noqa: E731
     ttft = [r["ttft"] for r in results]
-    ttfe = [r["ttfe"] for r in results]  # first event of any kind: text held back (UTF-8, stops) shows as ttft > ttfe
     itl = [r["itl"] for r in results if r["tokens"] > 1]
     return {"clients": clients, "requests": len(results), "tokens": toks, "wall_s": round(wall, 2),
             "total_tps": round(toks / wall, 2) if wall else 0.0,
-            "ttft_ms_p50": round(q(ttft, 50) * 1e3, 1), "ttfe_ms_p50": round(q(ttfe, 50) * 1e3, 1), "ttft_ms_p90": round(q(ttft, 90) * 1e3, 1),
+            "ttft_ms_p50": round(q(ttft, 50) * 1e3, 1), "ttft_ms_p90": round(q(ttft, 90) * 1e3, 1),
             "itl_ms_p50": round(q(itl, 50) * 1e3, 2), "itl_ms_p90": round(q(itl, 90) * 1e3, 2)}
 
 
@@ -235,7 +233,7 @@ def main() -> None:
     _plot(rows, a.plot or a.out.with_suffix(".png"))
 
 
-COLS = ["server", "clients", "requests", "tokens", "total_tps", "ttft_ms_p50", "ttft_ms_p90", "ttfe_ms_p50", "itl_ms_p50",
+COLS = ["server", "clients", "requests", "tokens", "total_tps", "ttft_ms_p50", "ttft_ms_p90", "itl_ms_p50",
         "itl_ms_p90", "acceptance"]
 
 

@@ -173,6 +173,18 @@ def test_stream_concatenates_to_whole(srv: Server) -> None:
     assert cut.choices[0].finish_reason == "stop"
 
 
+def test_first_token_makes_an_event_even_when_its_text_is_held_back(srv: Server) -> None:
+    """Time to first token must be visible: a first token whose text waits (here: it could begin a stop
+    sequence) still makes an event, with empty text; the deltas still add up to the whole answer."""
+    p = PROMPTS[1]
+    full = srv.client.completions.create(model="tiny", prompt=p, max_tokens=N, temperature=0).choices[0].text
+    stop = full + "\u2603"  # the whole answer is a prefix of it: nothing can be released before the end
+    chunks = [c for c in srv.client.completions.create(model="tiny", prompt=p, max_tokens=N, temperature=0,
+                                                        stop=[stop], stream=True) if c.choices]
+    assert chunks[0].choices[0].text == "" and chunks[0].choices[0].finish_reason is None
+    assert "".join(c.choices[0].text for c in chunks) == full and len(full) > 0
+
+
 def test_seeded_sampling_is_reproducible(srv: Server, model: Path) -> None:
     p = PROMPTS[2]
     kw = dict(model="tiny", prompt=p, max_tokens=N, temperature=0.9, top_p=0.95, seed=7,

@@ -224,8 +224,8 @@ class Scheduler:
                 self._finish(slot, "stop")
                 return
             delta = text.push(self._piece(t))
-            if delta:
-                job.emit("text", delta)
+            if delta or slot.n == 1:  # the first token always makes an event: clients see generation start (TTFT)
+                job.emit("text", delta)  # even where its text is held back (a split character, a stop's prefix)
             if text.stopped:
                 self._finish(slot, "stop")
                 return
