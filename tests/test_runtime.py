@@ -234,6 +234,73 @@ def test_adaptive_draft_length(pairings) -> None:
         assert sum(g.stats.draft_lengths.values()) == g.stats.steps
 
 
+class Pattern:
+    """A stand-in for DraftLength that gives the engine a fixed sequence of draft lengths (0: a plain step)."""
+
+    def __init__(self, ks: list[int]) -> None:
+        self.ks, self.i, self.given = ks, 0, []  # type: ignore[var-annotated]
+
+    def next(self, stats) -> int:  # type: ignore[no-untyped-def]
+        k = self.ks[self.i % len(self.ks)]
+        self.i += 1
+        self.given.append(k)
+        return k
+
+    def observe(self, k: int, seconds: float) -> None:
+        assert k == self.given[-1]  # the length it was given, not the number drafted
+
+
+# a run of plain steps longer than the MTP queue (n_batch 32), then plain steps between drafts of every length
+PLAIN_THEN_MIXED = [0] * 36 + [3, 0, 2, 2, 0, 0, 1, 4, 0, 1, 0, 0, 0, 2]
+
+
+def check_plain_steps(g, given: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """Stats of a generation whose engine was given the draft lengths ``given``: plain steps counted as such."""
+    st = g.stats
+    assert st.steps == len(given) and st.plain_steps == given.count(0)
+    assert sum(st.draft_lengths.values()) == len(given) - given.count(0)
+    assert (st.drafted_at or [0])[0] == len(given) - given.count(0)  # a plain step is no rejected first draft
+    cut = st.plain_steps + sum(st.draft_lengths.values()) + st.accepted - st.emitted  # tokens past max_tokens
+    assert 0 <= cut < 4 and (cut == 0 or given[-1] > 0)
+    if st.plain_steps < st.steps:  # tokens per drafting step
+        assert st.mean_accepted_length == pytest.approx(1 + (st.accepted - cut) / (st.steps - st.plain_steps))
+    d = st.to_dict()
+    assert d["plain_steps"] == st.plain_steps and d["mean_accepted_length"] == round(st.mean_accepted_length, 3)
+
+
+@pytest.mark.parametrize("family", ["qwen35", "glm4moe"])
+def test_plain_steps_are_lossless(pairings, family: str) -> None:
+    """Steps with no drafts (what ``auto`` runs when plain decoding is fastest), alone and between drafting
+    steps: output identical to plain decoding, greedy and seeded; the head is fed every position meanwhile, so
+    the drafts after them are as good as ever."""
+    model, mtp = pairings[family]["bundled"]
+    seeded = SamplerConfig(temp=0.7, seed=7)
+    with session(model, False) as plain:
+        ref = plain.generate(LONG, max_tokens=80).tokens
+        ref_sampled = plain.generate(LONG, max_tokens=80, sampling=seeded).tokens
+        ref_chat = conversation(plain)
+    with session(model, mtp, n_draft=4) as s:
+        s.engine.k = 0  # a fixed length of 0: every step plain
+        g = s.generate(LONG, max_tokens=80)
+        assert g.tokens == ref and g.stats.drafted == 0 and g.stats.plain_steps == g.stats.steps == len(ref)
+        assert g.stats.mean_accepted_length == 1.0
+    with session(model, mtp, n_draft=4) as s:
+        for sampling, want in ((None, ref), (seeded, ref_sampled)):
+            s.engine.adaptive = pat = Pattern(PLAIN_THEN_MIXED)  # type: ignore[assignment]
+            g = s.generate(LONG, max_tokens=80, sampling=sampling)
+            assert g.tokens == want
+            check_plain_steps(g, pat.given)
+        s.engine.adaptive = Pattern([0, 0, 3, 0, 1])  # type: ignore[assignment]
+        assert conversation(s) == ref_chat
+        assert 0 < s.stats.accepted < s.stats.drafted and s.stats.plain_steps > 36  # real accepts and rejects
+    # a head that is always right stays always right after plain steps: it was fed every position meanwhile
+    with session(pairings.converted(family, "bundled", oracle_head=True, trunk_scale=0.0), "auto", n_draft=4) as s:
+        s.engine.adaptive = pat = Pattern([0, 0, 0, 4, 0, 1, 0, 0, 2, 3])  # type: ignore[assignment]
+        g = s.generate(LONG, max_tokens=80)
+        check_plain_steps(g, pat.given)
+        assert g.stats.acceptance_at == [1.0, 1.0, 1.0, 1.0] and g.stats.drafted_at[0] >= 3
+
+
 def test_p_min_stops_drafts(pairings) -> None:
     model, mtp = pairings["qwen35"]["bundled"]
     with session(model, mtp, n_draft=4, p_min=0.999) as s:
