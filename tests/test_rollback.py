@@ -129,6 +129,9 @@ def test_plain_steps_are_lossless_and_save_nothing(q3n, reference, native, spec:
         s.engine.adaptive = None
         s.engine.k = 0  # every step plain: the rewinds between turns still work
         assert conversation(s) == reference["chat"]
+    with session(model, mtp, n_draft=4, rollback=spec, adaptive=True) as s:
+        g = s.generate(LONG, max_tokens=48)
+        assert g.tokens == reference["greedy"] and g.stats.plain_steps >= 3
 
 
 @pytest.mark.parametrize("spec", ["auto", "replay"])

@@ -226,12 +226,20 @@ def test_a_head_that_is_always_right_is_always_accepted(converted, family: str, 
 
 def test_adaptive_draft_length(pairings) -> None:
     model, mtp = pairings["qwen35"]["bundled"]
+    seeded = SamplerConfig(temp=0.7, seed=7)
     with session(model, False) as plain:
         ref = plain.generate(LONG, max_tokens=64).tokens
+        ref_sampled = plain.generate(LONG, max_tokens=64, sampling=seeded).tokens
     with session(model, mtp, n_draft=4, adaptive=True) as s:
         g = s.generate(LONG, max_tokens=64)
         assert g.tokens == ref
-        assert sum(g.stats.draft_lengths.values()) == g.stats.steps
+        st = g.stats
+        assert st.steps >= 9  # the exploration blocks: 4, 1, then 0 (plain steps)
+        assert st.plain_steps >= 3 and sum(st.draft_lengths.values()) + st.plain_steps == st.steps
+        assert st.draft_lengths.get(4, 0) >= 3 and st.draft_lengths.get(1, 0) >= 3
+        n = st.steps - st.plain_steps  # tokens per drafting step (the last step's may be cut at max_tokens)
+        assert 1 + (st.accepted - 4) / n <= st.mean_accepted_length <= 1 + st.accepted / n
+        assert s.generate(LONG, max_tokens=64, sampling=seeded).tokens == ref_sampled
 
 
 class Pattern:
@@ -383,6 +391,26 @@ def test_cli_completion_chat_and_stats(pairings, tmp_path: Path, capsys, monkeyp
     assert err.count("tok/step") >= 2 and "session:" in err
     assert main(["run", str(model), "--no-mtp", "--require-mtp", "-p", "x"]) == 2
     assert main(["run", str(model), "--spec-draft-n-max", "0", "-p", "x"]) == 2
+
+
+def test_cli_auto_counts_plain_steps_apart(pairings, tmp_path: Path, capsys) -> None:
+    """`run --spec-draft-n-max auto --stats-json`: the plain steps auto explores (and on this 2-core CPU, where a
+    tiny model's drafting steps cost more than they bring, settles on) are counted apart from drafting steps."""
+    import json
+
+    model, mtp = pairings["qwen35"]["bundled"]
+    stats = tmp_path / "s.json"
+    with session(model, False) as plain:
+        ref = plain.generate(LONG, max_tokens=40).text
+    assert main(["run", str(model), "-p", LONG, "-n", "40", "--spec-draft-n-max", "auto", "--stats-json", str(stats),
+                 "-c", "512", "-t", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.rstrip("\n") == ref
+    d = json.loads(stats.read_text())
+    assert d["n_draft_max"] == 4 and len(d["acceptance_at"]) == 4  # k=4 explored first
+    assert d["plain_steps"] >= 3 and d["plain_steps"] + sum(d["draft_lengths"].values()) == d["steps"]
+    assert "0" not in d["draft_lengths"] and d["drafted_at"][0] == sum(d["draft_lengths"].values())
+    assert f"{d['plain_steps']} of {d['steps']} steps plain" in err and "tok/step" in err
 
 
 @pytest.mark.parametrize("k", [1, 3])
