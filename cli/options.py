@@ -10,7 +10,8 @@ MTP = typer.Option(None, "--mtp", help="MTP sidecar to pair (default: the model'
 NO_MTP = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation.")
 REQUIRE_MTP = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding.")
 DRAFT_N_MAX = typer.Option("3", "--spec-draft-n-max", "--draft-max",
-                           help="Draft length, or 'auto' to adapt it to measured acceptance and cost.")
+                           help="Draft length, or 'auto' to adapt it to measured acceptance and cost (k up to 4; it "
+                                "decodes plainly, with no drafts, where that is fastest).")
 P_MIN = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min",
                      help="Stop drafting when the head's top token is less likely than this.")
 PROMPT_WINDOW = typer.Option(0, "--spec-draft-prompt-window", min=0,

@@ -1,5 +1,6 @@
 """``--spec-draft-n-max auto`` (runtime/adaptive.py) on simulated steps: it must find the draft length with the
-best tokens per second from timings and acceptance alone, with little exploration, and never go below 1."""
+best tokens per second from timings and acceptance alone, with little exploration, plain decoding (k=0) included
+where drafting loses at every length, and come back to drafting when the head becomes worth it."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from gguf_mtp.runtime.stats import Stats
 class Fixed(DraftLength):
     def __init__(self, k: int) -> None:
         super().__init__(k)
+        self.fixed = k
 
     def next(self, stats: Stats) -> int:
-        return self.k_max
+        return self.fixed
 
 
 def simulate(acc: list[float], cost: callable, k_max: int, steps: int = 200, noise: float = 0.0,
@@ -25,14 +27,17 @@ def simulate(acc: list[float], cost: callable, k_max: int, steps: int = 200, noi
     probability acc[i] (a prefix probability, as Stats.acceptance_at measures it) and cost ``cost(k)``
     seconds (times up to 1 + noise). Returns the controller, the stats and the tokens per second reached."""
     rng = random.Random(seed)
-    c, st = (Fixed(fixed) if fixed else DraftLength(k_max)), Stats(n_draft_max=k_max)
+    c, st = (Fixed(fixed) if fixed is not None else DraftLength(k_max)), Stats(n_draft_max=k_max)
     tokens = seconds = 0.0
     for _ in range(steps):
         k = c.next(st)
-        assert 1 <= k <= k_max
+        assert 0 <= k <= k_max
         u = rng.random()
         j = sum(1 for i in range(k) if u < acc[i])  # prefix probabilities: u below acc[i] <=> i+1 accepted
-        st.record(k, j)
+        if k:
+            st.record(k, j)
+        else:  # as the engine counts a plain step
+            st.plain_steps += 1
         st.steps += 1
         dt = cost(k) * (1 + noise * rng.random())
         c.observe(k, dt)
@@ -41,28 +46,40 @@ def simulate(acc: list[float], cost: callable, k_max: int, steps: int = 200, noi
 
 
 def best_fixed(acc: list[float], cost: callable, k_max: int) -> tuple[int, float]:
-    rates = {k: (1 + sum(acc[:k])) / cost(k) for k in range(1, k_max + 1)}
+    rates = {k: (1 + sum(acc[:k])) / cost(k) for k in range(0, k_max + 1)}
     k = max(rates, key=rates.get)
     return k, rates[k]
 
 
-@pytest.mark.parametrize("acc,cost", [
-    ([1.0, 1.0, 1.0, 1.0], lambda k: 1.0 + 0.15 * k),     # a head that is always right, GPU-like costs: k=4
-    ([0.8, 0.6, 0.4, 0.25], lambda k: 1.0 + 0.2 * k),     # ~80/60/40%: k=3 or 4
-    ([0.8, 0.8, 0.8, 0.8], lambda k: 1.0 + 0.25 * k),     # prefix probabilities summed, not multiplied: k=4
-    ([0.3, 0.1, 0.03, 0.01], lambda k: 1.0 + 0.3 * k),    # a poor head: k=1, never less
-    ([0.75, 0.5, 0.3, 0.2], lambda k: 0.5 * (k + 1)),     # compute-bound (CPU): k=1
+def steps_at(st: Stats, k: int) -> int:
+    return st.plain_steps if k == 0 else st.draft_lengths.get(k, 0)
+
+
+@pytest.mark.parametrize("acc,draft_cost,plain,best", [
+    ([1.0, 1.0, 1.0, 1.0], lambda k: 1.0 + 0.15 * k, 0.9, {4}),     # a head that is always right, GPU-like costs
+    ([0.8, 0.6, 0.4, 0.25], lambda k: 1.0 + 0.2 * k, 0.9, {3, 4}),  # ~80/60/40%
+    ([0.8, 0.8, 0.8, 0.8], lambda k: 1.0 + 0.25 * k, 0.9, {4}),     # prefix probabilities summed, not multiplied
+    ([0.3, 0.1, 0.03, 0.01], lambda k: 1.0 + 0.3 * k, 1.2, {1}),    # a poor head, plain steps not much cheaper
+    ([0.3, 0.1, 0.03, 0.01], lambda k: 1.0 + 0.3 * k, 0.9, {0}),    # the same head where plain steps are cheap
+    ([0.75, 0.5, 0.3, 0.2], lambda k: 0.5 * (k + 1), 0.5, {0}),     # compute-bound (2-core CPU): plain decoding
 ])
-def test_auto_reaches_the_best_fixed_draft_length(acc, cost) -> None:
-    true = {k: (1 + sum(acc[:k])) / cost(k) for k in range(1, 5)}
+def test_auto_reaches_the_best_fixed_draft_length(acc, draft_cost, plain, best) -> None:
+    cost = lambda k: plain if k == 0 else draft_cost(k)  # noqa: E731
+    true = {k: (1 + sum(acc[:k])) / cost(k) for k in range(0, 5)}
+    assert best_fixed(acc, cost, 4)[0] in best  # the case is what its comment says
     good = {k for k, r in true.items() if r >= 0.97 * max(true.values())}  # lengths within 3% of the best
-    c, st, rate = simulate(acc, cost, 4, noise=0.1)
-    assert c.best(st) in good
-    # exploration and probes included: within 5% of the best fixed length over 200 steps (the same draws)
-    rate_best = max(simulate(acc, cost, 4, noise=0.1, fixed=k)[2] for k in range(1, 5))
-    assert rate >= 0.95 * rate_best, (rate, rate_best)
-    # and it spends most steps there
-    assert sum(st.draft_lengths.get(k, 0) for k in good) >= 0.8 * st.steps
+    # exploring k_max first costs 2.5 plain steps a step where plain decoding is best on a compute-bound back-end
+    floor = 0.90 if best == {0} else 0.95
+    shares = []
+    for seed in range(5):
+        c, st, rate = simulate(acc, cost, 4, noise=0.1, seed=seed)
+        assert c.best(st) in good, seed
+        # exploration and probes included: near the best fixed length over 200 steps (the same draws)
+        rate_best = max(simulate(acc, cost, 4, noise=0.1, seed=seed, fixed=k)[2] for k in range(0, 5))
+        assert rate >= floor * rate_best, (seed, rate, rate_best)
+        shares.append(sum(steps_at(st, k) for k in good) / st.steps)
+    # and it spends most steps there (in a typical run: a few draws of acceptance can mislead it for a while)
+    assert sorted(shares)[2] >= 0.8, shares
 
 
 def test_rebuild_outliers_do_not_move_the_choice() -> None:
@@ -82,33 +99,142 @@ def test_rebuild_outliers_do_not_move_the_choice() -> None:
 def test_exploration_is_short_and_in_blocks() -> None:
     c, st = DraftLength(4), Stats(n_draft_max=4)
     ks = []
-    for _ in range(14):
+    for _ in range(17):
         ks.append(c.next(st))
-        st.record(ks[-1], ks[-1])
+        if ks[-1]:
+            st.record(ks[-1], ks[-1])
+        else:
+            st.plain_steps += 1
         st.steps += 1
         c.observe(ks[-1], 1.0 + 0.1 * ks[-1])
-    # k_max, 1, then the best (4, measured) and its untried neighbour; blocks, so one rebuild per length
-    assert ks[:9] == [4, 4, 4, 1, 1, 1, 3, 3, 3]
-    assert ks[9:] == [4] * 5  # 4 is best, its neighbour 3 measured: done
-    assert DraftLength(1).next(st) == 1
+    # k_max, 1, 0 (plain), then the best (4, measured) and its untried neighbour; blocks, so one rebuild per length
+    assert ks[:12] == [4, 4, 4, 1, 1, 1, 0, 0, 0, 3, 3, 3]
+    assert ks[12:] == [4] * 5  # 4 is best, its neighbour 3 measured: done
+    # the first step of each block is not timed
+    assert {k: len(v) for k, v in c.times.items()} == {4: 2 + 4, 1: 2, 0: 2, 3: 2}
+    c1 = DraftLength(1)
+    assert [c1.next(st) for _ in range(3)] == [1, 1, 1]
+    for _ in range(3):
+        c1.observe(1, 1.0)
+    assert c1.next(st) == 0  # one draft at most: plain decoding is still measured against it
 
 
 # Measured on an H100 (bench/reference/side-by-side-h100): acceptance by position at k=4 and the median step
 # time at each k (ms). The cost bends upwards, so a line through k=1 and k=4 picks k=4 where k=3 is best.
+# k=0: run --no-mtp.
 H100 = {
-    "perfect head": ([1.0, 1.0, 1.0, 1.0], {1: 3.564, 2: 4.698, 3: 5.802, 4: 7.431}),
-    "noisy head": ([0.94, 0.89, 0.83, 0.71], {1: 3.842, 2: 4.788, 3: 5.976, 4: 7.6}),
-    "Q4_K_M trunk": ([0.93, 0.87, 0.78, 0.71], {1: 3.776, 2: 5.005, 3: 6.493, 4: 7.88}),
+    "perfect head": ([1.0, 1.0, 1.0, 1.0], {0: 2.297, 1: 3.564, 2: 4.698, 3: 5.802, 4: 7.431}),
+    "noisy head": ([0.94, 0.89, 0.83, 0.71], {0: 2.258, 1: 3.842, 2: 4.788, 3: 5.976, 4: 7.6}),
+    "Q4_K_M trunk": ([0.93, 0.87, 0.78, 0.71], {0: 2.199, 1: 3.776, 2: 5.005, 3: 6.493, 4: 7.88}),
+    # bench/reference/qwen3next-h100.txt: a Qwen3-Next target, rejected drafts undone by replay. The ~70% head
+    # (store=seq, merge=16; acceptance of its k=3 row, position 4 of its k=4 row) loses at every k: best 0.78x
+    "qwen3next 70% head": ([0.76, 0.59, 0.46, 0.29], {0: 2.59, 1: 7.43, 2: 8.23, 3: 9.3, 4: 11.09}),
+    "qwen3next perfect head": ([1.0, 1.0, 1.0, 1.0], {0: 2.59, 1: 4.28, 2: 5.51, 3: 6.56, 4: 7.98}),  # state-device
 }
 
 
-@pytest.mark.parametrize("name", H100)
-@pytest.mark.parametrize("steps", [30, 200])  # 128 tokens at ~4 a step is ~30 steps
+# share of the best fixed length's rate that auto must reach in so many steps, exploration and probes included
+FLOOR = {30: 0.90, 200: 0.95}
+# where plain decoding wins, exploring k=4 and k=1 costs 3-4 plain steps a step (the best fixed length, plain, pays
+# nothing), and so does each probe at k=1 later: over 30 steps auto is only level with drafting's best (0.78x);
+# the probes cost 5% for good (1000 steps: 0.95)
+FLOOR_PLAIN = {30: 0.75, 200: 0.88, 1000: 0.94}
+
+
+@pytest.mark.parametrize("name,steps", [(n, s) for n in H100 for s in (30, 200)]  # 128 tokens at ~4 a step: 30
+                         + [("qwen3next 70% head", 1000)])
 def test_auto_on_measured_h100_costs(name: str, steps: int) -> None:
     acc, ms = H100[name]
     cost = ms.__getitem__
     k_best, _ = best_fixed(acc, cost, 4)
+    assert (k_best == 0) is name.startswith("qwen3next 70%")
+    floor = (FLOOR_PLAIN if k_best == 0 else FLOOR)[steps]
     c, st, rate = simulate(acc, cost, 4, steps=steps, noise=0.05)
     rate_best = simulate(acc, cost, 4, steps=steps, noise=0.05, fixed=k_best)[2]
-    assert c.best(st) == k_best
-    assert rate >= (0.95 if steps >= 200 else 0.90) * rate_best, (rate / rate_best)
+    true = lambda k: (1 + sum(acc[:k])) / cost(k)  # noqa: E731
+    if steps >= 200:
+        assert c.best(st) == k_best
+    else:  # two timed steps at each length so far: within the 5% noise of the best
+        assert true(c.best(st)) >= 0.95 * true(k_best), c.best(st)
+    assert rate >= floor * rate_best, (rate / rate_best)
+    if k_best == 0:
+        assert st.plain_steps >= 0.85 * steps - 9  # after the 9 steps that explore k_max, 1 and 0
+
+
+
+def run(c: DraftLength, st: Stats, steps: int, acc: list[float], cost, rng: random.Random) -> list[int]:
+    """``steps`` more steps of ``c`` (acceptance and costs may change between calls); the lengths it chose."""
+    ks = []
+    for _ in range(steps):
+        k = c.next(st)
+        ks.append(k)
+        u = rng.random()
+        j = sum(1 for i in range(k) if u < acc[i])
+        if k:
+            st.record(k, j)
+        else:
+            st.plain_steps += 1
+        st.steps += 1
+        c.observe(k, cost(k) * (1 + 0.05 * rng.random()))
+    return ks
+
+
+QWEN3NEXT_70, QWEN3NEXT_COST = H100["qwen3next 70% head"][0], H100["qwen3next 70% head"][1].__getitem__
+
+
+def test_plain_decoding_keeps_probing_one_draft() -> None:
+    """At 0 the head is still asked for one draft every PROBE_EVERY steps (its acceptance), and one of those
+    probes in PLAIN_TIMED is two steps, the second timed: no length stays unmeasured for good."""
+    c, st, rng = DraftLength(4), Stats(n_draft_max=4), random.Random(1)
+    ks = run(c, st, 40, QWEN3NEXT_70, QWEN3NEXT_COST, rng)
+    assert ks[:9] == [4, 4, 4, 1, 1, 1, 0, 0, 0] and c.best(st) == 0
+    drafted = st.drafted_at[0]
+    t1 = len(c.times[1])
+    ks = run(c, st, 8 * c.PROBE_EVERY, QWEN3NEXT_70, QWEN3NEXT_COST, rng)
+    ones = [i for i, k in enumerate(ks) if k == 1]
+    assert set(ks) == {0, 1} and c.best(st) == 0
+    # one probe every PROBE_EVERY steps: 8 of them, 2 of them timed blocks of two steps
+    assert len(ones) == 8 + 8 // c.PLAIN_TIMED and st.drafted_at[0] - drafted == len(ones)
+    assert max(b - a for a, b in zip(ones, ones[1:])) <= c.PROBE_EVERY
+    assert len(c.times[1]) - t1 == 8 // c.PLAIN_TIMED  # the second step of each timed block
+    assert st.plain_steps >= 8 * c.PROBE_EVERY - len(ones) - 3  # the rest plain (+ the 0 block explored)
+
+
+def back_to_drafting(ks: list[int], k: int | None = None) -> int:
+    """Index of the first of 8 steps in a row that draft (``k`` each, when given); len(ks) when none."""
+    ok = (lambda x: x > 0) if k is None else (lambda x: x == k)
+    return next((i for i in range(len(ks) - 7) if all(ok(x) for x in ks[i:i + 8])), len(ks))
+
+
+# Going back takes a few hundred steps: the acceptance is counted over the whole session (the early poor drafts
+# weigh until the probes' new ones outnumber them) and a step time is the median of the last KEEP timed steps
+# at that length (old slow ones until the timed probes outnumber them). Measured over seeds 0-3: back to
+# drafting after 190-500 steps, at the best length (4) after 650-1000. The bounds leave some room.
+@pytest.mark.parametrize("seed", range(4))
+def test_plain_decoding_is_left_when_the_head_becomes_useful(seed: int) -> None:
+    """A head that is poor on one kind of text and always right on the next: 0 first, then drafting again."""
+    c, st, rng = DraftLength(4), Stats(n_draft_max=4), random.Random(seed)
+    cost = H100["qwen3next perfect head"][1].__getitem__  # the same target; the good head is always right
+    run(c, st, 100, [0.2, 0.05, 0.0, 0.0], cost, rng)
+    assert c.best(st) == 0
+    ks = run(c, st, 40 * c.PROBE_EVERY, [1.0] * 4, cost, rng)
+    assert back_to_drafting(ks) <= 20 * c.PROBE_EVERY
+    assert back_to_drafting(ks, 4) <= 35 * c.PROBE_EVERY
+    assert c.best(st) == best_fixed([1.0] * 4, cost, 4)[0] == 4
+    assert ks[-c.PROBE_EVERY:].count(4) >= c.PROBE_EVERY - 2  # probes aside
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_plain_decoding_is_left_when_drafting_becomes_cheaper(seed: int) -> None:
+    """Drafts measured 4x slower during exploration (the machine was busy): the timed probes at k=1 measure
+    them again, and the choice goes back to drafting."""
+    c, st, rng = DraftLength(4), Stats(n_draft_max=4), random.Random(seed)
+    acc, fast = [0.9, 0.8, 0.7, 0.6], (lambda k: 1.0 if k == 0 else 1.0 + 0.2 * k)
+    slow = lambda k: 1.0 if k == 0 else 4.0 * fast(k)  # noqa: E731
+    run(c, st, 40, acc, slow, rng)
+    assert c.best(st) == 0
+    ks = run(c, st, 40 * c.PROBE_EVERY, acc, fast, rng)
+    assert back_to_drafting(ks) <= 20 * c.PROBE_EVERY
+    assert back_to_drafting(ks, 4) <= 35 * c.PROBE_EVERY
+    assert c.best(st) == best_fixed(acc, fast, 4)[0] == 4
+    assert ks[-c.PROBE_EVERY:].count(4) >= c.PROBE_EVERY - 2

@@ -16,7 +16,17 @@ from gguf_mtp.runtime import archs as archs_mod
 from gguf_mtp.runtime.archs import ArchFacts
 from gguf_mtp.runtime.llama import Context, Model, _ll
 
-from .test_runtime import CHAT_TURNS, LONG, NGL, ORACLE, conversation, lossless_spec
+from .test_runtime import (
+    CHAT_TURNS,
+    LONG,
+    NGL,
+    ORACLE,
+    PLAIN_THEN_MIXED,
+    Pattern,
+    check_plain_steps,
+    conversation,
+    lossless_spec,
+)
 from .test_runtime import session as _session
 
 
@@ -85,6 +95,43 @@ def test_every_replay_variant_is_lossless(q3n, reference, spec: str) -> None:
         assert g.tokens == reference["greedy"]
         assert 0 < g.stats.accepted < g.stats.drafted
         assert conversation(s) == reference["chat"]
+
+
+@pytest.mark.parametrize("spec", ["auto", "replay:every=3", "replay:store=state-device,every=2,merge=4"])
+def test_plain_steps_are_lossless_and_save_nothing(q3n, reference, native, spec: str) -> None:
+    """Steps without drafts (``auto`` choosing plain decoding) between drafting steps on a target whose state is
+    undone by replay: output identical to plain decoding, and a plain step saves no state (nothing of it can be
+    rejected) beyond one save every Replay.PLAIN_EVERY steps, which keeps chat rewinds short."""
+    from gguf_mtp.runtime.rollback import Replay
+
+    model, mtp = q3n["bundled"]
+    with session(model, mtp, n_draft=4, rollback=spec) as s:
+        rb = s.engine.rollback
+        saves: list[int] = []
+        if not native:
+            assert isinstance(rb, Replay)
+            save = rb.store.save
+            rb.store.save = lambda: saves.append(len(s.engine.tokens)) or save()  # type: ignore[method-assign]
+        for sampling, want in ((None, reference["greedy"]), (SamplerConfig(temp=0.7, seed=7), reference["sampled"])):
+            if NGL and sampling is not None:
+                continue  # CUDA's MoE kernels: a sampled token can flip (test_runtime)
+            s.engine.adaptive = pat = Pattern(PLAIN_THEN_MIXED)  # type: ignore[assignment]
+            saves.clear()
+            g = s.generate(LONG, max_tokens=48, sampling=sampling)
+            assert g.tokens == want
+            check_plain_steps(g, pat.given)
+            if not native:  # the 36 plain steps at the start save once or twice (the first, then PLAIN_EVERY)
+                n_draft_steps = len(pat.given) - pat.given.count(0)
+                assert 1 <= len(saves) <= 2 + n_draft_steps + pat.given.count(0) // Replay.PLAIN_EVERY
+                assert len([p for p in saves if p < g.stats.prompt_tokens - 1 + 36]) == 2  # at +0 and +32
+        s.engine.adaptive = Pattern([0, 0, 3, 0, 1])  # type: ignore[assignment]
+        assert conversation(s) == reference["chat"]
+        s.engine.adaptive = None
+        s.engine.k = 0  # every step plain: the rewinds between turns still work
+        assert conversation(s) == reference["chat"]
+    with session(model, mtp, n_draft=4, rollback=spec, adaptive=True) as s:
+        g = s.generate(LONG, max_tokens=48)
+        assert g.tokens == reference["greedy"] and g.stats.plain_steps >= 3
 
 
 @pytest.mark.parametrize("spec", ["auto", "replay"])
@@ -169,9 +216,47 @@ def test_slots_stepped_together_roll_back_their_own_state(q3n, native, spec: str
         st = [e.stats for e in s.engines]
         assert all(0 < x.accepted < x.drafted for x in st)
         assert native or all(x.replayed_tokens > 0 for x in st)
+        # plain steps (auto's k=0) in one slot or both, next to drafting steps of the other
+        pats = [Pattern([0, 0, 3, 0, 1, 0, 0, 0, 2]), Pattern([2, 0, 0, 3, 0])]  # lengths up to n_draft (3)
+        for e, p, pat in zip(s.engines, prompts, pats):
+            e.reset()
+            e.feed(p)
+            e.adaptive = pat  # type: ignore[assignment]
+            e.stats = type(e.stats)(n_draft_max=e.n_draft_max)
+        samplers = [Sampler(SamplerConfig()) for _ in prompts]
+        mixed: list[list[int]] = [[], []]
+        while min(map(len, mixed)) < n:
+            for o, emitted in zip(mixed, multi.step(s.engines, samplers)):
+                o.extend(emitted)
+        for e, pat in zip(s.engines, pats):
+            x = e.stats
+            assert x.steps == len(pat.given) and x.plain_steps == pat.given.count(0) > 0
+            assert sum(x.draft_lengths.values()) == x.drafted_at[0] == len(pat.given) - pat.given.count(0)
+            assert 0 < x.accepted
+        # steps where every slot decodes plainly make no MTP decode: the tokens wait in each engine's queue
+        mtp = s.engines[0].mtp
+        sizes: list[int] = []
+        decode = mtp.decode_batch
+        mtp.decode_batch = lambda b: sizes.append(b.n) or decode(b)  # type: ignore[method-assign]
+        queued = [e.mbatch.n for e in s.engines]
+        for e in s.engines:
+            e.adaptive = Pattern([0])  # type: ignore[assignment]
+        for _ in range(4):
+            for o, emitted in zip(mixed, multi.step(s.engines, samplers)):
+                o.extend(emitted)
+        assert sizes == [] and [e.mbatch.n for e in s.engines] == [q + 4 for q in queued]
+        for e in s.engines:
+            e.adaptive = Pattern([2])  # type: ignore[assignment]
+        for _ in range(3):
+            for o, emitted in zip(mixed, multi.step(s.engines, samplers)):
+                o.extend(emitted)
+        assert sizes[:2] == [q + 4 for q in queued] and all(e.mbatch.n == 0 for e in s.engines)  # each queue, once
     with session(model, False, n_ctx=2048) as plain:
         refs = [plain.generate(p, max_tokens=n).tokens for p in prompts]
+        longer = [plain.generate(p, max_tokens=n + 20).tokens for p in prompts]
     assert [o[:len(r)] for o, r in zip(outs, refs)] == refs
+    assert [o[:len(r)] for o, r in zip(mixed, longer)] == [r[:len(o)] for o, r in zip(mixed, longer)]
+    assert min(map(len, mixed)) >= n + 7
 
 
 @pytest.mark.parametrize("layout", ["bundled", "head-only"])

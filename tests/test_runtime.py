@@ -226,12 +226,87 @@ def test_a_head_that_is_always_right_is_always_accepted(converted, family: str, 
 
 def test_adaptive_draft_length(pairings) -> None:
     model, mtp = pairings["qwen35"]["bundled"]
+    seeded = SamplerConfig(temp=0.7, seed=7)
     with session(model, False) as plain:
         ref = plain.generate(LONG, max_tokens=64).tokens
+        ref_sampled = plain.generate(LONG, max_tokens=64, sampling=seeded).tokens
     with session(model, mtp, n_draft=4, adaptive=True) as s:
         g = s.generate(LONG, max_tokens=64)
         assert g.tokens == ref
-        assert sum(g.stats.draft_lengths.values()) == g.stats.steps
+        st = g.stats
+        assert st.steps >= 9  # the exploration blocks: 4, 1, then 0 (plain steps)
+        assert st.plain_steps >= 3 and sum(st.draft_lengths.values()) + st.plain_steps == st.steps
+        assert st.draft_lengths.get(4, 0) >= 3 and st.draft_lengths.get(1, 0) >= 3
+        n = st.steps - st.plain_steps  # tokens per drafting step (the last step's may be cut at max_tokens)
+        assert 1 + (st.accepted - 4) / n <= st.mean_accepted_length <= 1 + st.accepted / n
+        assert s.generate(LONG, max_tokens=64, sampling=seeded).tokens == ref_sampled
+
+
+class Pattern:
+    """A stand-in for DraftLength that gives the engine a fixed sequence of draft lengths (0: a plain step)."""
+
+    def __init__(self, ks: list[int]) -> None:
+        self.ks, self.i, self.given = ks, 0, []  # type: ignore[var-annotated]
+
+    def next(self, stats) -> int:  # type: ignore[no-untyped-def]
+        k = self.ks[self.i % len(self.ks)]
+        self.i += 1
+        self.given.append(k)
+        return k
+
+    def observe(self, k: int, seconds: float) -> None:
+        assert k == self.given[-1]  # the length it was given, not the number drafted
+
+
+# a run of plain steps longer than the MTP queue (n_batch 32), then plain steps between drafts of every length
+PLAIN_THEN_MIXED = [0] * 36 + [3, 0, 2, 2, 0, 0, 1, 4, 0, 1, 0, 0, 0, 2]
+
+
+def check_plain_steps(g, given: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """Stats of a generation whose engine was given the draft lengths ``given``: plain steps counted as such."""
+    st = g.stats
+    assert st.steps == len(given) and st.plain_steps == given.count(0)
+    assert sum(st.draft_lengths.values()) == len(given) - given.count(0)
+    assert (st.drafted_at or [0])[0] == len(given) - given.count(0)  # a plain step is no rejected first draft
+    cut = st.plain_steps + sum(st.draft_lengths.values()) + st.accepted - st.emitted  # tokens past max_tokens
+    assert 0 <= cut < 4 and (cut == 0 or given[-1] > 0)
+    if st.plain_steps < st.steps:  # tokens per drafting step
+        assert st.mean_accepted_length == pytest.approx(1 + (st.accepted - cut) / (st.steps - st.plain_steps))
+    d = st.to_dict()
+    assert d["plain_steps"] == st.plain_steps and d["mean_accepted_length"] == round(st.mean_accepted_length, 3)
+
+
+@pytest.mark.parametrize("family", ["qwen35", "glm4moe"])
+def test_plain_steps_are_lossless(pairings, family: str) -> None:
+    """Steps with no drafts (what ``auto`` runs when plain decoding is fastest), alone and between drafting
+    steps: output identical to plain decoding, greedy and seeded; the head is fed every position meanwhile, so
+    the drafts after them are as good as ever."""
+    model, mtp = pairings[family]["bundled"]
+    seeded = SamplerConfig(temp=0.7, seed=7)
+    with session(model, False) as plain:
+        ref = plain.generate(LONG, max_tokens=80).tokens
+        ref_sampled = plain.generate(LONG, max_tokens=80, sampling=seeded).tokens
+        ref_chat = conversation(plain)
+    with session(model, mtp, n_draft=4) as s:
+        s.engine.k = 0  # a fixed length of 0: every step plain
+        g = s.generate(LONG, max_tokens=80)
+        assert g.tokens == ref and g.stats.drafted == 0 and g.stats.plain_steps == g.stats.steps == len(ref)
+        assert g.stats.mean_accepted_length == 1.0
+    with session(model, mtp, n_draft=4) as s:
+        for sampling, want in ((None, ref), (seeded, ref_sampled)):
+            s.engine.adaptive = pat = Pattern(PLAIN_THEN_MIXED)  # type: ignore[assignment]
+            g = s.generate(LONG, max_tokens=80, sampling=sampling)
+            assert g.tokens == want
+            check_plain_steps(g, pat.given)
+        s.engine.adaptive = Pattern([0, 0, 3, 0, 1])  # type: ignore[assignment]
+        assert conversation(s) == ref_chat
+        assert 0 < s.stats.accepted < s.stats.drafted and s.stats.plain_steps > 36  # real accepts and rejects
+    # a head that is always right stays always right after plain steps: it was fed every position meanwhile
+    with session(pairings.converted(family, "bundled", oracle_head=True, trunk_scale=0.0), "auto", n_draft=4) as s:
+        s.engine.adaptive = pat = Pattern([0, 0, 0, 4, 0, 1, 0, 0, 2, 3])  # type: ignore[assignment]
+        g = s.generate(LONG, max_tokens=80)
+        check_plain_steps(g, pat.given)
+        assert g.stats.acceptance_at == [1.0, 1.0, 1.0, 1.0] and g.stats.drafted_at[0] >= 3
 
 
 def test_p_min_stops_drafts(pairings) -> None:
@@ -316,6 +391,26 @@ def test_cli_completion_chat_and_stats(pairings, tmp_path: Path, capsys, monkeyp
     assert err.count("tok/step") >= 2 and "session:" in err
     assert main(["run", str(model), "--no-mtp", "--require-mtp", "-p", "x"]) == 2
     assert main(["run", str(model), "--spec-draft-n-max", "0", "-p", "x"]) == 2
+
+
+def test_cli_auto_counts_plain_steps_apart(pairings, tmp_path: Path, capsys) -> None:
+    """`run --spec-draft-n-max auto --stats-json`: the plain steps auto explores (and on this 2-core CPU, where a
+    tiny model's drafting steps cost more than they bring, settles on) are counted apart from drafting steps."""
+    import json
+
+    model, mtp = pairings["qwen35"]["bundled"]
+    stats = tmp_path / "s.json"
+    with session(model, False) as plain:
+        ref = plain.generate(LONG, max_tokens=40).text
+    assert main(["run", str(model), "-p", LONG, "-n", "40", "--spec-draft-n-max", "auto", "--stats-json", str(stats),
+                 "-c", "512", "-t", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.rstrip("\n") == ref
+    d = json.loads(stats.read_text())
+    assert d["n_draft_max"] == 4 and len(d["acceptance_at"]) == 4  # k=4 explored first
+    assert d["plain_steps"] >= 3 and d["plain_steps"] + sum(d["draft_lengths"].values()) == d["steps"]
+    assert "0" not in d["draft_lengths"] and d["drafted_at"][0] == sum(d["draft_lengths"].values())
+    assert f"{d['plain_steps']} of {d['steps']} steps plain" in err and "tok/step" in err
 
 
 @pytest.mark.parametrize("k", [1, 3])

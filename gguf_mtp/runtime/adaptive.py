@@ -1,19 +1,37 @@
-"""``--spec-draft-n-max auto``: pick the draft length with the best measured tokens per second.
+"""``--spec-draft-n-max auto``: pick the draft length with the best measured tokens per second, plain decoding
+(no drafts) included.
 
 Expected tokens of a step that drafts k: ``E(k) = 1 + sum_{i<k} a_i``, where ``a_i`` is the share of steps whose
 first i+1 drafts were all accepted (``Stats.acceptance_at``: already a prefix probability, so it is summed, not
-multiplied again). Cost of a step ``T(k)``: the median wall time of recent whole steps at length k (verify, drafts,
-feed and our own work all included: a per-step cost left out would favour short drafts); for a length not
-measured yet, a straight line ``c + d * k`` through the lengths that are. The choice is ``argmax_k E(k) / T(k)``
-over 1..k_max, never below one draft.
+multiplied again); ``E(0) = 1``. Cost of a step ``T(k)``: the median wall time of recent whole steps at length k
+(verify, drafts, feed and our own work all included: a per-step cost left out would favour short drafts); for a
+length of 1 or more not measured yet, a straight line ``c + d * k`` through the lengths >= 1 that are. The
+choice is ``argmax_k E(k) / T(k)`` over 0..k_max.
+
+Why 0 is a candidate: drafting can lose at every length. A step that drafts pays for the head's decodes and a
+wider verify, and on a recurrent target that llama.cpp cannot roll back (rollback.py: replay) for saving and
+restoring the state; on a compute-bound back-end (a 2-core CPU) a wider verify costs about its width. Measured
+on an H100 (bench/reference/qwen3next-h100.txt), a ~70% head on a Qwen3-Next target is slower than plain
+decoding at every k (best 0.78x); ``auto`` must then decode plainly rather than pick the least bad k. T(0) is
+only ever measured, never read off the line: a plain step has no head decode and no rollback, so it does not
+lie on the line through the drafting lengths.
 
 Why it is shaped so: every change of length makes llama.cpp build the target's graph (and CUDA capture it)
 again, and the first step at a new length pays for that. So exploration is short and in blocks: k_max first
-(it also measures acceptance at every position), then 1, then the best length and its neighbours until each of
-them is measured. The line alone is not enough: on an H100 a step's cost bends upwards (k=4 costs more than the
-line through k=1 and k=3 predicts), so a choice made on the line alone sat 9-18% below the best fixed length.
-The first step of each block is not timed, and medians drop other outliers; later, one probe at each neighbour
-of the choice every ``PROBE_EVERY`` steps keeps the times and the deep acceptance current.
+(it also measures acceptance at every position), then 1, then 0 (plain steps: cheap), then the best length and
+its neighbours until each of them is measured. The line alone is not enough: on an H100 a step's cost bends
+upwards (k=4 costs more than the line through k=1 and k=3 predicts), so a choice made on the line alone sat
+9-18% below the best fixed length. The first step of each block is not timed, and medians drop other outliers.
+Later, every ``PROBE_EVERY`` steps, a block of two steps at one neighbour of the choice (k+1 and k-1 in turn,
+within 0..k_max; the first untimed, the second timed) keeps the times and the deep acceptance current. While
+the choice is 0 the probe is always k=1: it measures the head's acceptance again, so a head that becomes
+useful (a different kind of text) is picked up again: not at once, as the acceptance is counted over the whole
+session and the probes' drafts must first outweigh the old ones (simulated: back to drafting after 200-500
+steps, tests/test_adaptive.py). There a probe step is what plain decoding loses (on
+that Qwen3-Next target a k=1 step costs 2.9 plain steps for 1.76 tokens), so only one probe in
+``PLAIN_TIMED`` is a timed block of two; the others are one step, for the acceptance. The first step of a probe
+also sends the head the tokens queued for it during the plain steps (speculative.py), one more reason it is
+not timed.
 """
 
 from __future__ import annotations
@@ -27,6 +45,8 @@ from .stats import Stats
 class DraftLength:
     BLOCK = 3  # steps per exploration block (a median of 3 drops the graph-rebuild outlier)
     PROBE_EVERY = 32
+    PROBE = 2  # steps per probe block: the first rebuilds the graph (untimed), the second is timed
+    PLAIN_TIMED = 4  # while at 0: one probe in this many is a timed block, the others one step (acceptance only)
     KEEP = 8  # recent step times kept per length
 
     def __init__(self, k_max: int) -> None:
@@ -35,47 +55,49 @@ class DraftLength:
         self.n = 0  # steps seen
         self.k = self.k_max
         self._last = -1  # draft length of the previous step
-        self._block: list[int] = [self.k_max] * self.BLOCK  # lengths still to run in the current exploration block
+        self._block: list[int] = [self.k_max] * self.BLOCK  # lengths still to run in the current block
         self._explored = {self.k_max}  # lengths measured or being measured (k_max is the first block)
+        self._probes = 0  # probe blocks run (they alternate between the neighbours)
 
     def next(self, stats: Stats) -> int:
-        """Draft length for the next step."""
-        if self.k_max == 1:
-            return 1
+        """Draft length for the next step (0: a plain step, no drafts)."""
         if self._block:
             return self._block.pop()
-        if self._explored != set(range(1, self.k_max + 1)):
+        if len(self._explored) < self.k_max + 1:
             k = self._unexplored(stats)
             if k is not None:  # one more block: the first step rebuilds the graph, the others are timed
                 self._explored.add(k)
                 self._block = [k] * (self.BLOCK - 1)
                 return k
         self.k = self.best(stats)
-        phase = self.n % self.PROBE_EVERY
-        if phase == self.PROBE_EVERY - 2 and self.k < self.k_max:
-            return self.k + 1  # also refreshes the acceptance of the next position
-        if phase == self.PROBE_EVERY - 1 and self.k > 1:
-            return self.k - 1
+        if self.n % self.PROBE_EVERY == self.PROBE_EVERY - self.PROBE:
+            nbrs = [j for j in (self.k + 1, self.k - 1) if 0 <= j <= self.k_max]  # at 0: only 1
+            k = nbrs[self._probes % len(nbrs)]
+            self._probes += 1
+            if self.k > 0 or self._probes % self.PLAIN_TIMED == 1:
+                self._block = [k] * (self.PROBE - 1)
+            return k
         return self.k
 
     def _unexplored(self, stats: Stats) -> int | None:
-        """The next length to measure: 1 after k_max, then the current best or a neighbour of it."""
-        if 1 not in self._explored:
-            return 1
+        """The next length to measure: 1 after k_max, then 0, then the current best or a neighbour of it."""
+        for k in (1, 0):
+            if k not in self._explored:
+                return k
         b = self.best(stats)
-        return next((k for k in (b, b - 1, b + 1) if 1 <= k <= self.k_max and k not in self._explored), None)
+        return next((k for k in (b, b - 1, b + 1) if 0 <= k <= self.k_max and k not in self._explored), None)
 
     def observe(self, k: int, seconds: float) -> None:
-        """A step that drafted ``k`` tokens took ``seconds`` of wall time. The first step after a change of
+        """A step given length ``k`` (0: plain) took ``seconds`` of wall time. The first step after a change of
         length is not kept: it pays for a graph rebuild that a steady run at that length does not."""
         self.n += 1
         warm, self._last = k == self._last, k
-        if k > 0 and warm:
+        if warm:
             self.times.setdefault(k, deque(maxlen=self.KEEP)).append(seconds)
 
     def cost(self) -> tuple[float, float] | None:
-        """(c, d) of the line T(k) = c + d * k through the median step time at each length tried."""
-        pts = [(k, median(v)) for k, v in self.times.items() if v]
+        """(c, d) of the line T(k) = c + d * k through the median step time at each length >= 1 tried."""
+        pts = [(k, median(v)) for k, v in self.times.items() if v and k > 0]
         if len(pts) < 2:
             return None
         mk = sum(k for k, _ in pts) / len(pts)
@@ -86,20 +108,21 @@ class DraftLength:
         return mt - d * mk, d
 
     def step_time(self, k: int, line: tuple[float, float] | None) -> float | None:
-        """Median measured time of a step at length ``k``, or the line's prediction where none is measured."""
+        """Median measured time of a step at length ``k``, or the line's prediction where none is measured
+        (none for 0: a plain step is not on the drafting lengths' line)."""
         v = self.times.get(k)
         if v:
             return median(v)
-        return None if line is None else line[0] + line[1] * k
+        return None if line is None or k == 0 else line[0] + line[1] * k
 
     def best(self, stats: Stats) -> int:
+        """The length with the best expected rate among those measured or predicted; ``k`` while none is."""
         line = self.cost()
-        if line is None:
-            return self.k
         acc = stats.acceptance_at
-        best, best_rate, expected = 1, -1.0, 1.0
-        for k in range(1, self.k_max + 1):
-            expected += acc[k - 1] if k - 1 < len(acc) else 0.0
+        best, best_rate, expected = self.k, -1.0, 1.0
+        for k in range(0, self.k_max + 1):
+            if k:
+                expected += acc[k - 1] if k - 1 < len(acc) else 0.0
             t = self.step_time(k, line)
             if t is None or t <= 0:
                 continue

@@ -1,6 +1,8 @@
 """One speculative step for several conversations at once: engines on the same contexts, each in its own
 sequence, share every llama_decode of the step (the i-th draft of every sequence in one MTP batch, all
-verifications in one target batch, all MTP feeds in one batch), as llama-server batches its slots.
+verifications in one target batch, all MTP feeds in one batch), as llama-server batches its slots. A
+sequence whose draft length is 0 this step (``auto`` chose plain decoding) only joins the verify batch: its
+token waits in its engine's MTP queue for its next draft, as in :meth:`Engine.step`.
 
 The result for each engine is what :meth:`Engine.step` would have emitted: the same drafts are proposed, the
 target's sampler picks every token from that sequence's own rows, and each sequence rolls back its own
@@ -51,17 +53,19 @@ class MultiStep:
             if e.n_ctx - len(e.tokens) - 1 < 1:
                 raise ContextFull(e.n_ctx)
             e.use_sampler(s)  # a new job's sampler starts from its seed; the same one carries on
-            e.before_batched_step()
             lasts.append(e.id_last)
         n_past = [len(e.tokens) for e in engines]
         ks = [min(e._next_k(), e.n_ctx - n - 2) if e.mtp is not None else 0 for e, n in zip(engines, n_past)]
+        for e, k in zip(engines, ks):
+            if k > 0:  # a plain step (k=0) leaves its engine's MTP queue and cache alone (see the feed below)
+                e.before_batched_step()
         drafts, draft_t = self._draft(engines, ks, n_past, lasts)
         # verify: every sequence's [id_last, drafts] in one target batch
         tb = self.tbatch
         tb.clear()
         offs, pres = [], []
         for e, n, d, last in zip(engines, n_past, drafts, lasts):
-            pres.append(len(pre := e.rollback.prefix(e.tokens)))  # accepted tokens to decode again first
+            pres.append(len(pre := e.rollback.prefix(e.tokens, drafts=bool(d))))  # accepted tokens to decode again
             for i, t in enumerate(pre):
                 tb.add(t, n - len(pre) + i, logits=False, seq=e.seq)
             offs.append(tb.n)
@@ -88,15 +92,21 @@ class MultiStep:
             mb = self.mbatch
             assert mb is not None and mb.embd is not None
             mb.clear()
-            for e, n, d, r, last in zip(engines, n_past, drafts, rows, lasts):  # the MTP context gets (x_p, h_{p-1})
-                for i, t in enumerate([last] + d):
+            for e, n, d, r, last, k in zip(engines, n_past, drafts, rows, lasts, ks):
+                if k == 0:  # a plain step: into the engine's own queue, out with its next draft (Engine.step)
+                    e._feed_mtp([last], n, r, e.pending_h)
+                    continue
+                for i, t in enumerate([last] + d):  # the MTP context gets (x_p, h_{p-1})
                     mb.add(t, n + i, logits=False, embd=e.pending_h if i == 0 else r[i - 1], seq=e.seq)
-            feed_t = self._decode(self.mtp, mb)
-            for e, n, d, r, j in zip(engines, n_past, drafts, rows, accepted):
+            if mb.n:
+                feed_t = self._decode(self.mtp, mb)
+            for e, n, d, r, j, k in zip(engines, n_past, drafts, rows, accepted, ks):
                 e._remember_h(n, r[: j + 1])
                 e.pending_h = r[j].copy()
                 if d:
                     e.stats.record(len(d), j)
+                elif k == 0:
+                    e.stats.plain_steps += 1
         for e, n, d, emitted, j, p, last in zip(engines, n_past, drafts, out, accepted, pres, lasts):
             if j < len(d) and self.mtp is not None:
                 self.mtp.seq_rm(n + j + 1, seq=e.seq)
@@ -108,9 +118,9 @@ class MultiStep:
             e.stats.steps += 1
             e.stats.llama_seconds += (draft_t + tv + feed_t) * share + spent
         step_s = time.perf_counter() - t_step
-        for e, d in zip(engines, drafts):
+        for e, k in zip(engines, ks):
             if e.adaptive is not None:
-                e.adaptive.observe(len(d), step_s)
+                e.adaptive.observe(k, step_s)
         return out
 
     def _draft(self, engines: Sequence[Engine], ks: list[int], n_past: list[int],

@@ -419,12 +419,14 @@ class Engine:
             raise ContextFull(self.n_ctx)
         drafts: list[int] = []
         kept_last = False  # the MTP context holds (id_last, pending_h) at n_past already
+        k = 0  # the draft length this step was given (0: a plain step)
         if self.mtp is not None:
             k = min(self._next_k(), room - 1)
             if k > 0:
                 drafts, kept_last = self._draft(k)
         b = self.tbatch
-        pre = self.rollback.prefix(self.tokens)  # accepted tokens the target must decode again first
+        # accepted tokens the target must decode again first; a step without drafts has nothing to roll back
+        pre = self.rollback.prefix(self.tokens, drafts=bool(drafts))
         b.fill(pre, n_past - len(pre))
         b.add(self.id_last, n_past, logits=True)
         for i, d in enumerate(drafts):
@@ -449,12 +451,18 @@ class Engine:
             assert rows is not None
             self._remember_h(n_past, rows[: j + 1])
             if not kept_last:  # id_last itself still has to reach the MTP context
+                # After a plain step (k=0) too: the head drafts from (token, target hidden row of the position
+                # before) at every position, so a later draft needs all of them in its cache. They wait in the
+                # queue and go out in one batch with the next draft (or at the queue's capacity): one MTP decode
+                # for a whole run of plain steps, not one per step, and none at all if no draft follows.
                 self._feed_mtp(verified[: j + 1], n_past, rows, self.pending_h)
             elif j:
                 self._feed_mtp(drafts[:j], n_past + 1, rows[1:], rows[0])
             self.pending_h = rows[j].copy()
             if drafts:
                 self.stats.record(len(drafts), j)
+            elif k == 0:  # chose not to draft: no drafted-and-rejected position, no dilution of tok/step
+                self.stats.plain_steps += 1
         self.tokens.extend(verified[: j + 1])
         spent, replayed = self.rollback.settle(self.tokens, n_past + len(verified))
         self.stats.llama_seconds += spent
@@ -467,7 +475,7 @@ class Engine:
             self.bd.steps += dt
             self.bd.reused += self._reused() - reused0
         if self.adaptive is not None:
-            self.adaptive.observe(len(drafts), dt)
+            self.adaptive.observe(k, dt)  # the length it was given: a step with no drafts above p_min is no plain step
         return emitted
 
     def use_sampler(self, sampler: Sampler) -> None:

@@ -60,14 +60,17 @@ class Stats:
     prompt_tokens: int = 0
     prompt_seconds: float = 0.0
     emitted: int = 0
-    steps: int = 0
+    steps: int = 0  # target decode steps, plain ones included
+    # steps that drafted nothing by choice though a head is loaded (``auto`` found plain decoding fastest, or the
+    # context had no room left): they are in ``steps`` but not in ``draft_lengths`` nor the acceptance figures
+    plain_steps: int = 0
     decode_seconds: float = 0.0
     llama_seconds: float = 0.0  # time inside llama_decode during generation
     rollback_seconds: float = 0.0  # restoring a saved recurrent state and decoding accepted tokens again
     replayed_tokens: int = 0  # accepted tokens decoded a second time (recurrent state without snapshots)
     drafted_at: list[int] = field(default_factory=list)   # drafts offered at position i (0-based)
     accepted_at: list[int] = field(default_factory=list)  # of those, accepted
-    draft_lengths: dict[int, int] = field(default_factory=dict)  # chosen k -> steps (adaptive)
+    draft_lengths: dict[int, int] = field(default_factory=dict)  # drafted k -> steps (k >= 1; 0 is plain_steps)
     breakdown: Breakdown | None = None  # with timings on (SessionConfig.timings, GGUF_MTP_TIMINGS=1)
 
     def record(self, n_drafted: int, n_accepted: int) -> None:
@@ -102,7 +105,12 @@ class Stats:
 
     @property
     def mean_accepted_length(self) -> float:
-        """Tokens emitted per target decode step (1 + accepted drafts)."""
+        """Tokens emitted per target decode step (1 + accepted drafts), over the steps that could draft: a plain
+        step (``plain_steps``, one token each) would only dilute what the head achieves. With no such step
+        left (no head, or nothing but plain steps): tokens per step of all of them."""
+        n = self.steps - self.plain_steps
+        if n > 0 and self.plain_steps:
+            return (self.emitted - self.plain_steps) / n
         return self.emitted / self.steps if self.steps else 0.0
 
     @property
@@ -123,6 +131,7 @@ class Stats:
         self.prompt_seconds += o.prompt_seconds
         self.emitted += o.emitted
         self.steps += o.steps
+        self.plain_steps += o.plain_steps
         self.decode_seconds += o.decode_seconds
         self.llama_seconds += o.llama_seconds
         self.rollback_seconds += o.rollback_seconds
@@ -148,8 +157,8 @@ class Stats:
     def since(self, before: Stats) -> Stats:
         """What was added to these statistics after ``before`` (a copy taken earlier)."""
         d = Stats(n_draft_max=self.n_draft_max)
-        for f in ("prompt_tokens", "prompt_seconds", "emitted", "steps", "decode_seconds", "llama_seconds",
-                  "rollback_seconds", "replayed_tokens"):
+        for f in ("prompt_tokens", "prompt_seconds", "emitted", "steps", "plain_steps", "decode_seconds",
+                  "llama_seconds", "rollback_seconds", "replayed_tokens"):
             setattr(d, f, getattr(self, f) - getattr(before, f))
         pad = lambda xs: xs + [0] * (len(self.drafted_at) - len(xs))  # noqa: E731
         d.drafted_at = [a - b for a, b in zip(self.drafted_at, pad(before.drafted_at))]
@@ -179,6 +188,8 @@ class Stats:
             per = "/".join(f"{x * 100:.0f}" for x in self.acceptance_at)
             line += (f" | drafted {self.drafted} accepted {self.accepted} ({self.acceptance * 100:.0f}%), "
                      f"by position {per}% | {self.mean_accepted_length:.2f} tok/step")
+        if self.plain_steps:
+            line += f" | {self.plain_steps} of {self.steps} steps plain (no drafts)"
         if self.breakdown is not None and self.steps:
             b = self.breakdown.per_step(self.steps)
             drafts = "/".join(f"{x:.2f}" for x in b["draft_ms"])

@@ -94,7 +94,8 @@ class Metrics:
                 _Item("spec_decode_num_drafts_total", "counter", "Speculative: verification steps with drafts",
                       sum(s.draft_lengths.values())),
                 _Item("spec_decode_acceptance_ratio", "gauge", "Speculative: accepted / drafted", s.acceptance),
-                _Item("tokens_per_step", "gauge", "Tokens emitted per target decode step", s.mean_accepted_length),
+                _Item("tokens_per_step", "gauge", "Tokens emitted per target decode step that could draft (plain "
+                      "steps that auto chose are left out)", s.mean_accepted_length),
                 _Item("prompt_tokens_seconds", "gauge", "Prompt throughput in tokens/s", s.prompt_tps),
                 _Item("predicted_tokens_seconds", "gauge", "Decode throughput in tokens/s", s.decode_tps),
                 _Item("requests_processing", "gauge", "Requests in a slot", self.processing),
