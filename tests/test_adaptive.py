@@ -98,8 +98,9 @@ def test_rebuild_outliers_do_not_move_the_choice() -> None:
 
 def test_exploration_is_short_and_in_blocks() -> None:
     c, st = DraftLength(4), Stats(n_draft_max=4)
+    B, W = c.BLOCK, c.WARMUP
     ks = []
-    for _ in range(17):
+    for _ in range(4 * B + 5):
         ks.append(c.next(st))
         if ks[-1]:
             st.record(ks[-1], ks[-1])
@@ -108,15 +109,36 @@ def test_exploration_is_short_and_in_blocks() -> None:
         st.steps += 1
         c.observe(ks[-1], 1.0 + 0.1 * ks[-1])
     # k_max, 1, 0 (plain), then the best (4, measured) and its untried neighbour; blocks, so one rebuild per length
-    assert ks[:12] == [4, 4, 4, 1, 1, 1, 0, 0, 0, 3, 3, 3]
-    assert ks[12:] == [4] * 5  # 4 is best, its neighbour 3 measured: done
-    # the first step of each block is not timed
-    assert {k: len(v) for k, v in c.times.items()} == {4: 2 + 4, 1: 2, 0: 2, 3: 2}
+    assert ks[: 4 * B] == [4] * B + [1] * B + [0] * B + [3] * B
+    assert ks[4 * B:] == [4] * 5  # 4 is best, its neighbour 3 measured: done
+    # the first WARMUP steps of each block are not timed
+    assert {k: len(v) for k, v in c.times.items()} == {4: B - W + 5 - W, 1: B - W, 0: B - W, 3: B - W}
     c1 = DraftLength(1)
-    assert [c1.next(st) for _ in range(3)] == [1, 1, 1]
-    for _ in range(3):
+    assert [c1.next(st) for _ in range(B)] == [1] * B
+    for _ in range(B):
         c1.observe(1, 1.0)
     assert c1.next(st) == 0  # one draft at most: plain decoding is still measured against it
+
+
+def test_graph_capture_after_a_change_of_length_is_not_timed() -> None:
+    """Measured on an H100 (side_by_side, ~70% head, Q8_0): the two decodes after a change of length run eagerly
+    and then capture the CUDA graph, 1.3 ms slower each. Timing the second of them made auto pick k=4 at 0.72x
+    the best fixed length (k=1). Step times in ms, acceptance by position as measured."""
+    acc, ms = [0.73, 0.44, 0.30, 0.24], {0: 2.26, 1: 3.53, 2: 4.53, 3: 5.66, 4: 7.17}
+    last, run = [None], [0]
+
+    def cost(k: int) -> float:
+        run[0] = run[0] + 1 if k == last[0] else 1
+        last[0] = k
+        return ms[k] + (1.3 if run[0] <= 2 else 0.0)
+
+    for seed in range(4):
+        last[0], run[0] = None, 0
+        c, st, rate = simulate(acc, cost, 4, steps=300, seed=seed)
+        assert c.best(st) == 1 == best_fixed(acc, lambda k: ms[k], 4)[0], seed
+        last[0], run[0] = None, 0
+        fixed = simulate(acc, cost, 4, steps=300, seed=seed, fixed=1)[2]
+        assert rate >= 0.9 * fixed, (seed, rate, fixed)
 
 
 # Measured on an H100 (bench/reference/side-by-side-h100): acceptance by position at k=4 and the median step
@@ -136,9 +158,10 @@ H100 = {
 # share of the best fixed length's rate that auto must reach in so many steps, exploration and probes included
 FLOOR = {30: 0.90, 200: 0.95}
 # where plain decoding wins, exploring k=4 and k=1 costs 3-4 plain steps a step (the best fixed length, plain, pays
-# nothing), and so does each probe at k=1 later: over 30 steps auto is only level with drafting's best (0.78x);
+# nothing), and so does each probe at k=1 later: over 30 steps auto is below drafting's best (0.78x), as blocks
+# of four (two warm-up steps that CUDA needs, two timed) explore k=4 and k=1;
 # the probes cost 5% for good (1000 steps: 0.95)
-FLOOR_PLAIN = {30: 0.75, 200: 0.88, 1000: 0.94}
+FLOOR_PLAIN = {30: 0.70, 200: 0.88, 1000: 0.94}
 
 
 @pytest.mark.parametrize("name,steps", [(n, s) for n in H100 for s in (30, 200)]  # 128 tokens at ~4 a step: 30
@@ -158,7 +181,7 @@ def test_auto_on_measured_h100_costs(name: str, steps: int) -> None:
         assert true(c.best(st)) >= 0.95 * true(k_best), c.best(st)
     assert rate >= floor * rate_best, (rate / rate_best)
     if k_best == 0:
-        assert st.plain_steps >= 0.85 * steps - 9  # after the 9 steps that explore k_max, 1 and 0
+        assert st.plain_steps >= 0.85 * steps - 3 * c.BLOCK  # after the blocks that explore k_max, 1 and 0
 
 
 
@@ -187,16 +210,17 @@ def test_plain_decoding_keeps_probing_one_draft() -> None:
     probes in PLAIN_TIMED is two steps, the second timed: no length stays unmeasured for good."""
     c, st, rng = DraftLength(4), Stats(n_draft_max=4), random.Random(1)
     ks = run(c, st, 40, QWEN3NEXT_70, QWEN3NEXT_COST, rng)
-    assert ks[:9] == [4, 4, 4, 1, 1, 1, 0, 0, 0] and c.best(st) == 0
+    B = c.BLOCK
+    assert ks[: 3 * B] == [4] * B + [1] * B + [0] * B and c.best(st) == 0
     drafted = st.drafted_at[0]
     t1 = len(c.times[1])
     ks = run(c, st, 8 * c.PROBE_EVERY, QWEN3NEXT_70, QWEN3NEXT_COST, rng)
     ones = [i for i, k in enumerate(ks) if k == 1]
     assert set(ks) == {0, 1} and c.best(st) == 0
-    # one probe every PROBE_EVERY steps: 8 of them, 2 of them timed blocks of two steps
-    assert len(ones) == 8 + 8 // c.PLAIN_TIMED and st.drafted_at[0] - drafted == len(ones)
+    # one probe every PROBE_EVERY steps: 8 of them, 2 of them timed blocks of PROBE steps
+    assert len(ones) == 8 + (c.PROBE - 1) * (8 // c.PLAIN_TIMED) and st.drafted_at[0] - drafted == len(ones)
     assert max(b - a for a, b in zip(ones, ones[1:])) <= c.PROBE_EVERY
-    assert len(c.times[1]) - t1 == 8 // c.PLAIN_TIMED  # the second step of each timed block
+    assert len(c.times[1]) - t1 == 8 // c.PLAIN_TIMED  # the last step of each timed block
     assert st.plain_steps >= 8 * c.PROBE_EVERY - len(ones) - 3  # the rest plain (+ the 0 block explored)
 
 
@@ -221,7 +245,7 @@ def test_plain_decoding_is_left_when_the_head_becomes_useful(seed: int) -> None:
     assert back_to_drafting(ks) <= 20 * c.PROBE_EVERY
     assert back_to_drafting(ks, 4) <= 35 * c.PROBE_EVERY
     assert c.best(st) == best_fixed([1.0] * 4, cost, 4)[0] == 4
-    assert ks[-c.PROBE_EVERY:].count(4) >= c.PROBE_EVERY - 2  # probes aside
+    assert ks[-c.PROBE_EVERY:].count(4) >= c.PROBE_EVERY - 2 * c.PROBE  # probes aside (the window may cut one)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -237,4 +261,4 @@ def test_plain_decoding_is_left_when_drafting_becomes_cheaper(seed: int) -> None
     assert back_to_drafting(ks) <= 20 * c.PROBE_EVERY
     assert back_to_drafting(ks, 4) <= 35 * c.PROBE_EVERY
     assert c.best(st) == best_fixed(acc, fast, 4)[0] == 4
-    assert ks[-c.PROBE_EVERY:].count(4) >= c.PROBE_EVERY - 2
+    assert ks[-c.PROBE_EVERY:].count(4) >= c.PROBE_EVERY - 2 * c.PROBE

@@ -17,19 +17,19 @@ only ever measured, never read off the line: a plain step has no head decode and
 lie on the line through the drafting lengths.
 
 Why it is shaped so: every change of length makes llama.cpp build the target's graph (and CUDA capture it)
-again, and the first step at a new length pays for that. So exploration is short and in blocks: k_max first
+again, and the first steps at a new length pay for that (``WARMUP``). So exploration is short and in blocks: k_max first
 (it also measures acceptance at every position), then 1, then 0 (plain steps: cheap), then the best length and
 its neighbours until each of them is measured. The line alone is not enough: on an H100 a step's cost bends
 upwards (k=4 costs more than the line through k=1 and k=3 predicts), so a choice made on the line alone sat
-9-18% below the best fixed length. The first step of each block is not timed, and medians drop other outliers.
-Later, every ``PROBE_EVERY`` steps, a block of two steps at one neighbour of the choice (k+1 and k-1 in turn,
-within 0..k_max; the first untimed, the second timed) keeps the times and the deep acceptance current. While
+9-18% below the best fixed length. The first ``WARMUP`` steps of each block are not timed, and medians drop
+other outliers. Later, every ``PROBE_EVERY`` steps, a block of ``PROBE`` steps at one neighbour of the choice
+(k+1 and k-1 in turn, within 0..k_max; only the last timed) keeps the times and the deep acceptance current. While
 the choice is 0 the probe is always k=1: it measures the head's acceptance again, so a head that becomes
 useful (a different kind of text) is picked up again: not at once, as the acceptance is counted over the whole
 session and the probes' drafts must first outweigh the old ones (simulated: back to drafting after 200-500
 steps, tests/test_adaptive.py). There a probe step is what plain decoding loses (on
 that Qwen3-Next target a k=1 step costs 2.9 plain steps for 1.76 tokens), so only one probe in
-``PLAIN_TIMED`` is a timed block of two; the others are one step, for the acceptance. The first step of a probe
+``PLAIN_TIMED`` is a timed block; the others are one step, for the acceptance. The first step of a probe
 also sends the head the tokens queued for it during the plain steps (speculative.py), one more reason it is
 not timed.
 """
@@ -43,9 +43,14 @@ from .stats import Stats
 
 
 class DraftLength:
-    BLOCK = 3  # steps per exploration block (a median of 3 drops the graph-rebuild outlier)
+    # Steps after a change of length that are not timed. CUDA replays a captured graph only from the third decode
+    # of one shape: the first runs eagerly (the shape changed), the second captures and instantiates the graph
+    # (ggml-cuda keeps one graph per context). Timing the second made every length but the steady one look
+    # 1.3-2.2 ms slower on an H100, and auto stuck at k_max (0.72x the best fixed k on a ~70% head).
+    WARMUP = 2
+    BLOCK = WARMUP + 2  # steps per exploration block: two timed
     PROBE_EVERY = 32
-    PROBE = 2  # steps per probe block: the first rebuilds the graph (untimed), the second is timed
+    PROBE = WARMUP + 1  # steps per probe block: one timed
     PLAIN_TIMED = 4  # while at 0: one probe in this many is a timed block, the others one step (acceptance only)
     KEEP = 8  # recent step times kept per length
 
@@ -55,6 +60,7 @@ class DraftLength:
         self.n = 0  # steps seen
         self.k = self.k_max
         self._last = -1  # draft length of the previous step
+        self._run = 0  # steps in a row at that length
         self._block: list[int] = [self.k_max] * self.BLOCK  # lengths still to run in the current block
         self._explored = {self.k_max}  # lengths measured or being measured (k_max is the first block)
         self._probes = 0  # probe blocks run (they alternate between the neighbours)
@@ -65,7 +71,7 @@ class DraftLength:
             return self._block.pop()
         if len(self._explored) < self.k_max + 1:
             k = self._unexplored(stats)
-            if k is not None:  # one more block: the first step rebuilds the graph, the others are timed
+            if k is not None:  # one more block: the first WARMUP steps rebuild the graph, the others are timed
                 self._explored.add(k)
                 self._block = [k] * (self.BLOCK - 1)
                 return k
@@ -88,11 +94,12 @@ class DraftLength:
         return next((k for k in (b, b - 1, b + 1) if 0 <= k <= self.k_max and k not in self._explored), None)
 
     def observe(self, k: int, seconds: float) -> None:
-        """A step given length ``k`` (0: plain) took ``seconds`` of wall time. The first step after a change of
-        length is not kept: it pays for a graph rebuild that a steady run at that length does not."""
+        """A step given length ``k`` (0: plain) took ``seconds`` of wall time. The first ``WARMUP`` steps after a
+        change of length are not kept: they pay for graph rebuilds and captures that a steady run does not."""
         self.n += 1
-        warm, self._last = k == self._last, k
-        if warm:
+        self._run = self._run + 1 if k == self._last else 1
+        self._last = k
+        if self._run > self.WARMUP:
             self.times.setdefault(k, deque(maxlen=self.KEEP)).append(seconds)
 
     def cost(self) -> tuple[float, float] | None:
