@@ -120,7 +120,7 @@ serve)
     build
     LS=(); [ -x "$LCPP/bin/llama-server" ] && LS=(--llama-server "$LCPP/bin/llama-server")
     py bench/serve.py --make "${2:-8}" --head-noise "${3:-0.15}" --ngl $NGL --threads 4 -n 128 \
-        --seconds "${SERVE_SECONDS:-20}" --workdir "$WORK" "${LS[@]}" \
+        --seconds "${SERVE_SECONDS:-20}" --draft "${SERVE_DRAFT:-3}" --workdir "$WORK" "${LS[@]}" \
         --out "$OUT/serve-gpu.json" 2>&1 | tee "$OUT/serve-gpu.txt"
     ;;
 qwen3next)

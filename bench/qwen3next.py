@@ -99,9 +99,10 @@ def bench_model(model: Path, heads: dict[str, float], a: argparse.Namespace) -> 
              "tok/step": 1.0, "step ms": round(1e3 / base.decode_tps, 2), "cpu ms/tok": round(1e3 * base_cpu, 2),
              "x plain (cpu)": 1.0}]
     lossless = True
+    kmax = max(d for d in a.drafts if d != "auto")
     for rb in a.rollback:
         try:
-            s = MTPSession(model, mtp="auto", n_draft=max(a.drafts), rollback=rb, require_mtp=True, **kw)  # type: ignore[arg-type]
+            s = MTPSession(model, mtp="auto", n_draft=kmax, rollback=rb, require_mtp=True, **kw)  # type: ignore[arg-type]
         except Exception as e:  # noqa: BLE001 - e.g. native without snapshots: report, go on
             rows.append({"head": "", "rollback": rb, "k": "-", "t/s": f"n/a: {str(e)[:60]}"})
             continue
@@ -111,9 +112,12 @@ def bench_model(model: Path, heads: dict[str, float], a: argparse.Namespace) -> 
             for head, rate in heads.items():
                 for k in a.drafts:
                     runs = []
-                    for _ in range(a.repeats):
-                        s.set_draft(k)  # a fresh engine; the same seed: the same spoiled drafts every time
-                        spoil(s.engine, rate, seed=k, n_vocab=s.model.n_vocab)
+                    auto = k == "auto"
+                    for r in range(a.repeats):
+                        if not auto or r == 0:  # auto keeps its engine: later runs start from what it measured
+                            s.set_draft(kmax if auto else int(k), adaptive=auto)
+                            # a fresh engine; the same seed: the same spoiled drafts every time
+                            spoil(s.engine, rate, seed=0 if auto else int(k), n_vocab=s.model.n_vocab)
                         g, cpu = timed(s, toks, a.n_predict)
                         lossless &= g.tokens == ref
                         runs.append((g.stats, cpu))
@@ -148,7 +152,8 @@ def _row(head: str, name: str, k: int, st, base_tps: float) -> dict:  # type: ig
             "accept by position %": "/".join(f"{x * 100:.0f}" for x in st.acceptance_at),
             "rollback ms/step": round(1e3 * st.rollback_seconds / max(1, st.steps), 3),
             "replayed/step": round(st.replayed_tokens / max(1, st.steps), 2),
-            "step ms": round(1e3 * st.decode_seconds / max(1, st.steps), 2)}
+            "step ms": round(1e3 * st.decode_seconds / max(1, st.steps), 2),
+            "plain steps %": round(100 * st.plain_steps / max(1, st.steps))}
 
 
 def main() -> None:
@@ -161,7 +166,8 @@ def main() -> None:
     ap.add_argument("--ngl", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("-n", "--n-predict", type=int, default=128)
-    ap.add_argument("--drafts", type=int, nargs="+", default=[1, 2, 3, 4])
+    ap.add_argument("--drafts", type=lambda v: v if v == "auto" else int(v), nargs="+", default=[1, 2, 3, 4, "auto"],
+                    help="draft lengths, and 'auto' (--spec-draft-n-max auto: may choose plain decoding)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "qwen3next.json")
     a = ap.parse_args()
@@ -185,7 +191,7 @@ def main() -> None:
     print(f"model: {model} ({model.stat().st_size / 1e9:.2f} GB, made in {made:.0f} s), {dev}, {a.n_predict} tokens, "
           f"best of {a.repeats}")
     print(table(rows, ["head", "rollback", "k", "t/s", "x plain", "tok/step", "accept by position %",
-                       "rollback ms/step", "replayed/step", "step ms", "cpu ms/tok", "x plain (cpu)"]))
+                       "rollback ms/step", "replayed/step", "step ms", "plain steps %", "cpu ms/tok", "x plain (cpu)"]))
     print(f"\noutput identical to plain decoding in every MTP run: {lossless}")
     for head, r in best.items():
         print(f"best with the {head} head: {r['rollback']} k={r['k']}: {r['t/s']} t/s = {r['x plain']}x plain"

@@ -172,7 +172,7 @@ def main() -> None:
     ap.add_argument("--clients", default="1,4,8")
     ap.add_argument("--seconds", type=float, default=30.0, help="driving time per client count")
     ap.add_argument("-n", type=int, default=128, help="tokens per request")
-    ap.add_argument("--draft", type=int, default=3, help="--spec-draft-n-max")
+    ap.add_argument("--draft", default="3", help="--spec-draft-n-max: N, or auto for gguf-mtp (llama-server then gets --spec-draft-n-max-auto's k_max, 4)")
     ap.add_argument("-c", "--ctx-size", type=int, default=0, help="total context (default: 1024 per slot)")
     ap.add_argument("--ngl", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
@@ -200,7 +200,8 @@ def main() -> None:
     }
     if a.llama_server:
         ls = [str(a.llama_server), "-m", str(model), *common, "--no-webui", "--metrics"]
-        configs["llama-server-mtp"] = ls + ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(a.draft)]
+        configs["llama-server-mtp"] = ls + ["--spec-type", "draft-mtp", "--spec-draft-n-max",
+                                            "4" if a.draft == "auto" else str(a.draft)]
         configs["llama-server"] = ls
     if a.only:
         configs = {k: v for k, v in configs.items() if k in a.only.split(",")}
