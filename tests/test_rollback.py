@@ -259,6 +259,42 @@ def test_slots_stepped_together_roll_back_their_own_state(q3n, native, spec: str
     assert min(map(len, mixed)) >= n + 7
 
 
+def test_auto_gives_slots_stepped_together_one_draft_length(q3n) -> None:
+    """``auto`` in a batched step: one length for every slot (one batch shape), chosen from the pooled
+    acceptance; each answer still equals its plain decoding."""
+    from gguf_mtp.runtime.multistep import MultiStep
+    from gguf_mtp.runtime.sampling import Sampler
+
+    model, mtp = q3n["bundled"]
+    n = 40
+    with session(model, mtp, n_draft=3, n_parallel=2, n_ctx=2048, adaptive=True) as s:
+        prompts = [s.model.tokenize(LONG), s.model.tokenize(CHAT_TURNS[1])]
+        for e, p in zip(s.engines, prompts):
+            e.reset()
+            e.feed(p)
+        multi, samplers = MultiStep(s.engines), [Sampler(SamplerConfig()) for _ in prompts]
+        assert multi.adaptive is not None
+        given: list[list[int]] = []
+        for e in s.engines:  # what each slot drafted per step: the shared choice, as the step used it
+            record = e.stats.record
+            e.stats.record = lambda k, j, record=record, e=e: (given.append([id(e), k]), record(k, j))[1]  # type: ignore[method-assign]
+        outs: list[list[int]] = [[], []]
+        steps = 0
+        while min(map(len, outs)) < n:
+            before = len(given)
+            for o, emitted in zip(outs, multi.step(s.engines, samplers)):
+                o.extend(emitted)
+            ks = {k for _, k in given[before:]}
+            assert len(ks) <= 1, (steps, given[before:])  # both slots drafted the same length (or both none)
+            steps += 1
+        assert multi.adaptive.n == steps and len(multi.adaptive.times) >= 2  # it timed the shared steps
+        assert all(e.adaptive.n == 0 for e in s.engines)  # the slots' own controllers are not used here
+        assert sum(e.stats.plain_steps for e in s.engines) % 2 == 0  # plain steps are taken together too
+    with session(model, False, n_ctx=2048) as plain:
+        refs = [plain.generate(p, max_tokens=n).tokens for p in prompts]
+    assert [o[:n] for o in outs] == refs
+
+
 @pytest.mark.parametrize("layout", ["bundled", "head-only"])
 def test_a_head_that_is_always_right_is_always_accepted(converted, layout: str) -> None:
     kw = {"oracle_head": True, "trunk_scale": 0.0}

@@ -38,8 +38,14 @@ from __future__ import annotations
 
 from collections import deque
 from statistics import median
+from typing import Protocol
 
-from .stats import Stats
+
+class Acceptance(Protocol):
+    """What the choice reads: :class:`~.stats.Stats`, or counts pooled over several sequences (multistep.py)."""
+
+    @property
+    def acceptance_at(self) -> list[float]: ...
 
 
 class DraftLength:
@@ -65,7 +71,7 @@ class DraftLength:
         self._explored = {self.k_max}  # lengths measured or being measured (k_max is the first block)
         self._probes = 0  # probe blocks run (they alternate between the neighbours)
 
-    def next(self, stats: Stats) -> int:
+    def next(self, stats: Acceptance) -> int:
         """Draft length for the next step (0: a plain step, no drafts)."""
         if self._block:
             return self._block.pop()
@@ -85,7 +91,7 @@ class DraftLength:
             return k
         return self.k
 
-    def _unexplored(self, stats: Stats) -> int | None:
+    def _unexplored(self, stats: Acceptance) -> int | None:
         """The next length to measure: 1 after k_max, then 0, then the current best or a neighbour of it."""
         for k in (1, 0):
             if k not in self._explored:
@@ -122,7 +128,7 @@ class DraftLength:
             return median(v)
         return None if line is None or k == 0 else line[0] + line[1] * k
 
-    def best(self, stats: Stats) -> int:
+    def best(self, stats: Acceptance) -> int:
         """The length with the best expected rate among those measured or predicted; ``k`` while none is."""
         line = self.cost()
         acc = stats.acceptance_at
