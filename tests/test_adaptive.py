@@ -224,9 +224,9 @@ def test_plain_decoding_keeps_probing_one_draft() -> None:
     assert st.plain_steps >= 8 * c.PROBE_EVERY - len(ones) - 3  # the rest plain (+ the 0 block explored)
 
 
-def back_to_drafting(ks: list[int], k: int | None = None) -> int:
+def back_to_drafting(ks: list[int], k: int | set[int] | None = None) -> int:
     """Index of the first of 8 steps in a row that draft (``k`` each, when given); len(ks) when none."""
-    ok = (lambda x: x > 0) if k is None else (lambda x: x == k)
+    ok = (lambda x: x > 0) if k is None else (lambda x: x in k) if isinstance(k, set) else (lambda x: x == k)
     return next((i for i in range(len(ks) - 7) if all(ok(x) for x in ks[i:i + 8])), len(ks))
 
 
@@ -243,9 +243,10 @@ def test_plain_decoding_is_left_when_the_head_becomes_useful(seed: int) -> None:
     assert c.best(st) == 0
     ks = run(c, st, 40 * c.PROBE_EVERY, [1.0] * 4, cost, rng)
     assert back_to_drafting(ks) <= 20 * c.PROBE_EVERY
-    assert back_to_drafting(ks, 4) <= 35 * c.PROBE_EVERY
-    assert c.best(st) == best_fixed([1.0] * 4, cost, 4)[0] == 4
-    assert ks[-c.PROBE_EVERY:].count(4) >= c.PROBE_EVERY - 2 * c.PROBE  # probes aside (the window may cut one)
+    # at k=3 or 4: on this target they are within SWITCH_GAIN of each other (1%), so the choice need not swap
+    assert back_to_drafting(ks, {3, 4}) <= 35 * c.PROBE_EVERY
+    assert best_fixed([1.0] * 4, cost, 4)[0] == 4 and c.best(st) in (3, 4)  # within 1% of each other here
+    assert sum(k in (3, 4) for k in ks[-c.PROBE_EVERY:]) >= c.PROBE_EVERY - 2 * c.PROBE  # probes aside
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -262,3 +263,19 @@ def test_plain_decoding_is_left_when_drafting_becomes_cheaper(seed: int) -> None
     assert back_to_drafting(ks, 4) <= 35 * c.PROBE_EVERY
     assert c.best(st) == best_fixed(acc, fast, 4)[0] == 4
     assert ks[-c.PROBE_EVERY:].count(4) >= c.PROBE_EVERY - 2 * c.PROBE
+
+
+def test_the_choice_moves_only_for_a_clear_gain() -> None:
+    """A change of length costs graph work (two warm-up steps on a GPU): a length better by less than
+    SWITCH_GAIN does not replace the current one; a clearly better one does."""
+    from collections import deque
+
+    st = Stats(n_draft_max=4)
+    st.record(4, 4)  # a perfect head: E(k) = k + 1
+    for gain, moves in ((0.5 * DraftLength.SWITCH_GAIN, False), (2 * DraftLength.SWITCH_GAIN, True)):
+        c = DraftLength(4)
+        c._block, c._explored, c.k = [], set(range(5)), 3
+        t3, t4 = 4.0, 5.0 / (4.0 / 4.0 * (1 + gain))  # rate(4) = (1 + gain) * rate(3)
+        c.times = {k: deque([t], maxlen=c.KEEP) for k, t in {0: 10.0, 1: 10.0, 2: 10.0, 3: t3, 4: t4}.items()}
+        c.n = 1  # not a probe step
+        assert c.best(st) == 4 and c.next(st) == (4 if moves else 3), gain
