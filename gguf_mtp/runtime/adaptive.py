@@ -78,13 +78,14 @@ class DraftLength:
         """Draft length for the next step (0: a plain step, no drafts)."""
         if self._block:
             return self._block.pop()
+        rates = self.rates(stats)  # once per step: this runs between two decodes
         if len(self._explored) < self.k_max + 1:
-            k = self._unexplored(stats)
+            k = self._unexplored(stats, rates)
             if k is not None:  # one more block: the first WARMUP steps rebuild the graph, the others are timed
                 self._explored.add(k)
                 self._block = [k] * (self.BLOCK - 1)
                 return k
-        self.k = self._choose(stats)
+        self.k = self._choose(stats, rates)
         if self.n % self.PROBE_EVERY == self.PROBE_EVERY - self.PROBE:
             nbrs = [j for j in (self.k + 1, self.k - 1) if 0 <= j <= self.k_max]  # at 0: only 1
             k = nbrs[self._probes % len(nbrs)]
@@ -94,21 +95,20 @@ class DraftLength:
             return k
         return self.k
 
-    def _choose(self, stats: Acceptance) -> int:
+    def _choose(self, stats: Acceptance, rates: dict[int, float]) -> int:
         """The best length, unless the current one is within ``SWITCH_GAIN`` of it (a change costs graph work)."""
-        rates = self.rates(stats)
         b = self.best(stats, rates)
         cur = rates.get(self.k)
         if b != self.k and cur is not None and rates[b] < cur * (1 + self.SWITCH_GAIN):
             return self.k
         return b
 
-    def _unexplored(self, stats: Acceptance) -> int | None:
+    def _unexplored(self, stats: Acceptance, rates: dict[int, float]) -> int | None:
         """The next length to measure: 1 after k_max, then 0, then the current best or a neighbour of it."""
         for k in (1, 0):
             if k not in self._explored:
                 return k
-        b = self.best(stats)
+        b = self.best(stats, rates)
         return next((k for k in (b, b - 1, b + 1) if 0 <= k <= self.k_max and k not in self._explored), None)
 
     def observe(self, k: int, seconds: float) -> None:
