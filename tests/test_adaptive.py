@@ -34,8 +34,6 @@ def simulate(acc: list[float], cost: callable, k_max: int, steps: int = 200, noi
         assert 0 <= k <= k_max
         u = rng.random()
         j = sum(1 for i in range(k) if u < acc[i])  # prefix probabilities: u below acc[i] <=> i+1 accepted
-        if c.shadow:  # one more draft, not verified: accepted with the prefix probability of position k+1
-            c.shadow_result(k, u < acc[k])
         if k:
             st.record(k, j)
         else:  # as the engine counts a plain step
@@ -195,8 +193,6 @@ def run(c: DraftLength, st: Stats, steps: int, acc: list[float], cost, rng: rand
         ks.append(k)
         u = rng.random()
         j = sum(1 for i in range(k) if u < acc[i])
-        if c.shadow:
-            c.shadow_result(k, u < acc[k])
         if k:
             st.record(k, j)
         else:
@@ -209,33 +205,23 @@ def run(c: DraftLength, st: Stats, steps: int, acc: list[float], cost, rng: rand
 QWEN3NEXT_70, QWEN3NEXT_COST = H100["qwen3next 70% head"][0], H100["qwen3next 70% head"][1].__getitem__
 
 
-@pytest.mark.parametrize("shadows", [True, False])
-def test_plain_decoding_keeps_probing_one_draft(shadows: bool) -> None:
-    """At 0 the head is still asked for drafts, so no length stays unmeasured for good. With shadow drafts
-    (Engine.step) one draft every SHADOW_EVERY steps, not verified, gives the acceptance and a timed block at
-    k=1 every PROBE_EVERY_SHADOWED steps the time. Without (server slots stepped together): one k=1 step
-    every PROBE_EVERY steps, and one of those in PLAIN_TIMED a timed block of PROBE steps."""
-    c, st, rng = DraftLength(4, shadows=shadows), Stats(n_draft_max=4), random.Random(1)
+def test_plain_decoding_keeps_probing_one_draft() -> None:
+    """At 0 the head is still asked for one draft every PROBE_EVERY steps (its acceptance), and one of those
+    probes in PLAIN_TIMED is two steps, the second timed: no length stays unmeasured for good."""
+    c, st, rng = DraftLength(4), Stats(n_draft_max=4), random.Random(1)
     ks = run(c, st, 40, QWEN3NEXT_70, QWEN3NEXT_COST, rng)
     B = c.BLOCK
     assert ks[: 3 * B] == [4] * B + [1] * B + [0] * B and c.best(st) == 0
-    drafted, shadowed = st.drafted_at[0], c._shadow_d[0]
+    drafted = st.drafted_at[0]
     t1 = len(c.times[1])
-    steps = 8 * c.PROBE_EVERY_SHADOWED if shadows else 8 * c.PROBE_EVERY
-    ks = run(c, st, steps, QWEN3NEXT_70, QWEN3NEXT_COST, rng)
+    ks = run(c, st, 8 * c.PROBE_EVERY, QWEN3NEXT_70, QWEN3NEXT_COST, rng)
     ones = [i for i, k in enumerate(ks) if k == 1]
     assert set(ks) == {0, 1} and c.best(st) == 0
-    if shadows:
-        assert len(ones) == 8 * c.PROBE and st.drafted_at[0] - drafted == len(ones)  # 8 timed blocks
-        assert c._shadow_d[0] - shadowed >= (steps - len(ones)) // c.SHADOW_EVERY - 1  # the acceptance
-        assert max(b - a for a, b in zip(ones, ones[1:])) <= c.PROBE_EVERY_SHADOWED
-        assert len(c.times[1]) == min(c.KEEP, t1 + 8)  # the last step of each block
-    else:
-        assert len(ones) == 8 + (c.PROBE - 1) * (8 // c.PLAIN_TIMED) and st.drafted_at[0] - drafted == len(ones)
-        assert max(b - a for a, b in zip(ones, ones[1:])) <= c.PROBE_EVERY
-        assert len(c.times[1]) == min(c.KEEP, t1 + 8 // c.PLAIN_TIMED)  # the last step of each timed block
-        assert c._shadow_d == [0] * 4
-    assert st.plain_steps >= steps - len(ones) - 3  # the rest plain (+ the 0 block explored)
+    # one probe every PROBE_EVERY steps: 8 of them, 2 of them timed blocks of PROBE steps
+    assert len(ones) == 8 + (c.PROBE - 1) * (8 // c.PLAIN_TIMED) and st.drafted_at[0] - drafted == len(ones)
+    assert max(b - a for a, b in zip(ones, ones[1:])) <= c.PROBE_EVERY
+    assert len(c.times[1]) - t1 == 8 // c.PLAIN_TIMED  # the last step of each timed block
+    assert st.plain_steps >= 8 * c.PROBE_EVERY - len(ones) - 3  # the rest plain (+ the 0 block explored)
 
 
 def back_to_drafting(ks: list[int], k: int | set[int] | None = None) -> int:
@@ -293,26 +279,3 @@ def test_the_choice_moves_only_for_a_clear_gain() -> None:
         c.times = {k: deque([t], maxlen=c.KEEP) for k, t in {0: 10.0, 1: 10.0, 2: 10.0, 3: t3, 4: t4}.items()}
         c.n = 1  # not a probe step
         assert c.best(st) == 4 and c.next(st) == (4 if moves else 3), gain
-
-
-def test_shadow_drafts_give_the_next_position_without_a_probe() -> None:
-    """At k=1 nothing is verified at position 2; shadow drafts are, and the choice moves up on them alone."""
-    from collections import deque
-
-    st = Stats(n_draft_max=4)
-    for _ in range(20):
-        st.record(1, 1)  # position 1 always accepted
-    c = DraftLength(4)
-    c._block, c._explored, c.k, c.n = [], set(range(5)), 1, 1
-    c.times = {k: deque([1.0 + 0.2 * k], maxlen=c.KEEP) for k in range(5)}  # k=2 pays only if position 2 holds
-    assert c.acceptance(st)[:2] == [1.0, 0.0] and c.next(st) == 1
-    for _ in range(10):
-        c.shadow_result(1, True)
-    assert c.acceptance(st)[:2] == [1.0, 1.0] and c.best(st) >= 2
-    assert st.drafted_at == [20]  # the session's own counts are untouched
-    shadows = []
-    for _ in range(16):  # steady at one length: a shadow draft every SHADOW_EVERY steps
-        c.next(st)
-        shadows.append(c.shadow)
-        c.observe(c.k, 1.0 + 0.2 * c.k)
-    assert sum(shadows) == 16 // c.SHADOW_EVERY

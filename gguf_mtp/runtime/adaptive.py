@@ -2,42 +2,36 @@
 (no drafts) included.
 
 Expected tokens of a step that drafts k: ``E(k) = 1 + sum_{i<k} a_i``, where ``a_i`` is the share of steps whose
-first i+1 drafts were all accepted (a prefix probability, so it is summed, not multiplied again), counted over
-the session's verified drafts and this controller's shadow drafts (below); ``E(0) = 1``. Cost of a step ``T(k)``:
-the median wall time of recent whole steps at length k (verify, drafts, feed and our own work all included: a
-per-step cost left out would favour short drafts); for a length of 1 or more not measured yet, a straight line
-``c + d * k`` through the lengths >= 1 that are. The choice is ``argmax_k E(k) / T(k)`` over 0..k_max.
+first i+1 drafts were all accepted (``Stats.acceptance_at``: already a prefix probability, so it is summed, not
+multiplied again); ``E(0) = 1``. Cost of a step ``T(k)``: the median wall time of recent whole steps at length k
+(verify, drafts, feed and our own work all included: a per-step cost left out would favour short drafts); for a
+length of 1 or more not measured yet, a straight line ``c + d * k`` through the lengths >= 1 that are. The
+choice is ``argmax_k E(k) / T(k)`` over 0..k_max.
 
 Why 0 is a candidate: drafting can lose at every length. A step that drafts pays for the head's decodes and a
 wider verify, and on a recurrent target that llama.cpp cannot roll back (rollback.py: replay) for saving and
 restoring the state; on a compute-bound back-end (a 2-core CPU) a wider verify costs about its width. Measured
 on an H100 (bench/reference/qwen3next-h100.txt), a ~70% head on a Qwen3-Next target is slower than plain
-decoding at every k (best 0.73x); ``auto`` must then decode plainly rather than pick the least bad k. T(0) is
+decoding at every k (best 0.78x); ``auto`` must then decode plainly rather than pick the least bad k. T(0) is
 only ever measured, never read off the line: a plain step has no head decode and no rollback, so it does not
 lie on the line through the drafting lengths.
 
-Why it is shaped so: every change of length makes llama.cpp build the target's graph and CUDA run it eagerly
-and capture it again, so the first ``WARMUP`` steps at a new length pay for graph work a steady run does not,
-about one step's worth in all on an H100. Exploration is therefore short and in blocks: k_max first (it also
-measures acceptance at every position), then 1, then 0 (plain steps: cheap), then the best length and its
-neighbours until each of them is measured. The line alone is not enough: on an H100 a step's cost bends upwards
-(k=4 costs more than the line through k=1 and k=3 predicts), so a choice made on the line alone sat 9-18% below
-the best fixed length. The first ``WARMUP`` steps of each block are not timed, medians drop other outliers, and
-a timed step far from its length's median (``REGIME``) starts that length's record afresh (the machine's load
-changed). A new length must beat the current one by ``SWITCH_GAIN``.
-
-Keeping the acceptance current without changing length: every ``SHADOW_EVERY`` steps at k < k_max the caller
-drafts k+1 tokens and verifies k (``shadow``); the target's next token says whether draft k+1 would have been
-accepted, which is all a verify of it would say. That costs one head decode, and the verify keeps its shape.
-At 0 this is one draft, not verified, so a head that becomes useful (a different kind of text) is picked up
-again: not at once, as the acceptance is counted over the whole session and new drafts must first outweigh the
-old ones (simulated: back to drafting after a few hundred steps, tests/test_adaptive.py). Step times drift
-less: every ``PROBE_EVERY_SHADOWED`` steps a block of ``PROBE`` steps at one neighbour of the choice (k+1 and
-k-1 in turn, within 0..k_max; only the last timed) measures them again. Where the caller cannot shadow (server
-slots stepped together, multistep.py) probes come every ``PROBE_EVERY`` steps and also carry the acceptance;
-at 0 only one in ``PLAIN_TIMED`` of those is a timed block, as a probe step there is what plain decoding loses.
-The first step of a probe also sends the head the tokens queued for it during plain steps (speculative.py), one
-more reason it is not timed.
+Why it is shaped so: every change of length makes llama.cpp build the target's graph (and CUDA capture it)
+again, and the first steps at a new length pay for that (``WARMUP``). So exploration is short and in blocks: k_max first
+(it also measures acceptance at every position), then 1, then 0 (plain steps: cheap), then the best length and
+its neighbours until each of them is measured. The line alone is not enough: on an H100 a step's cost bends
+upwards (k=4 costs more than the line through k=1 and k=3 predicts), so a choice made on the line alone sat
+9-18% below the best fixed length. The first ``WARMUP`` steps of each block are not timed, and medians drop
+other outliers. Later, every ``PROBE_EVERY`` steps, a block of ``PROBE`` steps at one neighbour of the choice
+(k+1 and k-1 in turn, within 0..k_max; only the last timed) keeps the times and the deep acceptance current. While
+the choice is 0 the probe is always k=1: it measures the head's acceptance again, so a head that becomes
+useful (a different kind of text) is picked up again: not at once, as the acceptance is counted over the whole
+session and the probes' drafts must first outweigh the old ones (simulated: back to drafting after 200-500
+steps, tests/test_adaptive.py). There a probe step is what plain decoding loses (on
+that Qwen3-Next target a k=1 step costs 2.9 plain steps for 1.76 tokens), so only one probe in
+``PLAIN_TIMED`` is a timed block; the others are one step, for the acceptance. The first step of a probe
+also sends the head the tokens queued for it during the plain steps (speculative.py), one more reason it is
+not timed.
 """
 
 from __future__ import annotations
@@ -48,14 +42,10 @@ from typing import Protocol
 
 
 class Acceptance(Protocol):
-    """What the choice reads: :class:`~.stats.Stats`, or counts pooled over several sequences (multistep.py):
-    drafts offered and accepted at each position (0-based), accepted meaning all drafts up to it accepted."""
+    """What the choice reads: :class:`~.stats.Stats`, or counts pooled over several sequences (multistep.py)."""
 
     @property
-    def drafted_at(self) -> list[int]: ...
-
-    @property
-    def accepted_at(self) -> list[int]: ...
+    def acceptance_at(self) -> list[float]: ...
 
 
 class DraftLength:
@@ -72,23 +62,9 @@ class DraftLength:
     # A change of length costs about one step of graph work on a GPU (WARMUP), so the choice moves only for a
     # clear gain (on an H100 with a perfect head, k=3 and k=4 measured within 2.5% of each other).
     SWITCH_GAIN = 0.03
-    # Shadow drafts: every SHADOW_EVERY steps at k < k_max the head drafts k+1 tokens and the target verifies k;
-    # when those k are all accepted, the target's next token says whether draft k+1 would have been (exact,
-    # as a verify of it would). The acceptance one position deeper costs one head decode and no change of the
-    # verify's shape, so the probes that change the length are only needed for step times, which drift less:
-    # every PROBE_EVERY_SHADOWED steps. With probes every 32 steps on an H100, each costing about three steps
-    # of graph work, auto sat 9-10% below the best fixed k on ~70% heads.
-    SHADOW_EVERY = 4
-    REGIME = 1.3  # a timed step this far from its length's median starts that length's record afresh
-    PROBE_EVERY_SHADOWED = 128
 
-    def __init__(self, k_max: int, shadows: bool = True) -> None:
+    def __init__(self, k_max: int) -> None:
         self.k_max = max(1, k_max)
-        self.shadows = shadows  # the caller can draft one more token than it verifies (Engine.step)
-        self.shadow = False  # this step: draft k+1, verify k, report the last with shadow_result()
-        self._shadow_d = [0] * self.k_max  # shadow drafts at each position, and of those accepted
-        self._shadow_a = [0] * self.k_max
-        self._probe_every = self.PROBE_EVERY_SHADOWED if shadows else self.PROBE_EVERY
         self.times: dict[int, deque[float]] = {}
         self.n = 0  # steps seen
         self.k = self.k_max
@@ -99,8 +75,7 @@ class DraftLength:
         self._probes = 0  # probe blocks run (they alternate between the neighbours)
 
     def next(self, stats: Acceptance) -> int:
-        """Draft length for the next step (0: a plain step, no drafts); ``shadow`` says whether to draft one more."""
-        self.shadow = False
+        """Draft length for the next step (0: a plain step, no drafts)."""
         if self._block:
             return self._block.pop()
         rates = self.rates(stats)  # once per step: this runs between two decodes
@@ -111,31 +86,14 @@ class DraftLength:
                 self._block = [k] * (self.BLOCK - 1)
                 return k
         self.k = self._choose(stats, rates)
-        if self.n % self._probe_every == self._probe_every - self.PROBE:
+        if self.n % self.PROBE_EVERY == self.PROBE_EVERY - self.PROBE:
             nbrs = [j for j in (self.k + 1, self.k - 1) if 0 <= j <= self.k_max]  # at 0: only 1
             k = nbrs[self._probes % len(nbrs)]
             self._probes += 1
-            if self.k > 0 or self.shadows or self._probes % self.PLAIN_TIMED == 1:
+            if self.k > 0 or self._probes % self.PLAIN_TIMED == 1:
                 self._block = [k] * (self.PROBE - 1)
             return k
-        self.shadow = self.shadows and self.k < self.k_max and self.n % self.SHADOW_EVERY == 0
         return self.k
-
-    def shadow_result(self, pos: int, accepted: bool) -> None:
-        """The shadow draft at 0-based position ``pos`` would have been accepted (all before it were too)."""
-        if 0 <= pos < self.k_max:
-            self._shadow_d[pos] += 1
-            self._shadow_a[pos] += int(accepted)
-
-    def acceptance(self, stats: Acceptance) -> list[float]:
-        """Share of steps whose first i+1 drafts were all accepted, verified drafts and shadow ones together."""
-        d0, a0 = stats.drafted_at, stats.accepted_at
-        out = []
-        for i in range(self.k_max):
-            d = (d0[i] if i < len(d0) else 0) + self._shadow_d[i]
-            a = (a0[i] if i < len(a0) else 0) + self._shadow_a[i]
-            out.append(a / d if d else 0.0)
-        return out
 
     def _choose(self, stats: Acceptance, rates: dict[int, float]) -> int:
         """The best length, unless the current one is within ``SWITCH_GAIN`` of it (a change costs graph work)."""
@@ -157,13 +115,10 @@ class DraftLength:
         """A step given length ``k`` (0: plain) took ``seconds`` of wall time. The first ``WARMUP`` steps after a
         change of length are not kept: they pay for graph rebuilds and captures that a steady run does not."""
         self.n += 1
-        self._run = self._run + 1 if k == self._last else 1  # a shadow step has the verify's shape of k
+        self._run = self._run + 1 if k == self._last else 1
         self._last = k
-        if self._run > self.WARMUP and not self.shadow:  # a shadow step paid for one more head decode
-            v = self.times.setdefault(k, deque(maxlen=self.KEEP))
-            if v and not median(v) / self.REGIME < seconds < median(v) * self.REGIME:
-                v.clear()  # far from what was measured: the machine changed (load, clocks), not noise
-            v.append(seconds)
+        if self._run > self.WARMUP:
+            self.times.setdefault(k, deque(maxlen=self.KEEP)).append(seconds)
 
     def cost(self) -> tuple[float, float] | None:
         """(c, d) of the line T(k) = c + d * k through the median step time at each length >= 1 tried."""
@@ -188,7 +143,7 @@ class DraftLength:
     def rates(self, stats: Acceptance) -> dict[int, float]:
         """Expected tokens per second at each length measured or predicted."""
         line = self.cost()
-        acc = self.acceptance(stats)
+        acc = stats.acceptance_at
         out, expected = {}, 1.0
         for k in range(0, self.k_max + 1):
             if k:

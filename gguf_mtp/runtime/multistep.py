@@ -25,13 +25,19 @@ from .speculative import ContextFull, Engine
 
 
 class _Pooled:
-    """Drafts and acceptances by position summed over several engines: what one shared draft length reads."""
+    """Acceptance by draft position over several engines' counts: what one shared draft length is chosen by."""
 
     def __init__(self, engines: Sequence[Engine]) -> None:
-        n = max(len(e.stats.drafted_at) for e in engines)
-        self.drafted_at = [sum(e.stats.drafted_at[i] for e in engines if i < len(e.stats.drafted_at)) for i in range(n)]
-        self.accepted_at = [sum(e.stats.accepted_at[i] for e in engines if i < len(e.stats.accepted_at))
-                            for i in range(n)]
+        self.engines = engines
+
+    @property
+    def acceptance_at(self) -> list[float]:
+        n = max(len(e.stats.drafted_at) for e in self.engines)
+        drafted = [sum(e.stats.drafted_at[i] for e in self.engines if i < len(e.stats.drafted_at)) for i in range(n)]
+        accepted = [sum(e.stats.accepted_at[i] for e in self.engines if i < len(e.stats.accepted_at)) for i in range(n)]
+        while n and not drafted[n - 1]:
+            n -= 1
+        return [a / d if d else 0.0 for a, d in zip(accepted[:n], drafted[:n])]
 
 
 class MultiStep:
@@ -45,8 +51,7 @@ class MultiStep:
     def __init__(self, engines: Sequence[Engine]) -> None:
         e0 = engines[0]
         self.tgt, self.mtp = e0.tgt, e0.mtp
-        # no shadow drafts here: a batched step drafts and verifies the same length for every sequence
-        self.adaptive = DraftLength(e0.n_draft_max, shadows=False) if e0.adaptive is not None else None
+        self.adaptive = DraftLength(e0.n_draft_max) if e0.adaptive is not None else None
         n = len(engines) * (e0.n_draft_max + 1)
         self.tbatch = Batch(n + sum(e.rollback.max_prefix for e in engines))  # + tokens re-decoded (rollback.py)
         self.mbatch = Batch(n, e0.tgt.model.n_embd_out) if self.mtp is not None else None
