@@ -12,7 +12,7 @@ Why 0 is a candidate: drafting can lose at every length. A step that drafts pays
 wider verify, and on a recurrent target that llama.cpp cannot roll back (rollback.py: replay) for saving and
 restoring the state; on a compute-bound back-end (a 2-core CPU) a wider verify costs about its width. Measured
 on an H100 (bench/reference/qwen3next-h100.txt), a ~70% head on a Qwen3-Next target is slower than plain
-decoding at every k (best 0.78x); ``auto`` must then decode plainly rather than pick the least bad k. T(0) is
+decoding at every k (best 0.73-0.78x); ``auto`` must then decode plainly rather than pick the least bad k. T(0) is
 only ever measured, never read off the line: a plain step has no head decode and no rollback, so it does not
 lie on the line through the drafting lengths.
 
