@@ -38,14 +38,8 @@ from __future__ import annotations
 
 from collections import deque
 from statistics import median
-from typing import Protocol
 
-
-class Acceptance(Protocol):
-    """What the choice reads: :class:`~.stats.Stats`, or counts pooled over several sequences (multistep.py)."""
-
-    @property
-    def acceptance_at(self) -> list[float]: ...
+from .stats import Stats
 
 
 class DraftLength:
@@ -74,7 +68,7 @@ class DraftLength:
         self._explored = {self.k_max}  # lengths measured or being measured (k_max is the first block)
         self._probes = 0  # probe blocks run (they alternate between the neighbours)
 
-    def next(self, stats: Acceptance) -> int:
+    def next(self, stats: Stats) -> int:
         """Draft length for the next step (0: a plain step, no drafts)."""
         if self._block:
             return self._block.pop()
@@ -95,7 +89,7 @@ class DraftLength:
             return k
         return self.k
 
-    def _choose(self, stats: Acceptance, rates: dict[int, float]) -> int:
+    def _choose(self, stats: Stats, rates: dict[int, float]) -> int:
         """The best length, unless the current one is within ``SWITCH_GAIN`` of it (a change costs graph work)."""
         b = self.best(stats, rates)
         cur = rates.get(self.k)
@@ -103,7 +97,7 @@ class DraftLength:
             return self.k
         return b
 
-    def _unexplored(self, stats: Acceptance, rates: dict[int, float]) -> int | None:
+    def _unexplored(self, stats: Stats, rates: dict[int, float]) -> int | None:
         """The next length to measure: 1 after k_max, then 0, then the current best or a neighbour of it."""
         for k in (1, 0):
             if k not in self._explored:
@@ -140,7 +134,7 @@ class DraftLength:
             return median(v)
         return None if line is None or k == 0 else line[0] + line[1] * k
 
-    def rates(self, stats: Acceptance) -> dict[int, float]:
+    def rates(self, stats: Stats) -> dict[int, float]:
         """Expected tokens per second at each length measured or predicted."""
         line = self.cost()
         acc = stats.acceptance_at
@@ -153,7 +147,7 @@ class DraftLength:
                 out[k] = expected / t
         return out
 
-    def best(self, stats: Acceptance, rates: dict[int, float] | None = None) -> int:
+    def best(self, stats: Stats, rates: dict[int, float] | None = None) -> int:
         """The length with the best expected rate among those measured or predicted; ``k`` while none is."""
         best, best_rate = self.k, -1.0
         for k, rate in sorted((rates if rates is not None else self.rates(stats)).items()):

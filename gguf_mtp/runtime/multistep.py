@@ -22,22 +22,15 @@ from .adaptive import DraftLength
 from .llama import Batch, Context
 from .sampling import Sampler
 from .speculative import ContextFull, Engine
+from .stats import Stats
 
 
-class _Pooled:
-    """Acceptance by draft position over several engines' counts: what one shared draft length is chosen by."""
-
-    def __init__(self, engines: Sequence[Engine]) -> None:
-        self.engines = engines
-
-    @property
-    def acceptance_at(self) -> list[float]:
-        n = max(len(e.stats.drafted_at) for e in self.engines)
-        drafted = [sum(e.stats.drafted_at[i] for e in self.engines if i < len(e.stats.drafted_at)) for i in range(n)]
-        accepted = [sum(e.stats.accepted_at[i] for e in self.engines if i < len(e.stats.accepted_at)) for i in range(n)]
-        while n and not drafted[n - 1]:
-            n -= 1
-        return [a / d if d else 0.0 for a, d in zip(accepted[:n], drafted[:n])]
+def _pooled(engines: Sequence[Engine]) -> Stats:
+    """All the sequences' counts in one: what the one shared draft length is chosen by."""
+    p = Stats()
+    for e in engines:
+        p.merge(e.stats)
+    return p
 
 
 class MultiStep:
@@ -78,7 +71,7 @@ class MultiStep:
             e.use_sampler(s)  # a new job's sampler starts from its seed; the same one carries on
             lasts.append(e.id_last)
         n_past = [len(e.tokens) for e in engines]
-        shared = self.adaptive.next(_Pooled(engines)) if self.adaptive is not None else None
+        shared = self.adaptive.next(_pooled(engines)) if self.adaptive is not None else None
         ks = [min(e._next_k() if shared is None else shared, e.n_ctx - n - 2) if e.mtp is not None else 0
               for e, n in zip(engines, n_past)]
         for e, k in zip(engines, ks):
