@@ -172,7 +172,8 @@ def main() -> None:
     ap.add_argument("--clients", default="1,4,8")
     ap.add_argument("--seconds", type=float, default=30.0, help="driving time per client count")
     ap.add_argument("-n", type=int, default=128, help="tokens per request")
-    ap.add_argument("--draft", default="3", help="--spec-draft-n-max: N, or auto for gguf-mtp (llama-server then gets --spec-draft-n-max-auto's k_max, 4)")
+    ap.add_argument("--draft", default="3",
+                    help="--spec-draft-n-max: N, or auto for gguf-mtp (llama-server then gets 4, auto's k_max)")
     ap.add_argument("-c", "--ctx-size", type=int, default=0, help="total context (default: 1024 per slot)")
     ap.add_argument("--ngl", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)

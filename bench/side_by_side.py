@@ -117,11 +117,11 @@ def run_ours(model: Path, a: argparse.Namespace, sb, gbs: float | None) -> tuple
             rows.append(_row(f"run k={k}" if k != "auto" else "run auto, best", k,
                              _best([g.stats for g in gens], lambda x: x.decode_tps), sb, gbs))
             if k == "auto" and s.engine.adaptive is not None:  # what the controller measured: why it chose as it did
-                ad = s.engine.adaptive
-                rows[-1]["auto_step_ms"] = {str(j): round(statistics.median(v) * 1e3, 3) for j, v in sorted(ad.times.items()) if v}
-                rows[-1]["auto_acceptance_at"] = [round(x, 4) for x in s.engine.stats.acceptance_at]
-                print(f"auto: median step ms by k {rows[-1]['auto_step_ms']}, acceptance {rows[-1]['auto_acceptance_at']}",
-                      file=sys.stderr)
+                times = sorted(s.engine.adaptive.times.items())
+                ms = {str(j): round(statistics.median(v) * 1e3, 3) for j, v in times if v}
+                acc = [round(x, 4) for x in s.engine.stats.acceptance_at]
+                rows[-1].update(auto_step_ms=ms, auto_acceptance_at=acc)
+                print(f"auto: median step ms by k {ms}, acceptance {acc}", file=sys.stderr)
         best = max((r for r in rows if isinstance(r["k"], int) and r["k"] > 0), key=lambda r: r["t/s"])
         # the best k again without the timer (what it costs), with host sampling and with the head's decodes
         # in the shapes they come (what the device sampler and stable shapes bring)
