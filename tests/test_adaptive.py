@@ -34,6 +34,8 @@ def simulate(acc: list[float], cost: callable, k_max: int, steps: int = 200, noi
         assert 0 <= k <= k_max
         u = rng.random()
         j = sum(1 for i in range(k) if u < acc[i])  # prefix probabilities: u below acc[i] <=> i+1 accepted
+        if c.shadow:  # one more draft, not verified: accepted with the prefix probability of position k+1
+            c.shadow_result(k, u < acc[k])
         if k:
             st.record(k, j)
         else:  # as the engine counts a plain step
@@ -172,17 +174,21 @@ def test_auto_on_measured_h100_costs(name: str, steps: int) -> None:
     k_best, _ = best_fixed(acc, cost, 4)
     assert (k_best == 0) is name.startswith("qwen3next 70%")
     floor = (FLOOR_PLAIN if k_best == 0 else FLOOR)[steps]
-    c, st, rate = simulate(acc, cost, 4, steps=steps, noise=0.05)
-    rate_best = simulate(acc, cost, 4, steps=steps, noise=0.05, fixed=k_best)[2]
     true = lambda k: (1 + sum(acc[:k])) / cost(k)  # noqa: E731
-    if steps >= 200:
-        assert c.best(st) == k_best
-    else:  # two timed steps at each length so far: within the 5% noise of the best
-        assert true(c.best(st)) >= 0.95 * true(k_best), c.best(st)
-    assert rate >= floor * rate_best, (rate / rate_best)
-    if k_best == 0:
-        assert st.plain_steps >= 0.85 * steps - 3 * c.BLOCK  # after the blocks that explore k_max, 1 and 0
-
+    # at 200 steps the choice moves only for a gain of SWITCH_GAIN: lengths that close count as the best; at 30,
+    # two timed steps at each length so far: within the 5% noise of the best
+    near = (1 - DraftLength.SWITCH_GAIN) if steps >= 200 else 0.95
+    chose_near = 0
+    for seed in range(10):
+        c, st, rate = simulate(acc, cost, 4, steps=steps, noise=0.05, seed=seed)
+        rate_best = simulate(acc, cost, 4, steps=steps, noise=0.05, seed=seed, fixed=k_best)[2]
+        assert rate >= floor * rate_best, (seed, rate / rate_best)
+        chose_near += true(c.best(st)) >= near * true(k_best)
+        if k_best == 0:
+            assert st.plain_steps >= 0.85 * steps - 3 * c.BLOCK  # after the blocks that explore k_max, 1 and 0
+    # a few unlucky draws of the acceptance one position deeper than the choice can hold it one length short
+    # for a while: on the noisy head 2 seeds in 10 sit at k=2 after 200 steps, 3.5% below k=3
+    assert chose_near >= 8, chose_near
 
 
 def run(c: DraftLength, st: Stats, steps: int, acc: list[float], cost, rng: random.Random) -> list[int]:
@@ -193,6 +199,8 @@ def run(c: DraftLength, st: Stats, steps: int, acc: list[float], cost, rng: rand
         ks.append(k)
         u = rng.random()
         j = sum(1 for i in range(k) if u < acc[i])
+        if c.shadow:
+            c.shadow_result(k, u < acc[k])
         if k:
             st.record(k, j)
         else:
@@ -205,23 +213,34 @@ def run(c: DraftLength, st: Stats, steps: int, acc: list[float], cost, rng: rand
 QWEN3NEXT_70, QWEN3NEXT_COST = H100["qwen3next 70% head"][0], H100["qwen3next 70% head"][1].__getitem__
 
 
-def test_plain_decoding_keeps_probing_one_draft() -> None:
-    """At 0 the head is still asked for one draft every PROBE_EVERY steps (its acceptance), and one of those
-    probes in PLAIN_TIMED is two steps, the second timed: no length stays unmeasured for good."""
-    c, st, rng = DraftLength(4), Stats(n_draft_max=4), random.Random(1)
+@pytest.mark.parametrize("shadows", [True, False])
+def test_plain_decoding_keeps_probing_one_draft(shadows: bool) -> None:
+    """At 0 the head is still asked for drafts, so no length stays unmeasured for good. With shadow drafts
+    (Engine.step) one draft every SHADOW_EVERY steps, not verified, gives the acceptance and a timed block at
+    k=1 every PROBE_EVERY_SHADOWED steps the time. Without (server slots stepped together): one k=1 step
+    every PROBE_EVERY steps, and one of those in PLAIN_TIMED a timed block of PROBE steps."""
+    c, st, rng = DraftLength(4, shadows=shadows), Stats(n_draft_max=4), random.Random(1)
     ks = run(c, st, 40, QWEN3NEXT_70, QWEN3NEXT_COST, rng)
     B = c.BLOCK
     assert ks[: 3 * B] == [4] * B + [1] * B + [0] * B and c.best(st) == 0
-    drafted = st.drafted_at[0]
-    t1 = len(c.times[1])
-    ks = run(c, st, 8 * c.PROBE_EVERY, QWEN3NEXT_70, QWEN3NEXT_COST, rng)
+    drafted, shadowed = st.drafted_at[0], c._shadow_d[0]
+    steps = 8 * c.PROBE_EVERY_SHADOWED if shadows else 8 * c.PROBE_EVERY
+    ks = run(c, st, steps, QWEN3NEXT_70, QWEN3NEXT_COST, rng)
     ones = [i for i, k in enumerate(ks) if k == 1]
     assert set(ks) == {0, 1} and c.best(st) == 0
-    # one probe every PROBE_EVERY steps: 8 of them, 2 of them timed blocks of PROBE steps
-    assert len(ones) == 8 + (c.PROBE - 1) * (8 // c.PLAIN_TIMED) and st.drafted_at[0] - drafted == len(ones)
-    assert max(b - a for a, b in zip(ones, ones[1:])) <= c.PROBE_EVERY
-    assert len(c.times[1]) - t1 == 8 // c.PLAIN_TIMED  # the last step of each timed block
-    assert st.plain_steps >= 8 * c.PROBE_EVERY - len(ones) - 3  # the rest plain (+ the 0 block explored)
+    if shadows:
+        assert len(ones) == 8 * c.PROBE and st.drafted_at[0] - drafted == len(ones)  # 8 timed blocks
+        # the acceptance: a shadow draft every SHADOW_EVERY steps, but where a probe block stands
+        assert c._shadow_d[0] - shadowed >= steps // c.SHADOW_EVERY - steps // c.PROBE_EVERY_SHADOWED - 1
+        assert max(b - a for a, b in zip(ones, ones[1:])) <= c.PROBE_EVERY_SHADOWED
+    else:
+        assert len(ones) == 8 + (c.PROBE - 1) * (8 // c.PLAIN_TIMED) and st.drafted_at[0] - drafted == len(ones)
+        assert max(b - a for a, b in zip(ones, ones[1:])) <= c.PROBE_EVERY
+        assert c._shadow_d == [0] * 4
+    # the last step of each timed block is timed; it comes long after the one before, so the older times count
+    # as one (a change of the machine's speed shows at the next probe)
+    assert len(c.times[1]) == 2 and c._timed_at[1] >= 40 + steps - c.PROBE_EVERY_SHADOWED
+    assert st.plain_steps >= steps - len(ones) - 3  # the rest plain (+ the 0 block explored)
 
 
 def back_to_drafting(ks: list[int], k: int | set[int] | None = None) -> int:
@@ -252,15 +271,17 @@ def test_plain_decoding_is_left_when_the_head_becomes_useful(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_plain_decoding_is_left_when_drafting_becomes_cheaper(seed: int) -> None:
     """Drafts measured 4x slower during exploration (the machine was busy): the timed probes at k=1 measure
-    them again, and the choice goes back to drafting."""
+    them again, and the choice goes back to drafting; probes at the neighbours of each new choice then climb to
+    the best length. Probes come every PROBE_EVERY_SHADOWED steps (simulated: drafting after 2, k=4 after 5-7)."""
     c, st, rng = DraftLength(4), Stats(n_draft_max=4), random.Random(seed)
     acc, fast = [0.9, 0.8, 0.7, 0.6], (lambda k: 1.0 if k == 0 else 1.0 + 0.2 * k)
     slow = lambda k: 1.0 if k == 0 else 4.0 * fast(k)  # noqa: E731
     run(c, st, 40, acc, slow, rng)
     assert c.best(st) == 0
-    ks = run(c, st, 40 * c.PROBE_EVERY, acc, fast, rng)
-    assert back_to_drafting(ks) <= 20 * c.PROBE_EVERY
-    assert back_to_drafting(ks, 4) <= 35 * c.PROBE_EVERY
+    period = c.PROBE_EVERY_SHADOWED
+    ks = run(c, st, 8 * period, acc, fast, rng)
+    assert back_to_drafting(ks) <= 2 * period
+    assert back_to_drafting(ks, 4) <= 7 * period
     assert c.best(st) == best_fixed(acc, fast, 4)[0] == 4
     assert ks[-c.PROBE_EVERY:].count(4) >= c.PROBE_EVERY - 2 * c.PROBE
 
@@ -279,3 +300,105 @@ def test_the_choice_moves_only_for_a_clear_gain() -> None:
         c.times = {k: deque([t], maxlen=c.KEEP) for k, t in {0: 10.0, 1: 10.0, 2: 10.0, 3: t3, 4: t4}.items()}
         c.n = 1  # not a probe step
         assert c.best(st) == 4 and c.next(st) == (4 if moves else 3), gain
+
+
+def test_shadow_drafts_give_the_next_position_without_a_probe() -> None:
+    """At k=1 nothing is verified at position 2; shadow drafts are, and the choice moves up on them alone."""
+    from collections import deque
+
+    st = Stats(n_draft_max=4)
+    for _ in range(20):
+        st.record(1, 1)  # position 1 always accepted
+    c = DraftLength(4)
+    c._block, c._explored, c.k, c.n = [], set(range(5)), 1, 1
+    c.times = {k: deque([1.0 + 0.2 * k], maxlen=c.KEEP) for k in range(5)}  # k=2 pays only if position 2 holds
+    assert c.acceptance(st)[:2] == [1.0, 0.0] and c.next(st) == 1
+    for _ in range(10):
+        c.shadow_result(1, True)
+    assert c.acceptance(st)[:2] == [1.0, 1.0] and c.best(st) >= 2
+    assert st.drafted_at == [20]  # the session's own counts are untouched
+
+
+@pytest.mark.parametrize("accept,doubt", [(0.4, True), (0.0, False)])
+def test_shadow_drafts_come_often_only_while_the_choice_is_in_doubt(accept: float, doubt: bool) -> None:
+    """At k=1 with position 2 accepted 40% of the time, k=2 is as good as k=1 give or take SWITCH_GAIN: a shadow
+    draft every SHADOW_DOUBT steps until the acceptance there is known well enough to decide (or DOUBT_DRAFTS
+    drafts were counted at position 2), then every SHADOW_EVERY. With
+    position 2 never accepted, k=2 is clearly worse: every SHADOW_EVERY steps from the start."""
+    from collections import deque
+
+    st = Stats(n_draft_max=4)
+    for _ in range(200):
+        st.record(1, 1)  # position 1 always accepted, and well known
+    c, rng = DraftLength(4), random.Random(0)
+    c._block, c._explored, c.k, c.n = [], set(range(5)), 1, 1
+    c.times = {k: deque([1.0 + 0.2 * k], maxlen=c.KEEP) for k in range(5)}  # rate(2) / rate(1) = (2 + a) / 2.33
+    for i in range(5):
+        c.shadow_result(1, i < 5 * accept)  # a few drafts counted at position 2 so far
+    at = []
+    for _ in range(1200):
+        k = c.next(st)
+        if c.shadow:
+            at.append(c.n)
+            c.shadow_result(k, rng.random() < accept)
+        c.observe(k, 1.0 + 0.2 * k)
+    assert c.k == 1 and c._timed_at  # the choice held (probes aside)
+    gaps = [b - a for a, b in zip(at, at[1:])]
+    if doubt:
+        assert gaps[:10] == [c.SHADOW_DOUBT] * 10
+        # then the interval leaves the threshold, or DOUBT_DRAFTS drafts were counted
+        assert set(gaps[-10:]) <= {c.SHADOW_EVERY, 2 * c.SHADOW_EVERY}
+    else:
+        assert set(gaps) <= {c.SHADOW_EVERY, 2 * c.SHADOW_EVERY}  # a probe block can stand where one was due
+
+
+# bench/reference/side-by-side-h100 (session 12): acceptance by position and median step ms by k, Q8_0 trunks and
+# a Q4_K_M one. A change of length costs ~2 ms on each of the two steps after it (graph run eagerly, then
+# captured): with this, the old controller's simulated second answer sat at 0.90-0.95x, as measured (0.90-0.97x).
+SIDE_BY_SIDE = {
+    "perfect head": ([1.0, 1.0, 1.0, 1.0], {0: 2.27, 1: 3.84, 2: 4.68, 3: 6.03, 4: 7.77}),
+    "~70% head": ([0.73, 0.44, 0.30, 0.24], {0: 2.35, 1: 3.65, 2: 4.61, 3: 5.80, 4: 7.28}),
+    "Q4_K_M trunk": ([0.75, 0.53, 0.35, 0.25], {0: 2.08, 1: 3.49, 2: 5.0, 3: 6.92, 4: 8.33}),
+}
+
+
+def answer(c, st: Stats, acc: list[float], ms: dict[int, float], rng: random.Random, state: list,
+           tokens: int = 128, switch_ms: float = 2.0, shadow_ms: float = 0.8) -> float:  # type: ignore[no-untyped-def]
+    """Tokens per ms of one answer of ``tokens`` tokens; ``state`` = [last length, steps at it] carries over."""
+    n = t = 0.0
+    first = True
+    while n < tokens:
+        k = c.next(st)
+        shadow = getattr(c, "shadow", False)
+        u = rng.random()
+        j = sum(1 for i in range(k) if u < acc[i])
+        if shadow:
+            c.shadow_result(k, u < acc[k])
+        if k:
+            st.record(k, j)
+        else:
+            st.plain_steps += 1
+        st.steps += 1
+        state[1] = 1 if first or k != state[0] else state[1] + 1  # after the prompt: a new shape either way
+        state[0], first = k, False
+        dt = ms[k] * (1 + 0.03 * rng.random()) + (switch_ms if state[1] <= 2 else 0.0) + (shadow_ms if shadow else 0.0)
+        c.observe(k, dt / 1e3)
+        n, t = n + j + 1, t + dt
+    return n / t
+
+
+@pytest.mark.parametrize("name", list(SIDE_BY_SIDE))
+def test_a_second_answer_is_within_5_percent_of_the_best_fixed_length(name: str) -> None:
+    """Issue 14's target, simulated with what the H100 measured: the second answer of a session (the lengths
+    explored, the times known) within 5% of the best fixed length, on average over seeds; the first one explores."""
+    acc, ms = SIDE_BY_SIDE[name]
+    first, second = [], []
+    for seed in range(20):
+        rng, c, st = random.Random(seed), DraftLength(4), Stats(n_draft_max=4)
+        state: list = [None, 0]
+        first.append(answer(c, st, acc, ms, rng, state))
+        second.append(answer(c, st, acc, ms, rng, state))
+    best = max(sum(answer(Fixed(k), Stats(n_draft_max=4), acc, ms, random.Random(s), [None, 0]) for s in range(20))
+               for k in range(5)) / 20
+    assert sum(second) / 20 >= 0.95 * best, (sum(first) / 20 / best, sum(second) / 20 / best)
+    assert sum(first) / 20 >= 0.85 * best

@@ -245,6 +245,8 @@ def test_adaptive_draft_length(pairings) -> None:
 class Pattern:
     """A stand-in for DraftLength that gives the engine a fixed sequence of draft lengths (0: a plain step)."""
 
+    shadow = False  # DraftLength's shadow drafts: off unless a test turns them on
+
     def __init__(self, ks: list[int]) -> None:
         self.ks, self.i, self.given = ks, 0, []  # type: ignore[var-annotated]
 
@@ -307,6 +309,61 @@ def test_plain_steps_are_lossless(pairings, family: str) -> None:
         g = s.generate(LONG, max_tokens=80)
         check_plain_steps(g, pat.given)
         assert g.stats.acceptance_at == [1.0, 1.0, 1.0, 1.0] and g.stats.drafted_at[0] >= 3
+
+
+class ShadowPattern(Pattern):
+    """Pattern, with a shadow draft (one more than verified, adaptive.py) on the steps listed."""
+
+    def __init__(self, ks: list[int], shadows: list[bool]) -> None:
+        super().__init__(ks)
+        self.shadows, self.results = shadows, []  # type: ignore[var-annotated]
+
+    def next(self, stats) -> int:  # type: ignore[no-untyped-def]
+        self.shadow = self.shadows[self.i % len(self.shadows)]
+        return super().next(stats)
+
+    def shadow_result(self, pos: int, accepted: bool) -> None:
+        self.results.append((pos, accepted))
+
+
+@pytest.mark.parametrize("family", ["qwen35", "glm4moe"])
+def test_shadow_drafts_are_lossless_and_measure_one_position_deeper(pairings, family: str) -> None:
+    """auto's shadow drafts: k+1 drafted, k verified. Output stays identical to plain decoding (greedy and
+    seeded), the verified counts are those of k, and the extra draft's result is exact: with a head that is
+    always right it is always accepted; with a poor one, only after k accepted drafts, as a verify would say."""
+    model, mtp = pairings[family]["bundled"]
+    seeded = SamplerConfig(temp=0.7, seed=7)
+    with session(model, False) as plain:
+        ref = plain.generate(LONG, max_tokens=60).tokens
+        ref_sampled = plain.generate(LONG, max_tokens=60, sampling=seeded).tokens
+    ks, sh = [0, 1, 2, 0, 3, 1], [True, True, False, False, True, True]
+    with session(model, mtp, n_draft=4) as s:
+        for sampling, want in ((None, ref), (seeded, ref_sampled)):
+            s.engine.adaptive = pat = ShadowPattern(ks, sh)  # type: ignore[assignment]
+            s.engine.stats = st = type(s.engine.stats)(n_draft_max=4)
+            verified: list[tuple[int, int]] = []  # (k, accepted) of each step that verified drafts
+            st.record = lambda k, j, rec=st.record: (verified.append((k, j)), rec(k, j))[1]  # type: ignore[method-assign]
+            g = s.generate(LONG, max_tokens=60, sampling=sampling)
+            assert g.tokens == want
+            check_plain_steps(g, pat.given)
+            n_shadow = sum(sh[i % len(sh)] for i in range(len(pat.given)))
+            assert len(pat.results) == n_shadow and [p for p, _ in pat.results] == [
+                k for i, k in enumerate(pat.given) if sh[i % len(sh)]]
+            # exact: a shadow draft counts as accepted only where every verified draft of its step was
+            shadow_steps = [i for i, k in enumerate(pat.given) if k and sh[i % len(sh)]]
+            by_step = dict(zip([i for i, k in enumerate(pat.given) if k], verified))
+            res = iter(r for (p, r) in pat.results if p)
+            for i in shadow_steps:
+                k, j = by_step[i]
+                assert not next(res) or j == k, (i, k, j)
+            if sampling is None:  # real accepts and rejects (sampled at 0.7, this head is rarely right)
+                assert 0 < sum(a for _, a in pat.results) < len(pat.results)
+            assert g.stats.drafted == sum(pat.given)  # shadow drafts are not counted as drafted
+    with session(pairings.converted(family, "bundled", oracle_head=True, trunk_scale=0.0), "auto", n_draft=4) as s:
+        s.engine.adaptive = pat = ShadowPattern(ks, sh)  # type: ignore[assignment]
+        g = s.generate(LONG, max_tokens=60)
+        assert pat.results and all(a for _, a in pat.results)
+        assert g.stats.acceptance_at == [1.0, 1.0, 1.0]
 
 
 def test_p_min_stops_drafts(pairings) -> None:

@@ -2,11 +2,12 @@
 (no drafts) included.
 
 Expected tokens of a step that drafts k: ``E(k) = 1 + sum_{i<k} a_i``, where ``a_i`` is the share of steps whose
-first i+1 drafts were all accepted (``Stats.acceptance_at``: already a prefix probability, so it is summed, not
-multiplied again); ``E(0) = 1``. Cost of a step ``T(k)``: the median wall time of recent whole steps at length k
-(verify, drafts, feed and our own work all included: a per-step cost left out would favour short drafts); for a
-length of 1 or more not measured yet, a straight line ``c + d * k`` through the lengths >= 1 that are. The
-choice is ``argmax_k E(k) / T(k)`` over 0..k_max.
+first i+1 drafts were all accepted (a prefix probability, so it is summed, not multiplied again), counted over
+the session's verified drafts (``Stats``) and this controller's shadow drafts (below); ``E(0) = 1``. Cost of a
+step ``T(k)``: the median wall time of recent whole steps at length k (verify, drafts, feed and our own work all
+included: a per-step cost left out would favour short drafts); for a length of 1 or more not measured yet, a
+straight line ``c + d * k`` through the lengths >= 1 that are. The choice is ``argmax_k E(k) / T(k)`` over
+0..k_max.
 
 Why 0 is a candidate: drafting can lose at every length. A step that drafts pays for the head's decodes and a
 wider verify, and on a recurrent target that llama.cpp cannot roll back (rollback.py: replay) for saving and
@@ -16,26 +17,37 @@ decoding at every k (best 0.73-0.78x); ``auto`` must then decode plainly rather 
 only ever measured, never read off the line: a plain step has no head decode and no rollback, so it does not
 lie on the line through the drafting lengths.
 
-Why it is shaped so: every change of length makes llama.cpp build the target's graph (and CUDA capture it)
-again, and the first steps at a new length pay for that (``WARMUP``). So exploration is short and in blocks: k_max first
-(it also measures acceptance at every position), then 1, then 0 (plain steps: cheap), then the best length and
-its neighbours until each of them is measured. The line alone is not enough: on an H100 a step's cost bends
-upwards (k=4 costs more than the line through k=1 and k=3 predicts), so a choice made on the line alone sat
-9-18% below the best fixed length. The first ``WARMUP`` steps of each block are not timed, and medians drop
-other outliers. Later, every ``PROBE_EVERY`` steps, a block of ``PROBE`` steps at one neighbour of the choice
-(k+1 and k-1 in turn, within 0..k_max; only the last timed) keeps the times and the deep acceptance current. While
-the choice is 0 the probe is always k=1: it measures the head's acceptance again, so a head that becomes
-useful (a different kind of text) is picked up again: not at once, as the acceptance is counted over the whole
-session and the probes' drafts must first outweigh the old ones (simulated: back to drafting after 200-500
-steps, tests/test_adaptive.py). There a probe step is what plain decoding loses (on
-that Qwen3-Next target a k=1 step costs 2.9 plain steps for 1.76 tokens), so only one probe in
-``PLAIN_TIMED`` is a timed block; the others are one step, for the acceptance. The first step of a probe
-also sends the head the tokens queued for it during the plain steps (speculative.py), one more reason it is
-not timed.
+Why it is shaped so: every change of length makes llama.cpp build the target's graph and CUDA run it eagerly
+and capture it again (ggml-cuda keeps one captured graph per context), so the first ``WARMUP`` steps at a new
+length pay for graph work a steady run does not: on an H100 about 1.3 ms each, a third of a step. Exploration
+is therefore short and in blocks: k_max first (it also measures acceptance at every position), then 1, then 0
+(plain steps: cheap), then the best length and its neighbours until each of them is measured. The line alone
+is not enough: on an H100 a step's cost bends upwards (k=4 costs more than the line through k=1 and k=3
+predicts), so a choice made on the line alone sat 9-18% below the best fixed length. The first ``WARMUP`` steps
+of each block are not timed and medians drop other outliers. A new length must beat the current one by
+``SWITCH_GAIN``.
+
+Keeping the acceptance current without changing length: every ``SHADOW_EVERY`` steps at k < k_max the caller
+drafts k+1 tokens and verifies k (``shadow``); the target's next token says whether draft k+1 would have been
+accepted, which is all a verify of it would say. That costs one head decode; the verify keeps its shape, so no
+graph is rebuilt. At 0 this is one draft on a plain step, so a head that becomes useful (a different kind of
+text) is picked up again: not at once, as the acceptance is counted over the whole session and new drafts
+must first outweigh the old ones (simulated: back to drafting after a few hundred steps, tests/test_adaptive.py).
+Step times drift less, so the probes that change the length (a block of ``PROBE`` steps at one neighbour of
+the choice, k+1 and k-1 in turn, only the last timed) come every ``PROBE_EVERY_SHADOWED`` steps. Each costs
+two changes of length, four warm-up steps: with them every 32 steps, auto sat 9-10% below the best fixed k on
+~70% heads (H100, 128 tokens). Where the caller cannot shadow (server slots stepped together, multistep.py)
+probes come every ``PROBE_EVERY`` steps and also carry the acceptance; at 0 only one in ``PLAIN_TIMED`` of those
+is a timed block, as a probe step there is what plain decoding loses. The first step of a probe also sends the
+head the tokens queued for it during plain steps (speculative.py), one more reason it is not timed.
+
+Shadow drafts on every fourth step instead (and probes every 128) measured 0.85-0.87x the best fixed k on the
+same H100: the extra head decode, 0.8 ms on a 3.7 ms step, cost more than the probes it saved.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from statistics import median
 
@@ -49,17 +61,31 @@ class DraftLength:
     # 1.3-2.2 ms slower on an H100, and auto stuck at k_max (0.72x the best fixed k on a ~70% head).
     WARMUP = 2
     BLOCK = WARMUP + 2  # steps per exploration block: two timed
-    PROBE_EVERY = 32
     PROBE = WARMUP + 1  # steps per probe block: one timed
-    PLAIN_TIMED = 4  # while at 0: one probe in this many is a timed block, the others one step (acceptance only)
+    PROBE_EVERY = 32  # without shadow drafts
+    PLAIN_TIMED = 4  # without shadow drafts, at 0: one probe in this many is a timed block, the others one step
+    # Shadow drafts: one every SHADOW_EVERY steps; every SHADOW_DOUBT steps while the choice between k and k+1
+    # could go either way within DOUBT standard errors of the acceptance at position k+1, until DOUBT_DRAFTS
+    # drafts (verified or shadow) were counted there
+    SHADOW_EVERY = 32
+    SHADOW_DOUBT = 8
+    DOUBT = 1.5
+    DOUBT_DRAFTS = 64
+    PROBE_EVERY_SHADOWED = 256
     KEEP = 8  # recent step times kept per length
     # A change of length costs about one step of graph work on a GPU (WARMUP), so the choice moves only for a
     # clear gain (on an H100 with a perfect head, k=3 and k=4 measured within 2.5% of each other).
     SWITCH_GAIN = 0.03
 
-    def __init__(self, k_max: int) -> None:
+    def __init__(self, k_max: int, *, shadows: bool = True) -> None:
         self.k_max = max(1, k_max)
+        self.shadows = shadows  # the caller can draft one more token than it verifies (Engine.step)
+        self.shadow = False  # this step: draft k+1, verify k, report the extra one with shadow_result()
+        self._shadow_d = [0] * self.k_max  # shadow drafts at each 0-based position, and of those accepted
+        self._shadow_a = [0] * self.k_max
+        self._probe_every = self.PROBE_EVERY_SHADOWED if shadows else self.PROBE_EVERY
         self.times: dict[int, deque[float]] = {}
+        self._timed_at: dict[int, int] = {}  # step of each length's newest timed sample
         self.n = 0  # steps seen
         self.k = self.k_max
         self._last = -1  # draft length of the previous step
@@ -69,7 +95,9 @@ class DraftLength:
         self._probes = 0  # probe blocks run (they alternate between the neighbours)
 
     def next(self, stats: Stats) -> int:
-        """Draft length for the next step (0: a plain step, no drafts)."""
+        """Draft length for the next step (0: a plain step, no drafts); ``shadow`` says whether to draft one more
+        token than that, unverified."""
+        self.shadow = False
         if self._block:
             return self._block.pop()
         rates = self.rates(stats)  # once per step: this runs between two decodes
@@ -80,14 +108,47 @@ class DraftLength:
                 self._block = [k] * (self.BLOCK - 1)
                 return k
         self.k = self._choose(stats, rates)
-        if self.n % self.PROBE_EVERY == self.PROBE_EVERY - self.PROBE:
+        if self.n % self._probe_every == self._probe_every - self.PROBE:
             nbrs = [j for j in (self.k + 1, self.k - 1) if 0 <= j <= self.k_max]  # at 0: only 1
             k = nbrs[self._probes % len(nbrs)]
             self._probes += 1
-            if self.k > 0 or self._probes % self.PLAIN_TIMED == 1:
+            if self.k > 0 or self.shadows or self._probes % self.PLAIN_TIMED == 1:
                 self._block = [k] * (self.PROBE - 1)
             return k
+        if self.shadows and self.k < self.k_max:
+            every = self.SHADOW_DOUBT if self._doubt(stats, rates) else self.SHADOW_EVERY
+            self.shadow = self.n % every == every - 1
         return self.k
+
+    def _doubt(self, stats: Stats, rates: dict[int, float]) -> bool:
+        """Whether k+1 would replace k, or not, depending on where within ``DOUBT`` standard errors the acceptance
+        at position k+1 really lies: then more shadow drafts are worth their head decode."""
+        k = self.k
+        t_up = self.step_time(k + 1, self.cost())
+        if k not in rates or t_up is None or t_up <= 0:
+            return False
+        d = (stats.drafted_at[k] if k < len(stats.drafted_at) else 0) + self._shadow_d[k]
+        if d >= self.DOUBT_DRAFTS:
+            return False
+        lo, hi = wilson(self.acceptance(stats)[k], d, self.DOUBT)
+        e_up = rates.get(k + 1, 0.0) * t_up - self.acceptance(stats)[k]  # E(k+1) less the acceptance at k+1
+        return (e_up + lo) / t_up < rates[k] * (1 + self.SWITCH_GAIN) < (e_up + hi) / t_up
+
+    def shadow_result(self, pos: int, accepted: bool) -> None:
+        """The shadow draft at 0-based position ``pos`` would have been accepted (all drafts before it were)."""
+        if 0 <= pos < self.k_max:
+            self._shadow_d[pos] += 1
+            self._shadow_a[pos] += int(accepted)
+
+    def acceptance(self, stats: Stats) -> list[float]:
+        """Share of steps whose first i+1 drafts were all accepted: verified drafts and shadow ones together."""
+        d0, a0 = stats.drafted_at, stats.accepted_at
+        out = []
+        for i in range(self.k_max):
+            d = (d0[i] if i < len(d0) else 0) + self._shadow_d[i]
+            a = (a0[i] if i < len(a0) else 0) + self._shadow_a[i]
+            out.append(a / d if d else 0.0)
+        return out
 
     def _choose(self, stats: Stats, rates: dict[int, float]) -> int:
         """The best length, unless the current one is within ``SWITCH_GAIN`` of it (a change costs graph work)."""
@@ -110,9 +171,16 @@ class DraftLength:
         change of length are not kept: they pay for graph rebuilds and captures that a steady run does not."""
         self.n += 1
         self._run = self._run + 1 if k == self._last else 1
-        self._last = k
-        if self._run > self.WARMUP:
-            self.times.setdefault(k, deque(maxlen=self.KEEP)).append(seconds)
+        self._last = k  # a shadow step has the verify's shape of k
+        if self._run > self.WARMUP and not self.shadow:  # a shadow step paid for one more head decode
+            v = self.times.setdefault(k, deque(maxlen=self.KEEP))
+            if self.n - self._timed_at.get(k, self.n) > self.PROBE_EVERY:
+                # a probe, long after this length's last time: the old times count as one, or a change of the
+                # machine's speed (load, clocks) would take KEEP / 2 probes, thousands of steps, to show
+                while len(v) > 1:
+                    v.popleft()
+            v.append(seconds)
+            self._timed_at[k] = self.n
 
     def cost(self) -> tuple[float, float] | None:
         """(c, d) of the line T(k) = c + d * k through the median step time at each length >= 1 tried."""
@@ -137,11 +205,11 @@ class DraftLength:
     def rates(self, stats: Stats) -> dict[int, float]:
         """Expected tokens per second at each length measured or predicted."""
         line = self.cost()
-        acc = stats.acceptance_at
+        acc = self.acceptance(stats)
         out, expected = {}, 1.0
         for k in range(0, self.k_max + 1):
             if k:
-                expected += acc[k - 1] if k - 1 < len(acc) else 0.0
+                expected += acc[k - 1]
             t = self.step_time(k, line)
             if t is not None and t > 0:
                 out[k] = expected / t
@@ -154,3 +222,14 @@ class DraftLength:
             if rate > best_rate * 1.0001:  # ties go to the shorter draft
                 best, best_rate = k, rate
         return best
+
+
+def wilson(p: float, n: int, z: float) -> tuple[float, float]:
+    """Wilson score interval of a share ``p`` measured over ``n`` trials, ``z`` standard errors wide: unlike
+    p +- z * se it does not shrink to nothing when a few trials all came out alike."""
+    if n <= 0:
+        return 0.0, 1.0
+    z2 = z * z / n
+    mid = (p + z2 / 2) / (1 + z2)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n)) / (1 + z2)
+    return max(0.0, mid - half), min(1.0, mid + half)

@@ -44,7 +44,8 @@ class MultiStep:
     def __init__(self, engines: Sequence[Engine]) -> None:
         e0 = engines[0]
         self.tgt, self.mtp = e0.tgt, e0.mtp
-        self.adaptive = DraftLength(e0.n_draft_max) if e0.adaptive is not None else None
+        # no shadow drafts here: a batched step drafts and verifies the same length for every sequence
+        self.adaptive = DraftLength(e0.n_draft_max, shadows=False) if e0.adaptive is not None else None
         n = len(engines) * (e0.n_draft_max + 1)
         self.tbatch = Batch(n + sum(e.rollback.max_prefix for e in engines))  # + tokens re-decoded (rollback.py)
         self.mbatch = Batch(n, e0.tgt.model.n_embd_out) if self.mtp is not None else None

@@ -420,10 +420,14 @@ class Engine:
         drafts: list[int] = []
         kept_last = False  # the MTP context holds (id_last, pending_h) at n_past already
         k = 0  # the draft length this step was given (0: a plain step)
+        shadow: int | None = None  # auto's shadow draft: drafted, not verified (adaptive.py, SHADOW_EVERY)
         if self.mtp is not None:
             k = min(self._next_k(), room - 1)
-            if k > 0:
-                drafts, kept_last = self._draft(k)
+            extra = self.adaptive is not None and self.adaptive.shadow and k < self.n_draft_max and k + 1 < room
+            if k > 0 or extra:
+                drafts, kept_last = self._draft(k + 1 if extra else k)
+                if len(drafts) > k:  # the target's token after k accepted drafts tells whether it would have been
+                    shadow, drafts = drafts[k], drafts[:k]
         b = self.tbatch
         # accepted tokens the target must decode again first; a step without drafts has nothing to roll back
         pre = self.rollback.prefix(self.tokens, drafts=bool(drafts))
@@ -441,6 +445,8 @@ class Engine:
             if i >= len(drafts) or tok != drafts[i]:
                 break
         j = len(emitted) - 1  # accepted drafts
+        if shadow is not None and self.adaptive is not None:
+            self.adaptive.shadow_result(k, j == k and emitted[-1] == shadow)
         verified = [self.id_last] + drafts
         rows = self.tgt.h_rows(len(pre) + len(verified))[len(pre):] if self.mtp is not None else None
         if self.bd is not None:
