@@ -256,6 +256,10 @@ class Pattern:
         self.given.append(k)
         return k
 
+    @property
+    def k(self) -> int:  # DraftLength's current choice (the head's decodes are padded to it): the last given
+        return self.given[-1] if self.given else 0
+
     def observe(self, k: int, seconds: float) -> None:
         assert k == self.given[-1]  # the length it was given, not the number drafted
 
@@ -542,3 +546,34 @@ def test_stable_shapes_are_lossless_and_let_llama_cpp_reuse_graphs(pairings, fam
     # theirs; in the shapes they come, the merged batch and the first single draft rebuild the head's graph
     builds_on, builds_off = (st.breakdown.decodes - st.breakdown.reused for st in (on, off))
     assert builds_on <= 2 < builds_off
+
+
+def test_stable_shapes_follow_the_draft_length_auto_chose(pairings) -> None:
+    """Under auto (n_draft 4) the head's decodes are padded to the current choice + 1, not to 5: a choice of
+    k=1 decodes 2-row batches (5 rows cost 0.3 ms a step at k=1 on an H100). One shape per choice, so llama.cpp
+    still reuses its graphs; output unchanged."""
+    model, mtp = pairings["qwen35"]["bundled"]
+    with session(model, False) as plain:
+        ref = plain.generate(LONG, max_tokens=48).tokens
+    rows: list[int] = []
+    with session(model, mtp, n_draft=4, stable_shapes=True, timings=True, adaptive=True) as s:
+        s.engine.adaptive = pat = Pattern([1])  # type: ignore[assignment]
+        e, in_step = s.engine, [False]
+        decode, step = e.mtp.decode_batch, e.step
+        e.mtp.decode_batch = lambda b: (in_step[0] and rows.append(b.n), decode(b))[1]  # type: ignore[method-assign]
+
+        def stepping(*a, **kw):  # type: ignore[no-untyped-def]
+            in_step[0] = True
+            try:
+                return step(*a, **kw)
+            finally:
+                in_step[0] = False
+
+        e.step = stepping  # type: ignore[method-assign]
+        g = s.generate(LONG, max_tokens=48)
+        assert g.tokens == ref and set(pat.given) == {1}
+        assert g.stats.breakdown is not None
+        builds = g.stats.breakdown.decodes - g.stats.breakdown.reused
+    # every head decode of a step has 2 rows: (id_last, accepted draft), or padding to them
+    assert len(rows) >= 10 and set(rows) == {2}, rows
+    assert builds <= 2
