@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gguf import GGUFValueType, Keys
 
+from .draft_head import draft_head_tensors, parse_draft_type
 from .errors import GgufMtpError, MissingTensorError
 from .ggml_types import parse_type, type_name
 from .ggufio import keys as K
@@ -101,12 +102,13 @@ def _check_types(m: GGUFModel, names: list[str], role: str) -> None:
 
 
 def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None = None, *,
-            head_only: bool = False, mtp_type: str | None = None, force: bool = False,
-            progress: bool = True) -> SurgeryResult:
+            head_only: bool = False, mtp_type: str | None = None, draft_head_type: str | None = None,
+            force: bool = False, progress: bool = True) -> SurgeryResult:
     """Write the MTP head of ``source`` (bundled model or sidecar, single file or split set) as a sidecar.
 
     The self-contained sidecar also carries ``token_embd``/``output_norm``/``output`` (stock llama.cpp can
     load it); ``head_only`` leaves them out and marks the file as borrowing them from its target.
+    ``draft_head_type`` adds a draft LM head of that type (see :mod:`gguf_mtp.draft_head`).
 
     Example:
         >>> extract("Qwen3.5-27B-Q4_K_M.gguf")     # -> Qwen3.5-27B-Q4_K_M-MTP.gguf   # doctest: +SKIP
@@ -118,7 +120,12 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
                  "SOURCE")
     marker = K.arch_key(K.K_SHARED_TARGET_TENSORS, m.arch)
     mt = parse_type(mtp_type, "--mtp-type") if mtp_type else None
-    tensors = [head_tensor(t, mt) for t in head.tensors]
+    drafts: list[OutTensor] = []
+    replaced: set[str] = set()
+    if draft_head_type:
+        drafts, replaced = draft_head_tensors(m, head.tensors, head.n_trunk, head.n_mtp,
+                                              parse_draft_type(draft_head_type))
+    tensors = [head_tensor(t, mt) for t in head.tensors if t.name not in replaced] + drafts
     if not head_only:
         missing = [n for n in (TOKEN_EMBD, OUTPUT_NORM) if n not in m.tensors]
         if missing:
@@ -169,19 +176,20 @@ def strip(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None
 
 def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
           outfile: str | os.PathLike[str] | None = None, *, replace: bool = False, mtp_type: str | None = None,
-          force: bool = False, progress: bool = True) -> SurgeryResult:
+          draft_head_type: str | None = None, force: bool = False, progress: bool = True) -> SurgeryResult:
     """Put the MTP head of ``source`` (bundled model or sidecar) onto ``target`` (a model without one).
 
     ``target``'s metadata is kept (file type, quantization and imatrix keys, chat template, names); only
     block_count, nextn_predict_layers and per-layer arrays change; the head's blocks are renumbered to
     follow ``target``'s trunk. A split target gives a split output with the head in the last shard.
+    ``draft_head_type`` gives the head a draft LM head of that type (see :mod:`gguf_mtp.draft_head`).
 
     Example:
         >>> graft("Qwen3.5-27B-Q8_0-MTP.gguf", "Qwen3.5-27B-UD-Q4_K_XL.gguf",  # doctest: +SKIP
         ...       "Qwen3.5-27B-Q4_K_XL-MTP-bundled.gguf")
     """
     t0 = time.perf_counter()
-    plan = plan_graft(source, target, replace=replace, mtp_type=mtp_type)
+    plan = plan_graft(source, target, replace=replace, mtp_type=mtp_type, draft_head_type=draft_head_type)
     src, tgt = plan.source, plan.target
     out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(tgt.path)}-with-MTP.gguf"
     inputs = tgt.files + src.files
@@ -193,9 +201,9 @@ def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
 
 
 def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.PathLike[str] | None = None, *,
-                   replace: bool = False, mtp_type: str | None = None, force: bool = False,
-                   revision: str | None = None, force_download: bool = False, progress: bool = True,
-                   on_note: Callable[[str], None] | None = None) -> SurgeryResult:
+                   replace: bool = False, mtp_type: str | None = None, draft_head_type: str | None = None,
+                   force: bool = False, revision: str | None = None, force_download: bool = False,
+                   progress: bool = True, on_note: Callable[[str], None] | None = None) -> SurgeryResult:
     """Fetch the MTP head of Hub checkpoint ``repo`` (only its byte ranges) and graft it onto ``target``.
 
     The head is converted (at ``mtp_type``, q8_0 by default) to a scratch head-only sidecar next to the output,
@@ -215,6 +223,8 @@ def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.
             on_note(text)
 
     out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(Path(target))}-with-MTP.gguf"  # graft's default name
+    if draft_head_type:
+        parse_draft_type(draft_head_type)  # a bad name fails before any download
     check_output(out, force=force, inputs=[Path(target)])  # before any download
     # the fetched head is an intermediate named like the output's temp files: removed on any exit,
     # SIGTERM included, and by the next run after a SIGKILL
@@ -224,7 +234,8 @@ def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.
         for text in r.notes:
             note(text)
         try:
-            g = graft(head, target, out, replace=replace, force=force, progress=progress)
+            g = graft(head, target, out, replace=replace, draft_head_type=draft_head_type, force=force,
+                      progress=progress)
         except GgufMtpError as e:  # name the repo, not the scratch file
             raise type(e)(str(e).replace(str(head), f"{repo} (its MTP head)")) from None
     for text in g.notes:
