@@ -200,6 +200,34 @@ def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
                          sum(p.stat().st_size for p in paths), time.perf_counter() - t0, plan.notes)
 
 
+def add_draft_head(source: str | os.PathLike[str], outfile: str | os.PathLike[str], draft_head_type: str, *,
+                   made_from: str | os.PathLike[str] | None = None, force: bool = False,
+                   inputs: list[Path] | None = None, progress: bool = True) -> SurgeryResult:
+    """Write ``source`` with a draft LM head of ``draft_head_type`` in its MTP layers (replacing any it has).
+
+    The heads are made from ``made_from``'s (default: ``source``'s) own heads or LM head: ``quantize`` passes its
+    unquantized input, so the draft head is one rounding away from the original, not two. ``inputs``: every file
+    the caller read, none of which the output may be.
+    """
+    t0 = time.perf_counter()
+    dt = parse_draft_type(draft_head_type)
+    m = _open(source)
+    base = _open(made_from) if made_from is not None else m
+    head = require_head(base, "SOURCE")
+    drafts, _ = draft_head_tensors(base, head.tensors, head.n_trunk, head.n_mtp, dt)
+    if require_head(m, "SOURCE").n_trunk != head.n_trunk:
+        raise GgufMtpError(f"{m.path}: has another trunk than {base.path}; make the draft head from the same model")
+    new = {t.name for t in drafts}
+    groups = [[copy_tensor(Tensor(i, s)) for i in s.tensors.values() if i.name not in new] for s in m.shards]
+    groups[-1].extend(drafts)
+    out = Path(outfile)
+    paths, written = _write(out, m.model_kvs(), groups, alignment=m.alignment, force=force,
+                            inputs=(inputs or []) + m.files + base.files, label=f"draft head {out.name}",
+                            progress=progress)
+    return SurgeryResult("draft-head", paths, sum(len(g) for g in groups), _header_bytes(m) + written,
+                         sum(p.stat().st_size for p in paths), time.perf_counter() - t0)
+
+
 def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.PathLike[str] | None = None, *,
                    replace: bool = False, mtp_type: str | None = None, draft_head_type: str | None = None,
                    force: bool = False, revision: str | None = None, force_download: bool = False,
@@ -245,5 +273,6 @@ def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.
 
 
 # Head, find_head, check_compatible, plan_graft and GraftPlan are gguf_mtp.head's, re-exported (public API)
-__all__ = ["extract", "strip", "graft", "graft_from_hub", "plan_graft", "GraftPlan", "check_compatible", "find_head",
+__all__ = ["extract", "strip", "graft", "graft_from_hub", "add_draft_head", "plan_graft",
+           "GraftPlan", "check_compatible", "find_head",
            "Head", "SurgeryResult", "type_name"]
