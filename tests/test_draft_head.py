@@ -13,9 +13,12 @@ from typing import BinaryIO
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
+from gguf import Keys
 from gguf_mtp_cli.main import main
 
 from gguf_mtp import convert
+from gguf_mtp.archs import ARCHS
+from gguf_mtp.draft_head import draft_layers
 from gguf_mtp.errors import GgufMtpError, UnsupportedError
 from gguf_mtp.file_report import inspect_file
 from gguf_mtp.ggml_types import dequantize, encode
@@ -31,6 +34,12 @@ TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
 REF = json.loads((TINY / "reference.json").read_text())
 NGL = int(os.environ.get("GGUF_MTP_TEST_NGL", "0"))
 DRAFT = "blk.8.nextn.shared_head_head.weight"  # the tiny model's one MTP layer follows 8 trunk layers
+PROMPT = "The quick brown fox jumps over the lazy dog. " * 3
+
+
+def values(m: GGUFModel, name: str) -> np.ndarray:
+    info = m.tensors[name].info
+    return dequantize(m.tensors[name].file.read_tensor_bytes(name), info.ggml_type, info.shape)
 
 
 @pytest.fixture(scope="module")
@@ -205,3 +214,33 @@ def test_the_draft_head_is_encoded_in_row_chunks(files: dict[str, Path], tmp_pat
     monkeypatch.setattr(dh, "CHUNK_ELEMS", 3 * 256)
     small = extract(files["plain"], tmp_path / "s.gguf", head_only=True, draft_head_type="q4_0", progress=False)
     assert draft_bytes(small.paths[0]) == draft_bytes(files["q4_0"])
+
+
+@pytest.mark.parametrize("family", sorted(ARCHS))
+def test_every_family_gets_a_draft_head_where_its_graph_reads_one(checkpoint, converted, family: str,
+                                                                   tmp_path: Path) -> None:
+    """The layers llama.cpp's graph runs get one (chained heads: each of them), made from the layer's own head where
+    the release has one (values checked against it), else from the LM head; the file loads and decodes losslessly."""
+    plain_file = converted(family, "bundled")
+    out = tmp_path / f"{family}.gguf"
+    convert(checkpoint(family), outfile=out, outtype="q8_0", draft_head_type="q4_0", progress=False)
+    m, base = GGUFModel(out), GGUFModel(plain_file)
+    n_mtp = int(m.arch_get(Keys.LLM.NEXTN_PREDICT_LAYERS))
+    n_trunk = int(m.arch_get(Keys.LLM.BLOCK_COUNT)) - n_mtp
+    layers = draft_layers(m.arch, n_trunk, n_mtp)
+    assert len(layers) == (n_mtp if ARCHS[family].max_heads is None else 1)
+    for il in range(n_trunk, n_trunk + n_mtp):
+        name = f"blk.{il}.nextn.shared_head_head.weight"
+        if il not in layers:
+            assert (name in m.tensors) == (name in base.tensors)
+            continue
+        got = values(m, name)
+        want = values(base, name if name in base.tensors else ("output.weight" if "output.weight" in base.tensors
+                                                               else "token_embd.weight"))
+        assert m.tensors[name].info.ggml_type == T.Q4_0
+        assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.98, name
+        print(family, name, "own head" if name in base.tensors else "LM head")
+    with MTPSession(out, n_draft=2, n_ctx=256) as s:
+        spec = s.generate(PROMPT, max_tokens=12).tokens
+    with MTPSession(out, mtp=False, n_ctx=256) as s:
+        assert spec == s.generate(PROMPT, max_tokens=12).tokens
