@@ -37,6 +37,9 @@ def quantize(
                        imatrix=imatrix, threads=threads, force=force, draft_head_type=draft_head_type)
     for n in r.notes:
         typer.echo(f"note: {n}", err=True)
-    head = {t.type for t in r.report.mtp_tensors if len(t.shape) > 1}
-    typer.echo(f"wrote {r.path} ({r.report.layout.value}, {r.ftype}, head {'/'.join(sorted(head)) or '-'}, "
+    drafts = {t.name for t in r.report.draft_heads}
+    head = {t.type for t in r.report.mtp_tensors if len(t.shape) > 1 and t.name not in drafts}
+    draft = "/".join(sorted({t.type for t in r.report.draft_heads}))
+    draft = f", draft LM head {draft}" if draft else ""
+    typer.echo(f"wrote {r.path} ({r.report.layout.value}, {r.ftype}, head {'/'.join(sorted(head)) or '-'}{draft}, "
                f"{human_bytes(r.report.file_size)}) in {r.seconds:.1f} s")
