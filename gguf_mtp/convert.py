@@ -22,7 +22,7 @@ from .checkpoint.hub import looks_like_repo_id, resolve_model
 from .checkpoint.shards import Ref, TensorRef
 from .checkpoint.tokenizer import tokenizer_kvs
 from .draft_head import OPTION as DRAFT_OPTION
-from .draft_head import draft_head_name, draft_layers, parse_draft_type
+from .draft_head import check_rows, draft_head_name, draft_layers, parse_draft_type
 from .errors import MissingTensorError, UnsupportedError
 from .families import family_class
 from .families.base import Family, ModelPlan, PlannedTensor, Source
@@ -216,6 +216,9 @@ def convert(
             notes.append(f"left out {', '.join(dropped)}: identical to the model's token_embd/output, which "
                          "llama.cpp uses instead")
     draft = plan_draft_heads(plan, family) if draft_t is not None and layout != Layout.TRUNK_ONLY else set()
+    for pt in plan.tensors:
+        if draft_t is not None and pt.name in draft:
+            check_rows(root, pt.name, pt.ggml_shape[0], draft_t)
     file_type = mtp_t if layout == Layout.HEAD_ONLY else trunk_t
     name = str(ck.config.get("_name_or_path") or model_name(model))
     kvs = general_kvs(plan.arch, name.rstrip("/").split("/")[-1], file_type) + plan.kvs

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import BinaryIO
 
-from gguf import GGMLQuantizationType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from .archs import arch as arch_row
 from .errors import MissingTensorError, UnsupportedError
@@ -23,7 +23,7 @@ from .ggufio.names import DRAFT_HEAD, MT, tensor_name
 from .ggufio.writer import OutTensor, Progress, write_all
 from .layout import OUTPUT, TOKEN_EMBD, block_index
 
-__all__ = ["OPTION", "parse_draft_type", "draft_layers", "draft_head_name", "is_draft_head", "keeps_type",
+__all__ = ["OPTION", "parse_draft_type", "check_rows", "draft_layers", "draft_head_name", "is_draft_head", "keeps_type",
            "lm_head", "reencode", "draft_head_tensors"]
 
 OPTION = "--draft-head-type"
@@ -33,6 +33,14 @@ CHUNK_ELEMS = 1 << 21  # weights per chunk: 8 MiB of float32 in flight
 def parse_draft_type(name: str) -> GGMLQuantizationType:
     """The ggml type ``--draft-head-type`` names (the types our encoders write)."""
     return parse_type(name, OPTION, choices=DRAFT_HEAD_TYPES)
+
+
+def check_rows(where: object, name: str, row: int, ggml_type: int) -> None:
+    """Refuse a draft head whose rows (``n_embd`` wide) do not fill whole blocks of ``ggml_type``."""
+    block = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)][0]
+    if row % block:
+        raise UnsupportedError(f"{where}: tensor {name!r} has rows of {row}, not a multiple of the "
+                               f"{GGMLQuantizationType(ggml_type).name} block ({block}); drop {OPTION}")
 
 
 def draft_layers(arch: str, n_trunk: int, n_mtp: int) -> list[int]:
@@ -73,6 +81,7 @@ def reencode(src: Tensor, name: str, ggml_type: int) -> OutTensor:
                                f"decode to make the draft head; drop {OPTION}, or take the head from a file whose "
                                "LM head is Q8_0, Q6_K, F16 or BF16")
     ne0 = info.shape[0]
+    check_rows(src.file.path, info.name, ne0, ggml_type)
     rows = info.n_elements // ne0
     row_in = tensor_nbytes((ne0,), info.ggml_type)
     step = max(1, CHUNK_ELEMS // ne0)

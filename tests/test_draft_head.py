@@ -244,3 +244,13 @@ def test_every_family_gets_a_draft_head_where_its_graph_reads_one(checkpoint, co
         spec = s.generate(PROMPT, max_tokens=12).tokens
     with MTPSession(out, mtp=False, n_ctx=256) as s:
         assert spec == s.generate(PROMPT, max_tokens=12).tokens
+
+
+def test_rows_that_do_not_fill_blocks_are_refused(checkpoint, tmp_path: Path) -> None:
+    ck = checkpoint("qwen35", hidden=48)
+    with pytest.raises(UnsupportedError, match=r"rows of 48, not a multiple of the Q4_0 block \(32\)"):
+        convert(ck, outfile=tmp_path / "a.gguf", draft_head_type="q4_0", progress=False)
+    plain_file = convert(ck, outfile=tmp_path / "b.gguf", progress=False).path
+    with pytest.raises(UnsupportedError, match=r"'output.weight' has rows of 48"):
+        extract(plain_file, tmp_path / "c.gguf", draft_head_type="q4_0", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.gguf"]
