@@ -214,6 +214,10 @@ def test_the_draft_head_is_encoded_in_row_chunks(files: dict[str, Path], tmp_pat
     monkeypatch.setattr(dh, "CHUNK_ELEMS", 3 * 256)
     small = extract(files["plain"], tmp_path / "s.gguf", head_only=True, draft_head_type="q4_0", progress=False)
     assert draft_bytes(small.paths[0]) == draft_bytes(files["q4_0"])
+    # from a split set (the LM head read from whichever shard holds it)
+    split = helpers.reshard(files["plain"], tmp_path / "split.gguf", shards=3)
+    side = extract(split[1], tmp_path / "from-split.gguf", draft_head_type="q4_0", progress=False)
+    assert draft_bytes(side.paths[0]) == draft_bytes(files["q4_0"])
 
 
 @pytest.mark.parametrize("family", sorted(ARCHS))
