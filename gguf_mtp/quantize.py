@@ -6,7 +6,8 @@
 The head's blocks get ``mtp_type`` (Q8_0 by default) through tensor-type overrides, not a fork of the
 quantizer; an importance matrix without entries for the head (the usual case: imatrix runs do not reach
 the MTP block) is fine because the pinned type needs none. The layout is kept: a bundled model stays
-bundled, a sidecar is quantized on its own.
+bundled, a sidecar is quantized on its own. A quantized draft LM head (:mod:`gguf_mtp.draft_head`) keeps its
+type through a first override ahead of the head's; ``--draft-head-type`` adds one in a second pass.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .draft_head import keeps_type, parse_draft_type
+from .draft_head import draft_head_tensors, keeps_type, parse_draft_type
 from .errors import GgufMtpError, MissingTensorError, UnsupportedError
 from .file_report import FileReport, inspect_file
 from .ggml_types import parse_type
@@ -95,6 +96,8 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
     dt = parse_draft_type(draft_head_type) if draft_head_type else None
     if dt is not None and head is None:
         raise MissingTensorError(f"{m.path}: has no MTP head to give a draft head; drop --draft-head-type")
+    if dt is not None and head is not None:
+        draft_head_tensors(m, head.tensors, head.n_trunk, head.n_mtp, dt)  # its source checked before the long pass
     overrides: list[tuple[str, int]] = []
     if head is not None:
         # first match wins: ahead of the head's pin, which would re-encode the draft head and undo its point
