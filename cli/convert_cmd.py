@@ -21,6 +21,10 @@ def convert(
                                         "target's; needs `gguf-mtp run`)."),
     mtp_type: str = typer.Option("q8_0", "--mtp-type",
                                  help="Type of the MTP block's matrices (default q8_0 whatever --outtype)."),
+    draft_head_type: str | None = typer.Option(
+        None, "--draft-head-type",
+        help="Give the MTP layer its own copy of the LM head at this type (q4_0, q4_1, q5_0, q5_1, q8_0): drafts read "
+             "fewer bytes, the target still verifies with the full head. Default: none."),
     revision: str | None = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) for a repo id."),
     force_download: bool = typer.Option(False, "--force-download",
                                         help="Repo id: download again even if cached (drops the cached partial "
@@ -47,7 +51,8 @@ def convert(
         raise typer.BadParameter("--head-only applies to the sidecar: add --mtp")
     layout = Layout.BUNDLED if mtp is None else (Layout.TRUNK_ONLY if mtp is False else
                                                  (Layout.HEAD_ONLY if head_only else Layout.MTP_ONLY))
-    r = _convert(model, outfile=outfile, outtype=outtype, layout=layout, mtp_type=mtp_type, force=force,
+    r = _convert(model, outfile=outfile, outtype=outtype, layout=layout, mtp_type=mtp_type,
+                 draft_head_type=draft_head_type, force=force,
                  revision=revision, progress=not quiet, threads=threads, force_download=force_download)
     for note in r.notes:
         typer.echo(f"note: {note}", err=True)

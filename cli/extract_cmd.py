@@ -24,6 +24,10 @@ def extract(
     mtp_type: str | None = typer.Option(None, "--mtp-type",
                                         help="Re-encode the head's matrices (e.g. q8_0); default: copy bytes as they "
                                              "are."),
+    draft_head_type: str | None = typer.Option(
+        None, "--draft-head-type",
+        help="Give the head its own copy of the LM head at this type (q4_0, q4_1, q5_0, q5_1, q8_0); default: carry "
+             "the head's tensors as they are."),
     replace: bool = typer.Option(False, "--replace", help="With --onto: replace a head TARGET already has."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite existing output files."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
@@ -57,16 +61,18 @@ def extract(
     refuse_invalid_repo_id(source)
     if not Path(source).exists() and looks_like_repo_id(source):
         _from_hub(source, onto, strip, outfile, head_only, mtp_type, replace, force, quiet, revision, outtype,
-                  force_download)
+                  force_download, draft_head_type)
         return
     if onto is not None:
-        r = surgery.graft(source, onto, outfile, replace=replace, mtp_type=mtp_type, force=force, progress=not quiet)
+        r = surgery.graft(source, onto, outfile, replace=replace, mtp_type=mtp_type, draft_head_type=draft_head_type,
+                          force=force, progress=not quiet)
     elif strip:
-        if mtp_type:
-            raise typer.BadParameter("--mtp-type has no effect with --strip")
+        if mtp_type or draft_head_type:
+            raise typer.BadParameter(f"{'--mtp-type' if mtp_type else '--draft-head-type'} has no effect with --strip")
         r = surgery.strip(source, outfile, force=force, progress=not quiet)
     else:
-        r = surgery.extract(source, outfile, head_only=head_only, mtp_type=mtp_type, force=force, progress=not quiet)
+        r = surgery.extract(source, outfile, head_only=head_only, mtp_type=mtp_type, draft_head_type=draft_head_type,
+                            force=force, progress=not quiet)
     for note in r.notes:
         typer.echo(f"note: {note}", err=True)
     names = ", ".join(str(p) for p in r.paths) if len(r.paths) <= 2 else f"{r.paths[0]} ... ({len(r.paths)} shards)"
@@ -76,7 +82,7 @@ def extract(
 
 def _from_hub(repo: str, onto: Path | None, strip: bool, outfile: Path | None, head_only: bool,
               mtp_type: str | None, replace: bool, force: bool, quiet: bool, revision: str | None,
-              outtype: str, force_download: bool = False) -> None:
+              outtype: str, force_download: bool = False, draft_head_type: str | None = None) -> None:
     """SOURCE is a Hub checkpoint: fetch only the head's byte ranges, make the sidecar, graft it if asked."""
     from gguf_mtp import surgery
     from gguf_mtp.convert import convert as _convert
@@ -86,12 +92,14 @@ def _from_hub(repo: str, onto: Path | None, strip: bool, outfile: Path | None, h
     mt = mtp_type or "q8_0"
     if onto is None:
         r = _convert(repo, outfile=outfile, outtype=outtype, layout="head-only" if head_only else "mtp-only",
-                     mtp_type=mt, force=force, revision=revision, progress=not quiet, force_download=force_download)
+                     mtp_type=mt, draft_head_type=draft_head_type, force=force, revision=revision, progress=not quiet,
+                     force_download=force_download)
         for note in r.notes:
             typer.echo(f"note: {note}", err=True)
         typer.echo(f"extract: wrote {r.path} ({r.layout.value}, {r.n_tensors} tensors, {human_bytes(r.bytes_out)})")
         return
-    g = surgery.graft_from_hub(repo, onto, outfile, replace=replace, mtp_type=mtp_type, force=force, revision=revision,
+    g = surgery.graft_from_hub(repo, onto, outfile, replace=replace, mtp_type=mtp_type,
+                               draft_head_type=draft_head_type, force=force, revision=revision,
                                force_download=force_download, progress=not quiet,
                                on_note=lambda note: typer.echo(f"note: {note}", err=True))
     typer.echo(f"graft: wrote {', '.join(str(p) for p in g.paths)} "

@@ -13,6 +13,10 @@ def quantize(
     dst: Path = typer.Argument(..., help="Output GGUF."),
     qtype: str = typer.Argument(..., help="Any llama-quantize type: Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, Q4_0, ..."),
     mtp_type: str = typer.Option("q8_0", "--mtp-type", help="Type of the MTP head's matrices ('same' = as the trunk)."),
+    draft_head_type: str | None = typer.Option(
+        None, "--draft-head-type",
+        help="Give the MTP layer its own copy of the LM head at this type (q4_0, q4_1, q5_0, q5_1, q8_0), made from "
+             "the input's LM head. Default: a draft head the input has keeps its type; none is added."),
     imatrix: Path | None = typer.Option(None, "--imatrix", help="Importance matrix from llama-imatrix (GGUF or .dat)."),
     threads: int = typer.Option(0, "--threads", "-t", help="Quantization threads (0: all cores)."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing output."),
@@ -30,9 +34,12 @@ def quantize(
     from gguf_mtp.quantize import quantize_model
 
     r = quantize_model(src, dst, qtype, mtp_type=None if mtp_type.lower() == "same" else mtp_type,
-                       imatrix=imatrix, threads=threads, force=force)
+                       imatrix=imatrix, threads=threads, force=force, draft_head_type=draft_head_type)
     for n in r.notes:
         typer.echo(f"note: {n}", err=True)
-    head = {t.type for t in r.report.mtp_tensors if len(t.shape) > 1}
-    typer.echo(f"wrote {r.path} ({r.report.layout.value}, {r.ftype}, head {'/'.join(sorted(head)) or '-'}, "
+    drafts = {t.name for t in r.report.draft_heads}
+    head = {t.type for t in r.report.mtp_tensors if len(t.shape) > 1 and t.name not in drafts}
+    draft = "/".join(sorted({t.type for t in r.report.draft_heads}))
+    draft = f", draft LM head {draft}" if draft else ""
+    typer.echo(f"wrote {r.path} ({r.report.layout.value}, {r.ftype}, head {'/'.join(sorted(head)) or '-'}{draft}, "
                f"{human_bytes(r.report.file_size)}) in {r.seconds:.1f} s")

@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -21,6 +21,8 @@ from .checkpoint.folder import Checkpoint
 from .checkpoint.hub import looks_like_repo_id, resolve_model
 from .checkpoint.shards import Ref, TensorRef
 from .checkpoint.tokenizer import tokenizer_kvs
+from .draft_head import OPTION as DRAFT_OPTION
+from .draft_head import check_rows, draft_head_name, draft_layers, parse_draft_type
 from .errors import MissingTensorError, UnsupportedError
 from .families import family_class
 from .families.base import Family, ModelPlan, PlannedTensor, Source
@@ -108,6 +110,24 @@ def drop_shared_copies(plan: ModelPlan, family: Family) -> list[str]:
     return dropped
 
 
+def plan_draft_heads(plan: ModelPlan, family: Family) -> set[str]:
+    """Names of the draft heads (:mod:`gguf_mtp.draft_head`): the MTP layers' own heads where the checkpoint has
+    them, else planned here as copies of the LM head (``output``, or ``token_embd`` when tied)."""
+    base = {t.name: t for t in family.plan(trunk=False, mtp=False, embeddings=True).tensors}
+    lm = base.get(OUTPUT) or base.get(TOKEN_EMBD)
+    have = {t.name for t in plan.tensors}
+    names = set()
+    for il in draft_layers(plan.arch, plan.n_trunk, plan.n_mtp):
+        name = draft_head_name(il)
+        if name not in have:
+            if lm is None:
+                raise MissingTensorError(f"{family.ck.root}: no LM head to make the draft head from; drop "
+                                         f"{DRAFT_OPTION}")
+            plan.tensors.append(replace(lm, name=name, mtp=True))
+        names.add(name)
+    return names
+
+
 def _check_unmapped(family: Family) -> None:
     full = family.plan(trunk=True, mtp=family.mtp_layers() > 0, embeddings=True)
     used = {s.ref.name for t in full.tensors for s in t.sources}
@@ -125,6 +145,7 @@ def convert(
     outtype: str = "bf16",
     layout: Layout | str = Layout.BUNDLED,
     mtp_type: str = "q8_0",
+    draft_head_type: str | None = None,
     force: bool = False,
     revision: str | None = None,
     progress: bool = True,
@@ -135,7 +156,8 @@ def convert(
 
     ``layout`` is ``bundled`` (model + head), ``trunk-only``, ``mtp-only`` (self-contained sidecar) or
     ``head-only`` (sidecar without embeddings). Trunk matrices are written as ``outtype``; the MTP block's
-    as ``mtp_type`` (Q8_0 by default); norms and 1-D tensors as F32. ``force_download`` (repo ids) drops
+    as ``mtp_type`` (Q8_0 by default); norms and 1-D tensors as F32. ``draft_head_type`` adds a draft LM head
+    of that type to the MTP layers (:mod:`gguf_mtp.draft_head`). ``force_download`` (repo ids) drops
     cached downloads of the repo first (the partial cache of a sidecar, the HF cache's files otherwise).
 
     Example:
@@ -148,6 +170,9 @@ def convert(
     if layout not in (Layout.BUNDLED, Layout.TRUNK_ONLY, Layout.MTP_ONLY, Layout.HEAD_ONLY):
         raise UnsupportedError(f"layout {layout.value!r} cannot be written")
     trunk_t, mtp_t = parse_type(outtype), parse_type(mtp_type, "--mtp-type")
+    draft_t = parse_draft_type(draft_head_type) if draft_head_type else None
+    if draft_t is not None and layout == Layout.TRUNK_ONLY:
+        raise UnsupportedError(f"{DRAFT_OPTION} is for the MTP head, which --no-mtp leaves out")
     notes: list[str] = []
     sidecar = layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY)
     out = Path(outfile) if outfile else default_outfile(model, outtype, layout)
@@ -158,8 +183,9 @@ def convert(
         # a sidecar from the Hub: fetch only the head's bytes (and the embeddings for a self-contained one)
         from .checkpoint.remote import fetch_head_checkpoint
 
-        rep = fetch_head_checkpoint(str(model), revision=revision, layout=layout.value,
-                                    force_download=force_download)
+        # a draft head is made from the LM head, which a head-only fetch would leave behind
+        fetch = Layout.MTP_ONLY if draft_t is not None else layout
+        rep = fetch_head_checkpoint(str(model), revision=revision, layout=fetch.value, force_download=force_download)
         root = rep.folder
         notes += rep.notes
         notes.append(f"fetched {rep.bytes_fetched / 1e6:.1f} MB in {rep.requests} range requests "
@@ -189,6 +215,10 @@ def convert(
         if dropped:
             notes.append(f"left out {', '.join(dropped)}: identical to the model's token_embd/output, which "
                          "llama.cpp uses instead")
+    draft = plan_draft_heads(plan, family) if draft_t is not None and layout != Layout.TRUNK_ONLY else set()
+    for pt in plan.tensors:
+        if draft_t is not None and pt.name in draft:
+            check_rows(root, pt.name, pt.ggml_shape[0], draft_t)
     file_type = mtp_t if layout == Layout.HEAD_ONLY else trunk_t
     name = str(ck.config.get("_name_or_path") or model_name(model))
     kvs = general_kvs(plan.arch, name.rstrip("/").split("/")[-1], file_type) + plan.kvs
@@ -207,7 +237,8 @@ def convert(
     bar = Progress(f"convert {out.name}", bytes_in, len(plan.tensors), enabled=progress)
     with ThreadPoolExecutor(max_workers=threads or min(4, os.cpu_count() or 1)) as pool:
         tensors: list[OutTensor] = [
-            out_tensor(pt, choose_type(pt.name, pt.ggml_shape, mtp_t if pt.mtp else trunk_t), pool)
+            out_tensor(pt, draft_t if draft_t is not None and pt.name in draft else
+                       choose_type(pt.name, pt.ggml_shape, mtp_t if pt.mtp else trunk_t), pool)
             for pt in plan.tensors
         ]
         with atomic_paths([out], force=force) as (tmp,):

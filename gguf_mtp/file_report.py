@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .archs import mtp_archs
+from .draft_head import is_draft_head, lm_head
 from .ggml_types import file_type_name, type_name
 from .ggufio.model import GGUFModel
 from .layout import Layout, detect
@@ -39,6 +40,10 @@ class FileReport:
     mtp_bytes: int
     mtp_tensors: list[TensorSummary]
     problems: list[str]
+    #: the MTP layers' own LM heads (``nextn.shared_head_head``: drafts read them instead of ``output``), and the
+    #: LM head the target verifies with (None in a head-only sidecar)
+    draft_heads: list[TensorSummary] = field(default_factory=list)
+    lm_head: TensorSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -63,6 +68,11 @@ class FileReport:
             ("tensors", str(self.tensor_count)),
             ("size", f"{human_bytes(self.file_size)} (MTP head {human_bytes(self.mtp_bytes)})"),
         ]
+        if self.draft_heads:
+            types = "/".join(sorted({t.type for t in self.draft_heads}))
+            verify = f"; the target verifies with {self.lm_head.name} ({self.lm_head.type})" if self.lm_head else ""
+            rows.append(("draft LM head", f"{types}, {len(self.draft_heads)} layer(s), "
+                                          f"{human_bytes(sum(t.nbytes for t in self.draft_heads))}{verify}"))
         w = max(len(k) for k, _ in rows)
         lines = [f"{k:<{w}}  {v}" for k, v in rows]
         if self.mtp_tensors:
@@ -89,7 +99,12 @@ def inspect_file(path: str | os.PathLike[str]) -> FileReport:
             values[k] = True
     info = detect(values, m.tensors.keys(), mtp_archs())
     infos = {n: t.info for n, t in m.tensors.items()}
-    mtp = [TensorSummary(n, infos[n].type_name, list(infos[n].shape), infos[n].nbytes) for n in info.mtp_tensors]
+
+    def summary(n: str) -> TensorSummary:
+        return TensorSummary(n, infos[n].type_name, list(infos[n].shape), infos[n].nbytes)
+
+    mtp = [summary(n) for n in info.mtp_tensors]
+    lm = lm_head(m)
     shown = str(Path(path)) + (f" (+{len(m.shards) - 1} more shards)" if m.is_split else "")
     return FileReport(
         path=shown, architecture=info.arch, layout=info.layout,
@@ -97,6 +112,7 @@ def inspect_file(path: str | os.PathLike[str]) -> FileReport:
         trunk_layers=info.n_trunk, mtp_layers=info.n_mtp, has_embeddings=info.has_embeddings,
         tensor_count=len(m.tensors), file_size=m.total_bytes, mtp_bytes=sum(t.nbytes for t in mtp),
         mtp_tensors=mtp, problems=list(info.problems),
+        draft_heads=[t for t in mtp if is_draft_head(t.name)], lm_head=summary(lm.name) if lm is not None else None,
     )
 
 

@@ -7,12 +7,14 @@ Type enums and block sizes come from the ``gguf`` package so that every ggml typ
 Policy (matches llama.cpp's converter so stock llama.cpp reads our files as it reads its own):
 1-D tensors, norms, routers, conv kernels and non-``.weight`` tensors stay F32; other matrices take
 the trunk's ``--outtype``; tensors of the MTP block take ``--mtp-type`` (Q8_0 by default), because
-low-bit heads collapse draft acceptance.
+low-bit heads collapse draft acceptance. The draft LM head (``--draft-head-type``) is the one MTP matrix
+written lower: drafts read it, the target verifies with the full LM head.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
@@ -24,6 +26,10 @@ T = GGMLQuantizationType
 
 #: the types our encoders write (``--outtype`` / ``--mtp-type`` of convert and extract), by name
 OUTTYPES: dict[str, GGMLQuantizationType] = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0}
+#: the types of a draft LM head (``--draft-head-type``): gguf-py's numpy encoders of the legacy block types, each
+#: read by every llama.cpp back-end; fewer bytes per draft than the Q8_0/Q6_K LM head it copies
+DRAFT_HEAD_TYPES: dict[str, GGMLQuantizationType] = {"q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0,
+                                                      "q5_1": T.Q5_1, "q8_0": T.Q8_0}
 FILE_TYPES: dict[GGMLQuantizationType, LlamaFileType] = {
     T.F32: LlamaFileType.ALL_F32,
     T.F16: LlamaFileType.MOSTLY_F16,
@@ -33,17 +39,19 @@ FILE_TYPES: dict[GGMLQuantizationType, LlamaFileType] = {
 
 
 # -- names and sizes --------------------------------------------------------------------------
-def parse_type(name: str, option: str = "--outtype", *, writable: bool = True) -> GGMLQuantizationType:
+def parse_type(name: str, option: str = "--outtype", *, writable: bool = True,
+               choices: Mapping[str, GGMLQuantizationType] | None = None) -> GGMLQuantizationType:
     """The ggml type named ``name`` (any case), as given to ``option``.
 
-    ``writable``: only the types our encoders write (:data:`OUTTYPES`); otherwise any ggml type (what
-    llama.cpp's quantizer can make, e.g. ``q6_k``).
+    ``writable``: only the types our encoders write (``choices``, :data:`OUTTYPES` by default); otherwise any
+    ggml type (what llama.cpp's quantizer can make, e.g. ``q6_k``).
     """
     if writable:
+        allowed = OUTTYPES if choices is None else choices
         try:
-            return OUTTYPES[name.lower()]
+            return allowed[name.lower()]
         except KeyError:
-            raise UnsupportedError(f"{option} {name!r} is not supported; choose one of {', '.join(OUTTYPES)}") from None
+            raise UnsupportedError(f"{option} {name!r} is not supported; choose one of {', '.join(allowed)}") from None
     try:
         return GGMLQuantizationType[name.upper()]
     except KeyError:
@@ -147,7 +155,8 @@ def quantize_q8_0(x: np.ndarray) -> np.ndarray:
 
 
 def encode(x: np.ndarray, ggml_type: int) -> np.ndarray:
-    """Encode float32 values into the on-disk bytes of ``ggml_type`` (F32, F16, BF16 or Q8_0)."""
+    """Encode float32 values into the on-disk bytes of ``ggml_type`` (F32, F16, BF16, Q8_0 or a draft-head type;
+    the size of ``x`` a multiple of the type's block)."""
     t = T(ggml_type)
     if t == T.F32:
         return np.ascontiguousarray(x, dtype=np.float32)
@@ -157,6 +166,11 @@ def encode(x: np.ndarray, ggml_type: int) -> np.ndarray:
         return f32_to_bf16(x)
     if t == T.Q8_0:
         return quantize_q8_0(x)
+    if t in DRAFT_HEAD_TYPES.values():
+        from gguf.quants import quantize as _gguf_quantize  # ggml's reference arithmetic, in numpy
+
+        blocks = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, GGML_QUANT_SIZES[t][0])
+        return _gguf_quantize(blocks, t).reshape(-1)
     raise UnsupportedError(f"encoding to {t.name} is not implemented; use f32, f16, bf16 or q8_0")
 
 

@@ -15,6 +15,7 @@ from typing import BinaryIO
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, Keys
 
+from .draft_head import draft_head_tensors, keeps_type, lm_head, parse_draft_type
 from .errors import CompatibilityError, GgufMtpError, MissingTensorError, UnsupportedError
 from .ggml_types import can_decode, choose_type, dequantize, encode, parse_type
 from .ggufio import keys as K
@@ -177,8 +178,9 @@ def _requant(t: Tensor, ggml_type: int, name: str | None = None) -> OutTensor:
 
 
 def head_tensor(t: Tensor, mtp_type: GGMLQuantizationType | None, name: str | None = None) -> OutTensor:
-    """A head tensor, byte-copied, or re-encoded to ``mtp_type`` (norms and 1-D tensors stay F32)."""
-    want = None if mtp_type is None else choose_type(t.name, t.info.shape, mtp_type)
+    """A head tensor, byte-copied, or re-encoded to ``mtp_type`` (norms and 1-D tensors stay F32; a quantized draft
+    head keeps its type, which only ``--draft-head-type`` changes)."""
+    want = None if mtp_type is None or keeps_type(t) else choose_type(t.name, t.info.shape, mtp_type)
     if want is None or want == t.info.ggml_type:
         return copy_tensor(t, name)
     if not can_decode(t.info.ggml_type):
@@ -200,8 +202,11 @@ class GraftPlan:
 
 
 def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.PathLike[str] | GGUFModel, *,
-               replace: bool = False, mtp_type: str | None = None) -> GraftPlan:
-    """Check compatibility and compute the grafted model's metadata and tensor list (no I/O beyond headers)."""
+               replace: bool = False, mtp_type: str | None = None, draft_head_type: str | None = None) -> GraftPlan:
+    """Check compatibility and compute the grafted model's metadata and tensor list (no I/O beyond headers).
+
+    ``draft_head_type``: give the head a draft LM head of that type (see :mod:`gguf_mtp.draft_head`), made from
+    its own one if it has one, else from SOURCE's LM head, else TARGET's."""
     src = source if isinstance(source, GGUFModel) else GGUFModel(source)
     tgt = target if isinstance(target, GGUFModel) else GGUFModel(target)
     head = require_head(src, "SOURCE")
@@ -245,6 +250,7 @@ def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.Path
         kvs.append(KV(nextn_key, nextn_kv.vtype, head.n_mtp))
 
     mt = parse_type(mtp_type, "--mtp-type") if mtp_type else None
+    dt = parse_draft_type(draft_head_type) if draft_head_type else None
     drop = {t.name for t in old.tensors} if old else set()
     groups = [[copy_tensor(Tensor(i, s)) for i in s.tensors.values() if i.name not in drop] for s in tgt.shards]
     shift = tgt_trunk - head.n_trunk
@@ -253,7 +259,13 @@ def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.Path
         m = _BLK.match(name)
         return f"blk.{int(m.group(1)) + shift}.{m.group(2)}" if m else name
 
-    groups[-1].extend(head_tensor(t, mt, renamed(t.name)) for t in head.tensors)
+    drafts: list[OutTensor] = []
+    replaced: set[str] = set()
+    if dt is not None:
+        drafts, replaced = draft_head_tensors(src, head.tensors, head.n_trunk, head.n_mtp, dt,
+                                              lm=lm_head(src) or lm_head(tgt), shift=shift)
+    groups[-1].extend(head_tensor(t, mt, renamed(t.name)) for t in head.tensors if t.name not in replaced)
+    groups[-1].extend(drafts)
     return GraftPlan(kvs, groups, tgt.alignment, src, tgt, notes)
 
 

@@ -6,24 +6,27 @@
 The head's blocks get ``mtp_type`` (Q8_0 by default) through tensor-type overrides, not a fork of the
 quantizer; an importance matrix without entries for the head (the usual case: imatrix runs do not reach
 the MTP block) is fine because the pinned type needs none. The layout is kept: a bundled model stays
-bundled, a sidecar is quantized on its own.
+bundled, a sidecar is quantized on its own. A quantized draft LM head (:mod:`gguf_mtp.draft_head`) keeps its
+type through a first override ahead of the head's; ``--draft-head-type`` adds one in a second pass.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import GgufMtpError, UnsupportedError
+from .draft_head import draft_head_tensors, keeps_type, parse_draft_type
+from .errors import GgufMtpError, MissingTensorError, UnsupportedError
 from .file_report import FileReport, inspect_file
 from .ggml_types import parse_type
-from .ggufio.atomic import atomic_paths, check_output
+from .ggufio.atomic import atomic_paths, check_output, scratch_path
 from .ggufio.model import GGUFModel
 from .imatrix import load_imatrix
-from .surgery import find_head
+from .surgery import add_draft_head, find_head
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,8 +70,13 @@ def llama_quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
 
 def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *,
                    mtp_type: str | None = "q8_0", imatrix: str | os.PathLike[str] | None = None,
-                   threads: int = 0, force: bool = False) -> QuantizeResult:
+                   threads: int = 0, force: bool = False, draft_head_type: str | None = None,
+                   progress: bool = True) -> QuantizeResult:
     """Quantize a model or sidecar to ``ftype`` with its MTP head at ``mtp_type`` (None: as the trunk).
+
+    A quantized draft LM head (:mod:`gguf_mtp.draft_head`) keeps its type. ``draft_head_type`` writes one of that
+    type, made from the input's LM head in a second pass over the quantized file (llama.cpp's quantizer cannot add
+    a tensor).
 
     Example:
         >>> quantize_model("Qwen3.5-9B-BF16.gguf", "Qwen3.5-9B-Q4_K_M.gguf", "Q4_K_M")   # doctest: +SKIP
@@ -85,7 +93,16 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
         raise UnsupportedError(f"{m.path}: split input; merge it first (llama-gguf-split --merge) or quantize a "
                                "single file")
     head = find_head(m)
+    dt = parse_draft_type(draft_head_type) if draft_head_type else None
+    if dt is not None and head is None:
+        raise MissingTensorError(f"{m.path}: has no MTP head to give a draft head; drop --draft-head-type")
+    if dt is not None and head is not None:
+        draft_head_tensors(m, head.tensors, head.n_trunk, head.n_mtp, dt)  # its source checked before the long pass
     overrides: list[tuple[str, int]] = []
+    if head is not None:
+        # first match wins: ahead of the head's pin, which would re-encode the draft head and undo its point
+        # (with --draft-head-type too: the second pass replaces it, and llama.cpp refuses to requantize)
+        overrides += [(rf"^{re.escape(t.name)}$", t.info.ggml_type) for t in head.tensors if keeps_type(t)]
     mt = None
     if head is not None and mtp_type is not None:
         mt = parse_type(mtp_type, "--mtp-type", writable=False)
@@ -104,8 +121,15 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
                                    "needs; keep the head at --mtp-type q8_0")
     if im is None and ftype.upper() in NEEDS_IMATRIX:
         raise GgufMtpError(f"{ftype} needs an importance matrix: pass --imatrix FILE (from llama-imatrix)")
-    out = llama_quantize(m.path, dst, ftype, threads=n_threads or 0, force=force, tensor_types=overrides,
-                         imatrix=im, inputs=inputs)
+    if dt is None:
+        out = llama_quantize(m.path, dst, ftype, threads=n_threads or 0, force=force, tensor_types=overrides,
+                             imatrix=im, inputs=inputs)
+    else:
+        with scratch_path(dst) as tmp:
+            llama_quantize(m.path, tmp, ftype, threads=n_threads or 0, force=True, tensor_types=overrides,
+                           imatrix=im, inputs=inputs)
+            out = add_draft_head(tmp, dst, dt.name, made_from=m.path, force=force, inputs=inputs,
+                                 progress=progress).paths[0]
     report = inspect_file(out)
     before = inspect_file(m.path)
     if report.layout != before.layout:

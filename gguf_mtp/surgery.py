@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gguf import GGUFValueType, Keys
 
+from .draft_head import draft_head_tensors, parse_draft_type
 from .errors import GgufMtpError, MissingTensorError
 from .ggml_types import parse_type, type_name
 from .ggufio import keys as K
@@ -101,12 +102,13 @@ def _check_types(m: GGUFModel, names: list[str], role: str) -> None:
 
 
 def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None = None, *,
-            head_only: bool = False, mtp_type: str | None = None, force: bool = False,
-            progress: bool = True) -> SurgeryResult:
+            head_only: bool = False, mtp_type: str | None = None, draft_head_type: str | None = None,
+            force: bool = False, progress: bool = True) -> SurgeryResult:
     """Write the MTP head of ``source`` (bundled model or sidecar, single file or split set) as a sidecar.
 
     The self-contained sidecar also carries ``token_embd``/``output_norm``/``output`` (stock llama.cpp can
     load it); ``head_only`` leaves them out and marks the file as borrowing them from its target.
+    ``draft_head_type`` adds a draft LM head of that type (see :mod:`gguf_mtp.draft_head`).
 
     Example:
         >>> extract("Qwen3.5-27B-Q4_K_M.gguf")     # -> Qwen3.5-27B-Q4_K_M-MTP.gguf   # doctest: +SKIP
@@ -118,7 +120,12 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
                  "SOURCE")
     marker = K.arch_key(K.K_SHARED_TARGET_TENSORS, m.arch)
     mt = parse_type(mtp_type, "--mtp-type") if mtp_type else None
-    tensors = [head_tensor(t, mt) for t in head.tensors]
+    drafts: list[OutTensor] = []
+    replaced: set[str] = set()
+    if draft_head_type:
+        drafts, replaced = draft_head_tensors(m, head.tensors, head.n_trunk, head.n_mtp,
+                                              parse_draft_type(draft_head_type))
+    tensors = [head_tensor(t, mt) for t in head.tensors if t.name not in replaced] + drafts
     if not head_only:
         missing = [n for n in (TOKEN_EMBD, OUTPUT_NORM) if n not in m.tensors]
         if missing:
@@ -169,19 +176,20 @@ def strip(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None
 
 def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
           outfile: str | os.PathLike[str] | None = None, *, replace: bool = False, mtp_type: str | None = None,
-          force: bool = False, progress: bool = True) -> SurgeryResult:
+          draft_head_type: str | None = None, force: bool = False, progress: bool = True) -> SurgeryResult:
     """Put the MTP head of ``source`` (bundled model or sidecar) onto ``target`` (a model without one).
 
     ``target``'s metadata is kept (file type, quantization and imatrix keys, chat template, names); only
     block_count, nextn_predict_layers and per-layer arrays change; the head's blocks are renumbered to
     follow ``target``'s trunk. A split target gives a split output with the head in the last shard.
+    ``draft_head_type`` gives the head a draft LM head of that type (see :mod:`gguf_mtp.draft_head`).
 
     Example:
         >>> graft("Qwen3.5-27B-Q8_0-MTP.gguf", "Qwen3.5-27B-UD-Q4_K_XL.gguf",  # doctest: +SKIP
         ...       "Qwen3.5-27B-Q4_K_XL-MTP-bundled.gguf")
     """
     t0 = time.perf_counter()
-    plan = plan_graft(source, target, replace=replace, mtp_type=mtp_type)
+    plan = plan_graft(source, target, replace=replace, mtp_type=mtp_type, draft_head_type=draft_head_type)
     src, tgt = plan.source, plan.target
     out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(tgt.path)}-with-MTP.gguf"
     inputs = tgt.files + src.files
@@ -192,10 +200,38 @@ def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
                          sum(p.stat().st_size for p in paths), time.perf_counter() - t0, plan.notes)
 
 
+def add_draft_head(source: str | os.PathLike[str], outfile: str | os.PathLike[str], draft_head_type: str, *,
+                   made_from: str | os.PathLike[str] | None = None, force: bool = False,
+                   inputs: list[Path] | None = None, progress: bool = True) -> SurgeryResult:
+    """Write ``source`` with a draft LM head of ``draft_head_type`` in its MTP layers (replacing any it has).
+
+    The heads are made from ``made_from``'s (default: ``source``'s) own heads or LM head: ``quantize`` passes its
+    unquantized input, so the draft head is one rounding away from the original, not two. ``inputs``: every file
+    the caller read, none of which the output may be.
+    """
+    t0 = time.perf_counter()
+    dt = parse_draft_type(draft_head_type)
+    m = _open(source)
+    base = _open(made_from) if made_from is not None else m
+    head = require_head(base, "SOURCE")
+    drafts, _ = draft_head_tensors(base, head.tensors, head.n_trunk, head.n_mtp, dt)
+    if require_head(m, "SOURCE").n_trunk != head.n_trunk:
+        raise GgufMtpError(f"{m.path}: has another trunk than {base.path}; make the draft head from the same model")
+    new = {t.name for t in drafts}
+    groups = [[copy_tensor(Tensor(i, s)) for i in s.tensors.values() if i.name not in new] for s in m.shards]
+    groups[-1].extend(drafts)
+    out = Path(outfile)
+    paths, written = _write(out, m.model_kvs(), groups, alignment=m.alignment, force=force,
+                            inputs=(inputs or []) + m.files + base.files, label=f"draft head {out.name}",
+                            progress=progress)
+    return SurgeryResult("draft-head", paths, sum(len(g) for g in groups), _header_bytes(m) + written,
+                         sum(p.stat().st_size for p in paths), time.perf_counter() - t0)
+
+
 def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.PathLike[str] | None = None, *,
-                   replace: bool = False, mtp_type: str | None = None, force: bool = False,
-                   revision: str | None = None, force_download: bool = False, progress: bool = True,
-                   on_note: Callable[[str], None] | None = None) -> SurgeryResult:
+                   replace: bool = False, mtp_type: str | None = None, draft_head_type: str | None = None,
+                   force: bool = False, revision: str | None = None, force_download: bool = False,
+                   progress: bool = True, on_note: Callable[[str], None] | None = None) -> SurgeryResult:
     """Fetch the MTP head of Hub checkpoint ``repo`` (only its byte ranges) and graft it onto ``target``.
 
     The head is converted (at ``mtp_type``, q8_0 by default) to a scratch head-only sidecar next to the output,
@@ -215,6 +251,8 @@ def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.
             on_note(text)
 
     out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(Path(target))}-with-MTP.gguf"  # graft's default name
+    if draft_head_type:
+        parse_draft_type(draft_head_type)  # a bad name fails before any download
     check_output(out, force=force, inputs=[Path(target)])  # before any download
     # the fetched head is an intermediate named like the output's temp files: removed on any exit,
     # SIGTERM included, and by the next run after a SIGKILL
@@ -224,7 +262,8 @@ def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.
         for text in r.notes:
             note(text)
         try:
-            g = graft(head, target, out, replace=replace, force=force, progress=progress)
+            g = graft(head, target, out, replace=replace, draft_head_type=draft_head_type, force=force,
+                      progress=progress)
         except GgufMtpError as e:  # name the repo, not the scratch file
             raise type(e)(str(e).replace(str(head), f"{repo} (its MTP head)")) from None
     for text in g.notes:
@@ -234,5 +273,6 @@ def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.
 
 
 # Head, find_head, check_compatible, plan_graft and GraftPlan are gguf_mtp.head's, re-exported (public API)
-__all__ = ["extract", "strip", "graft", "graft_from_hub", "plan_graft", "GraftPlan", "check_compatible", "find_head",
+__all__ = ["extract", "strip", "graft", "graft_from_hub", "add_draft_head", "plan_graft",
+           "GraftPlan", "check_compatible", "find_head",
            "Head", "SurgeryResult", "type_name"]

@@ -156,3 +156,17 @@ def test_fp8_head_from_the_hub(tmp_path: Path, monkeypatch) -> None:
         r = convert("org/fp8", outfile=tmp_path / "hub.gguf", layout="head-only", progress=False)
         local = convert(ck, outfile=tmp_path / "local.gguf", layout="head-only", progress=False)
         same_tensors(r.path, local.path)
+
+
+def test_draft_head_from_a_repo_id(hub, tmp_path: Path) -> None:
+    """A head-only sidecar with a draft LM head needs the LM head's bytes too (fetched, not written); a graft from
+    the Hub makes the draft head from TARGET's LM head (the fetched head-only sidecar has none)."""
+    r = convert(REPO, outfile=tmp_path / "side.gguf", layout="head-only", draft_head_type="q4_0", progress=False)
+    local = convert(hub.local, outfile=tmp_path / "local.gguf", layout="head-only", draft_head_type="q4_0",
+                    progress=False)
+    same_tensors(r.path, local.path)
+    assert "blk.4.nextn.shared_head_head.weight" in GGUFModel(r.path).tensors
+    assert "output.weight" not in GGUFModel(r.path).tensors
+    trunk = convert(hub.local, outfile=tmp_path / "trunk.gguf", outtype="q8_0", layout="trunk-only", progress=False)
+    g = surgery.graft_from_hub(REPO, trunk.path, tmp_path / "g.gguf", draft_head_type="q5_0", progress=False)
+    assert GGUFModel(g.paths[0]).tensors["blk.4.nextn.shared_head_head.weight"].info.type_name == "Q5_0"

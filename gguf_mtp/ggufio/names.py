@@ -9,7 +9,7 @@ from __future__ import annotations
 from gguf import MODEL_TENSOR as MT
 from gguf import TENSOR_NAMES
 
-__all__ = ["MT", "tensor_name", "w"]
+__all__ = ["MT", "DRAFT_HEAD", "tensor_name", "w"]
 
 _BLOCK = "blk.{bid}."
 
@@ -22,3 +22,8 @@ def tensor_name(t: MT, bid: int | None = None, suffix: str = ".weight") -> str:
 def w(t: MT, suffix: str = ".weight") -> str:
     """The name of per-block tensor ``t`` after its ``blk.{bid}.`` prefix, with ``suffix``."""
     return TENSOR_NAMES[t].removeprefix(_BLOCK) + suffix
+
+
+#: an MTP layer's own LM head (after ``blk.{bid}.``); llama.cpp's MTP graphs read it instead of ``output.weight``
+#: when a file has it, which is what makes a lower-bit draft head possible
+DRAFT_HEAD = w(MT.NEXTN_SHARED_HEAD_HEAD)
