@@ -67,7 +67,7 @@ build() {  # $@: extra targets (llama-server)
 
 models() {  # $1: python (no llama.cpp needed: runs while it builds) | llama (the quantizer)
     local m=(--workdir "$WORK" --widths "${WIDTHS:-9b}" --layers "${LAYERS:-12}" --vocab "${VOCAB:-248320}"
-             --noise "${NOISE:-0.06}" --quant "${QUANT:-Q4_K_M}" --stage "$1")
+             --noise "${NOISE:-0.06}" --quant "${QUANT:-Q4_K_M}" --stage "$1" ${DRAFT_HEAD:+--draft-head "$DRAFT_HEAD"})
     if [ "$1" = python ]; then
         PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 bench/models.py "${m[@]}" --threads 4
     else

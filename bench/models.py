@@ -132,10 +132,23 @@ def quantize(src: Path, out: Path, ftype: str) -> Path:
     return out
 
 
+def draft_head(src: Path, draft: str | None) -> Path | None:
+    """``src`` with a draft LM head of type ``draft`` (``gguf-mtp ... --draft-head-type``), or None."""
+    from gguf_mtp.surgery import add_draft_head
+
+    if not draft:
+        return None
+    out = src.with_name(f"{src.stem}-draft-{draft}.gguf")
+    if not out.exists():
+        add_draft_head(src, out, draft, progress=False)
+    return out
+
+
 def make(work: Path, *, widths: str = "9b", layers: int = 12, vocab: int = 248320, noise: float = 0.06,
-         quant: str | None = "Q4_K_M", threads: int | None = None, stage: str = "all") -> dict[str, Path]:
+         quant: str | None = "Q4_K_M", threads: int | None = None, stage: str = "all",
+         draft: str | None = None) -> dict[str, Path]:
     """label -> model. ``stage``: "python" (checkpoint and conversions: no llama.cpp needed), "llama" (what
-    needs llama.cpp's quantizer), or "all"."""
+    needs llama.cpp's quantizer), or "all". ``draft``: also each model with a draft LM head of that type."""
     work.mkdir(parents=True, exist_ok=True)
     threads = threads or os.cpu_count() or 2
     tag = f"{widths}-{layers}L-{vocab // 1000}k"
@@ -143,15 +156,21 @@ def make(work: Path, *, widths: str = "9b", layers: int = 12, vocab: int = 24832
     q8 = work / f"{tag}-Q8_0.gguf"
     bf16 = work / f"{tag}-BF16.gguf"
     out: dict[str, Path] = {}
+
+    def add(label: str, path: Path) -> None:  # the model, then the same with the draft head
+        out[label] = path
+        if (d := draft_head(path, draft)) is not None:
+            out[f"{label}, {draft.upper()} draft head"] = d  # type: ignore[union-attr]
+
     convert(ck, q8, "q8_0", threads)  # made once: a later stage finds them
-    out["Q8_0, perfect head"] = q8
+    add("Q8_0, perfect head", q8)
     if noise > 0:
-        out[f"Q8_0, noisy head ({noise})"] = noisy_head(q8, work / f"{tag}-Q8_0-noise{noise}.gguf", noise)
+        add(f"Q8_0, noisy head ({noise})", noisy_head(q8, work / f"{tag}-Q8_0-noise{noise}.gguf", noise))
     if quant:
         convert(ck, bf16, "bf16", threads)
     if stage in ("llama", "all") and quant:
         qm = quantize(bf16, work / f"{tag}-{quant}.gguf", quant)
-        out[f"{quant} + Q8_0 head, noisy ({noise})" if noise > 0 else f"{quant} + Q8_0 head"] = (
+        add(f"{quant} + Q8_0 head, noisy ({noise})" if noise > 0 else f"{quant} + Q8_0 head",
             noisy_head(qm, work / f"{tag}-{quant}-noise{noise}.gguf", noise) if noise > 0 else qm)
     return out
 
@@ -166,10 +185,11 @@ def main() -> None:
     ap.add_argument("--quant", default="Q4_K_M", help="also a trunk at this type with the Q8_0 head ('' to skip)")
     ap.add_argument("--stage", choices=["python", "llama", "all"], default="all")
     ap.add_argument("--threads", type=int)
+    ap.add_argument("--draft-head", help="also each model with a draft LM head of this type (e.g. q5_0)")
     ap.add_argument("--manifest", type=Path, help="write LABEL=PATH lines (side_by_side.py --model arguments)")
     a = ap.parse_args()
     made = make(a.workdir, widths=a.widths, layers=a.layers, vocab=a.vocab, noise=a.noise, quant=a.quant or None,
-                threads=a.threads, stage=a.stage)
+                threads=a.threads, stage=a.stage, draft=a.draft_head)
     for label, p in made.items():
         print(f"{label}\t{p}\t{p.stat().st_size / 1e9:.2f} GB", file=sys.stderr)
     if a.manifest:
