@@ -86,6 +86,7 @@ class DraftLength:
         self._shadow_a = [0] * self.k_max
         self._probe_every = self.PROBE_EVERY_SHADOWED if shadows else self.PROBE_EVERY
         self.times: dict[int, deque[float]] = {}
+        self._line: tuple[float, float] | None = None  # cost()'s line as of the last rates()
         self._timed_at: dict[int, int] = {}  # step of each length's newest timed sample
         self.n = 0  # steps seen
         self.k = self.k_max
@@ -125,7 +126,7 @@ class DraftLength:
         """Whether k+1 would replace k, or not, depending on where within ``DOUBT`` standard errors the acceptance
         at position k+1 really lies: then more shadow drafts are worth their head decode."""
         k = self.k
-        t_up = self.step_time(k + 1, self.cost())
+        t_up = self.step_time(k + 1, self._line)
         if k not in rates or t_up is None or t_up <= 0:
             return False
         d = (stats.drafted_at[k] if k < len(stats.drafted_at) else 0) + self._shadow_d[k]
@@ -209,7 +210,7 @@ class DraftLength:
 
     def rates(self, stats: Stats) -> dict[int, float]:
         """Expected tokens per second at each length measured or predicted."""
-        line = self.cost()
+        line = self._line = self.cost()  # kept for _doubt, which runs right after in the same step
         acc = self.acceptance(stats)
         out, expected = {}, 1.0
         for k in range(0, self.k_max + 1):
