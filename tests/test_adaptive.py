@@ -21,6 +21,24 @@ class Fixed(DraftLength):
         return self.fixed
 
 
+def draw(c: DraftLength, st: Stats, acc: list[float], rng: random.Random) -> tuple[int, int, bool]:
+    """One step of ``c``: the length it gives, the drafts accepted and whether it asked for a shadow draft,
+    counted into ``st`` as the engine counts them. The first i+1 drafts are all accepted with the prefix
+    probability acc[i] (u below acc[i] <=> i+1 accepted); a shadow draft, not verified, with that of k+1."""
+    k = c.next(st)
+    shadow = c.shadow
+    u = rng.random()
+    j = sum(1 for i in range(k) if u < acc[i])
+    if shadow:
+        c.shadow_result(k, u < acc[k])
+    if k:
+        st.record(k, j)
+    else:  # as the engine counts a plain step
+        st.plain_steps += 1
+    st.steps += 1
+    return k, j, shadow
+
+
 def simulate(acc: list[float], cost: callable, k_max: int, steps: int = 200, noise: float = 0.0,
              seed: int = 0, fixed: int | None = None) -> tuple[DraftLength, Stats, float]:
     """Run the controller (or a fixed length) against steps whose first i+1 drafts are all accepted with
@@ -30,17 +48,8 @@ def simulate(acc: list[float], cost: callable, k_max: int, steps: int = 200, noi
     c, st = (Fixed(fixed) if fixed is not None else DraftLength(k_max)), Stats(n_draft_max=k_max)
     tokens = seconds = 0.0
     for _ in range(steps):
-        k = c.next(st)
+        k, j, _ = draw(c, st, acc, rng)
         assert 0 <= k <= k_max
-        u = rng.random()
-        j = sum(1 for i in range(k) if u < acc[i])  # prefix probabilities: u below acc[i] <=> i+1 accepted
-        if c.shadow:  # one more draft, not verified: accepted with the prefix probability of position k+1
-            c.shadow_result(k, u < acc[k])
-        if k:
-            st.record(k, j)
-        else:  # as the engine counts a plain step
-            st.plain_steps += 1
-        st.steps += 1
         dt = cost(k) * (1 + noise * rng.random())
         c.observe(k, dt)
         tokens, seconds = tokens + j + 1, seconds + dt
@@ -201,17 +210,8 @@ def run(c: DraftLength, st: Stats, steps: int, acc: list[float], cost, rng: rand
     """``steps`` more steps of ``c`` (acceptance and costs may change between calls); the lengths it chose."""
     ks = []
     for _ in range(steps):
-        k = c.next(st)
+        k = draw(c, st, acc, rng)[0]
         ks.append(k)
-        u = rng.random()
-        j = sum(1 for i in range(k) if u < acc[i])
-        if c.shadow:
-            c.shadow_result(k, u < acc[k])
-        if k:
-            st.record(k, j)
-        else:
-            st.plain_steps += 1
-        st.steps += 1
         c.observe(k, cost(k) * (1 + 0.05 * rng.random()))
     return ks
 
@@ -376,23 +376,13 @@ SIDE_BY_SIDE = {
 }
 
 
-def answer(c, st: Stats, acc: list[float], ms: dict[int, float], rng: random.Random, state: list,
-           tokens: int = 128, switch_ms: float = 2.0, shadow_ms: float = 0.8) -> float:  # type: ignore[no-untyped-def]
+def answer(c: DraftLength, st: Stats, acc: list[float], ms: dict[int, float], rng: random.Random, state: list,
+           tokens: int = 128, switch_ms: float = 2.0, shadow_ms: float = 0.8) -> float:
     """Tokens per ms of one answer of ``tokens`` tokens; ``state`` = [last length, steps at it] carries over."""
     n = t = 0.0
     first = True
     while n < tokens:
-        k = c.next(st)
-        shadow = getattr(c, "shadow", False)
-        u = rng.random()
-        j = sum(1 for i in range(k) if u < acc[i])
-        if shadow:
-            c.shadow_result(k, u < acc[k])
-        if k:
-            st.record(k, j)
-        else:
-            st.plain_steps += 1
-        st.steps += 1
+        k, j, shadow = draw(c, st, acc, rng)
         state[1] = 1 if first or k != state[0] else state[1] + 1  # after the prompt: a new shape either way
         state[0], first = k, False
         dt = ms[k] * (1 + 0.03 * rng.random()) + (switch_ms if state[1] <= 2 else 0.0) + (shadow_ms if shadow else 0.0)
