@@ -74,7 +74,15 @@ def run(
     seed: int = typer.Option(0, "--seed", "-s"),
     stats_json: Path | None = typer.Option(None, "--stats-json",
                                            help="Write statistics as JSON to this file ('-' for stdout)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing --stats-json file."),
+    draft_profile: Path | None = typer.Option(
+        None, "--spec-draft-profile", help="With --spec-draft-n-max auto: start from the step times and acceptance "
+        "an earlier run on this model and machine measured (a file --spec-draft-profile-out wrote), instead of "
+        "exploring draft lengths in the first answer."),
+    draft_profile_out: Path | None = typer.Option(
+        None, "--spec-draft-profile-out", help="With --spec-draft-n-max auto: write what it measured, for "
+        "--spec-draft-profile."),
+    force: bool = typer.Option(False, "--force",
+                               help="Overwrite an existing --stats-json or --spec-draft-profile-out file."),
     perf: bool = typer.Option(False, "--perf",
                               help="Time each decode step by phase (verify, drafts, host reads, Python) into the "
                                    "statistics."),
@@ -89,12 +97,15 @@ def run(
 
       gguf-mtp run Qwen3.5-9B-Q4_K_M.gguf --spec-draft-n-max auto --stats-json stats.json
 
+      gguf-mtp run Qwen3.5-9B-Q4_K_M.gguf -ngl 99 --spec-draft-n-max auto --spec-draft-profile-out h100.json
+
       gguf-mtp run Qwen3.5-9B-Q8_0.gguf -ngl 99 --device CUDA0 --device-draft CUDA1
 
       gguf-mtp run big.gguf -ngl 99 --rpc 192.168.1.20:50052 --tensor-split 1,1
     """
     # imported here, before anything loads numpy: llama.cpp's libraries must come first (see gguf_mtp.runtime)
     from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices, placement
+    from gguf_mtp.runtime import draft_profile as draft_profile_mod
     from gguf_mtp.runtime.options import check_sampling, check_session
 
     endpoints = placement.parse_endpoints(rpc) if rpc else None
@@ -112,14 +123,18 @@ def run(
         if text is not None and not _is_utf8(text):
             raise typer.BadParameter(f"{name} is not valid UTF-8 text")
     stats_file = None if stats_json is None or str(stats_json) == "-" else stats_json
-    given = [p for p in (model, mtp, prompt_file) if p is not None]
-    if stats_file is not None:  # a bad --stats-json fails now, not after the answer
-        check_output(stats_file, force=force, inputs=given)
+    given = [p for p in (model, mtp, prompt_file, draft_profile) if p is not None]
+    k, adaptive = _draft_n(draft_n_max)
+    for opt, val in (("--spec-draft-profile", draft_profile), ("--spec-draft-profile-out", draft_profile_out)):
+        if val is not None and (no_mtp or not adaptive):
+            raise typer.BadParameter(f"{opt} needs --spec-draft-n-max auto (and MTP on)")
+    outputs = [p for p in (stats_file, draft_profile_out) if p is not None]
+    for out in outputs:  # a bad output fails now, not after the answer
+        check_output(out, force=force, inputs=given)
     if prompt_file is not None:
         if prompt is not None:
             raise typer.BadParameter("--prompt and --file exclude each other")
         prompt = read_input_text(prompt_file, "prompt file")
-    k, adaptive = _draft_n(draft_n_max)
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
                         require_mtp=require_mtp, prompt_window=prompt_window, timings=perf or None,
@@ -141,8 +156,8 @@ def run(
         err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))  # once the files passed their checks
         sidecar = session.pairing.sidecar
         inputs = given + session.pairing.model.files + (sidecar.files if sidecar else [])
-        if stats_file is not None:  # the sidecar found beside the model is an input too
-            check_output(stats_file, force=force, inputs=inputs)
+        for out in outputs:  # the sidecar found beside the model is an input too
+            check_output(out, force=force, inputs=inputs)
         if device or device_draft or tensor_split or rpc or split_mode != "layer":
             err("placement: " + "; ".join(f"{k} {v}" for k, v in session.placement.items()))
         if session.mtp_enabled:
@@ -150,6 +165,9 @@ def run(
                 + (f" {session.pairing.sidecar.path.name}" if session.pairing.sidecar else "")
                 + f", draft {'auto (max ' + str(k) + ')' if adaptive else k}"
                 + (f", rollback {session.engine.rollback.name}" if session.engine.rollback.name != "kv" else ""))
+        if draft_profile is not None and session.mtp_enabled:
+            note = draft_profile_mod.use(session, draft_profile)
+            err(f"note: {note}" if note else f"auto: starting from the draft profile {draft_profile}")
         if prompt is not None:
             g = session.generate(prompt, max_tokens=n_predict, sampling=sampling, on_text=_out)
             sys.stdout.write("\n")
@@ -165,6 +183,8 @@ def run(
                 typer.echo(text)
             else:
                 write_bytes(stats_file, (text + "\n").encode(), force=force, inputs=inputs)
+        if draft_profile_out is not None and session.mtp_enabled:
+            draft_profile_mod.save(session, draft_profile_out, force=force, inputs=inputs)
 
 
 def _is_utf8(text: str) -> bool:

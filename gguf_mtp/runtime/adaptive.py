@@ -77,6 +77,7 @@ class DraftLength:
     # clear gain. 3% held a perfect head at k=4, 2.2% below k=3 (H100); 1.5% let noise move it (simulated).
     SWITCH_GAIN = 0.02
     EXPLORE_WITHIN = 0.9
+    PRIOR_DRAFTS = 64  # a profile's acceptance (seed()) counts as its drafts at each position, at most this many
 
     def __init__(self, k_max: int, *, shadows: bool = True) -> None:
         self.k_max = max(1, k_max)
@@ -84,6 +85,8 @@ class DraftLength:
         self.shadow = False  # this step: draft k+1, verify k, report the extra one with shadow_result()
         self._shadow_d = [0] * self.k_max  # shadow drafts at each 0-based position, and of those accepted
         self._shadow_a = [0] * self.k_max
+        self._prior_d = [0.0] * self.k_max  # an earlier run's acceptance as pseudo-counts (seed())
+        self._prior_a = [0.0] * self.k_max
         self._probe_every = self.PROBE_EVERY_SHADOWED if shadows else self.PROBE_EVERY
         self.times: dict[int, deque[float]] = {}
         self._line: tuple[float, float] | None = None  # cost()'s line as of the last rates()
@@ -129,10 +132,10 @@ class DraftLength:
         t_up = self.step_time(k + 1, self._line)
         if k not in rates or t_up is None or t_up <= 0:
             return False
-        d = (stats.drafted_at[k] if k < len(stats.drafted_at) else 0) + self._shadow_d[k]
+        d = self._counts(stats, k)[0]
         if d >= self.DOUBT_DRAFTS:
             return False
-        lo, hi = wilson(self.acceptance(stats)[k], d, self.DOUBT)
+        lo, hi = wilson(self.acceptance(stats)[k], round(d), self.DOUBT)
         e_up = rates.get(k + 1, 0.0) * t_up - self.acceptance(stats)[k]  # E(k+1) less the acceptance at k+1
         return (e_up + lo) / t_up < rates[k] * (1 + self.SWITCH_GAIN) < (e_up + hi) / t_up
 
@@ -142,15 +145,47 @@ class DraftLength:
             self._shadow_d[pos] += 1
             self._shadow_a[pos] += int(accepted)
 
-    def acceptance(self, stats: Stats) -> list[float]:
-        """Share of steps whose first i+1 drafts were all accepted: verified drafts and shadow ones together."""
+    def _counts(self, stats: Stats, i: int) -> tuple[float, float]:
+        """Drafts and accepted drafts at 0-based position ``i``: verified, shadow and an earlier run's prior."""
         d0, a0 = stats.drafted_at, stats.accepted_at
-        out = []
+        d = (d0[i] if i < len(d0) else 0) + self._shadow_d[i] + self._prior_d[i]
+        a = (a0[i] if i < len(a0) else 0) + self._shadow_a[i] + self._prior_a[i]
+        return d, a
+
+    def acceptance(self, stats: Stats) -> list[float]:
+        """Share of steps whose first i+1 drafts were all accepted: verified drafts, shadow ones and the prior."""
+        return [a / d if d else 0.0 for d, a in (self._counts(stats, i) for i in range(self.k_max))]
+
+    def seed(self, step_s: dict[int, float], acceptance: list[float], drafts: list[int] | None = None) -> None:
+        """Start from what an earlier run on the same model and machine measured (draft_profile.py): its step
+        time (seconds) at each length, as one sample each, and its acceptance by position, as the ``drafts`` it
+        was measured over (at most ``PRIOR_DRAFTS``; that many when not given). Lengths with a time are not
+        explored again, so the first answer starts at the best of them; the run's own steps and drafts soon
+        outweigh the seed."""
+        for k, t in step_s.items():
+            if 0 <= k <= self.k_max and t > 0:
+                self.times[k] = deque([t], maxlen=self.KEEP)
+                self._timed_at[k] = 0
+        if self.times:
+            self._explored |= set(self.times)
+            self._block = []  # no opening block at k_max: its times and acceptance are known
+        for i, a in enumerate(acceptance[: self.k_max]):
+            given = drafts[i] if drafts is not None and i < len(drafts) else self.PRIOR_DRAFTS
+            n = float(min(self.PRIOR_DRAFTS, given))
+            self._prior_d[i] = n
+            self._prior_a[i] = min(1.0, max(0.0, a)) * n
+
+    def measured(self, stats: Stats) -> tuple[dict[int, float], list[float], list[int]]:
+        """What a profile keeps: the median step time (seconds) at each length timed, and the acceptance at the
+        positions drafted at least once (a position never drafted says nothing) with the drafts it counts."""
+        acc, n = [], []
         for i in range(self.k_max):
-            d = (d0[i] if i < len(d0) else 0) + self._shadow_d[i]
-            a = (a0[i] if i < len(a0) else 0) + self._shadow_a[i]
-            out.append(a / d if d else 0.0)
-        return out
+            d, a = self._counts(stats, i)
+            if not d:
+                break
+            acc.append(a / d)
+            n.append(round(d))
+        return {k: median(v) for k, v in sorted(self.times.items()) if v}, acc, n
 
     def _choose(self, stats: Stats, rates: dict[int, float]) -> int:
         """The best length, unless the current one is within ``SWITCH_GAIN`` of it (a change costs graph work)."""
