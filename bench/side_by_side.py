@@ -83,7 +83,7 @@ def _row(mode: str, k: object, st, sb, gbs: float | None) -> dict:  # type: igno
 
 
 def run_ours(model: Path, a: argparse.Namespace, sb, gbs: float | None) -> tuple[list[dict], dict]:  # type: ignore[no-untyped-def]
-    from gguf_mtp.runtime import MTPSession
+    from gguf_mtp.runtime import MTPSession, draft_profile
 
     rows: list[dict] = []
     kmax = max(a.drafts)
@@ -122,6 +122,19 @@ def run_ours(model: Path, a: argparse.Namespace, sb, gbs: float | None) -> tuple
                 acc = [round(x, 4) for x in s.engine.stats.acceptance_at]
                 rows[-1].update(auto_step_ms=ms, auto_acceptance_at=acc)
                 print(f"auto: median step ms by k {ms}, acceptance {acc}", file=sys.stderr)
+                # what a later run gets from --spec-draft-profile: a new controller seeded with what this one
+                # measured, one answer (no exploration)
+                prof = a.out.parent / f"draft-profile-{model.stem}.json"
+                draft_profile.save(s, prof, force=True)
+                s.set_draft(kmax, adaptive=True)
+                note = draft_profile.use(s, prof)
+                if note:
+                    raise SystemExit(note)
+                g = s.generate(PROMPT, max_tokens=a.n_predict)
+                if g.tokens != ref:
+                    checks["identical_to_plain"] = False
+                    checks["differs"].append("auto, from its profile")
+                rows.append(_row("run auto, from its profile", "auto", g.stats, sb, gbs))
         best = max((r for r in rows if isinstance(r["k"], int) and r["k"] > 0), key=lambda r: r["t/s"])
         # the best k again without the timer (what it costs), with host sampling and with the head's decodes
         # in the shapes they come (what the device sampler and stable shapes bring)
