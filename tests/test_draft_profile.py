@@ -132,4 +132,9 @@ def test_profile_options_need_auto_and_never_overwrite_an_input(pairings, tmp_pa
     assert _run(model, "--spec-draft-profile-out", str(prof)) == 2  # exists: only with --force
     assert prof.read_bytes() == before
     assert _run(model, "--spec-draft-profile-out", str(prof), "--force") == 0
+    capsys.readouterr()
+    empty = tmp_path / "empty.json"  # two tokens: no step timed yet, nothing to save
+    assert main(["run", str(model), "-p", "x", "-n", "2", "--spec-draft-n-max", "auto",
+                 "--spec-draft-profile-out", str(empty)]) == 2
+    assert "has not timed a step yet" in capsys.readouterr().err and not empty.exists()
     assert not list(tmp_path.glob(".*tmp*")) and not list(tmp_path.glob("*.tmp"))  # nothing left behind

@@ -62,6 +62,9 @@ def save(s: MTPSession, path: str | os.PathLike[str], *, force: bool, inputs: li
     if a is None:
         raise GgufMtpError("--spec-draft-profile-out: the draft length is fixed; it needs --spec-draft-n-max auto")
     times, acc, drafts = a.measured(s.engine.stats)
+    if not times:
+        raise GgufMtpError(f"{path}: auto has not timed a step yet (the first ones after a change of length are not "
+                           "timed); generate more tokens before saving a draft profile")
     payload = {"format": FORMAT, "version": VERSION, "key": key(s),
                "step_ms": {str(k): round(t * 1e3, 4) for k, t in times.items()},
                "acceptance_at": [round(x, 4) for x in acc], "drafted_at": drafts}
