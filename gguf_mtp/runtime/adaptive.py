@@ -89,7 +89,6 @@ class DraftLength:
         self._prior_a = [0.0] * self.k_max
         self._probe_every = self.PROBE_EVERY_SHADOWED if shadows else self.PROBE_EVERY
         self.times: dict[int, deque[float]] = {}
-        self._line: tuple[float, float] | None = None  # cost()'s line as of the last rates()
         self._timed_at: dict[int, int] = {}  # step of each length's newest timed sample
         self.n = 0  # steps seen
         self.k = self.k_max
@@ -105,7 +104,8 @@ class DraftLength:
         self.shadow = False
         if self._block:
             return self._block.pop()
-        rates = self.rates(stats)  # once per step: this runs between two decodes
+        line = self.cost()  # once per step: this runs between two decodes
+        rates = self.rates(stats, line)
         if len(self._explored) < self.k_max + 1:
             k = self._unexplored(stats, rates)
             if k is not None:  # one more block: the first WARMUP steps rebuild the graph, the others are timed
@@ -121,22 +121,23 @@ class DraftLength:
                 self._block = [k] * (self.PROBE - 1)
             return k
         if self.shadows and self.k < self.k_max:
-            every = self.SHADOW_DOUBT if self._doubt(stats, rates) else self.SHADOW_EVERY
+            every = self.SHADOW_DOUBT if self._doubt(stats, rates, line) else self.SHADOW_EVERY
             self.shadow = self.n % every == every - 1
         return self.k
 
-    def _doubt(self, stats: Stats, rates: dict[int, float]) -> bool:
+    def _doubt(self, stats: Stats, rates: dict[int, float], line: tuple[float, float] | None) -> bool:
         """Whether k+1 would replace k, or not, depending on where within ``DOUBT`` standard errors the acceptance
         at position k+1 really lies: then more shadow drafts are worth their head decode."""
         k = self.k
-        t_up = self.step_time(k + 1, self._line)
+        t_up = self.step_time(k + 1, line)
         if k not in rates or t_up is None or t_up <= 0:
             return False
-        d = self._counts(stats, k)[0]
+        d, a = self._counts(stats, k)
         if d >= self.DOUBT_DRAFTS:
             return False
-        lo, hi = wilson(self.acceptance(stats)[k], round(d), self.DOUBT)
-        e_up = rates.get(k + 1, 0.0) * t_up - self.acceptance(stats)[k]  # E(k+1) less the acceptance at k+1
+        p = a / d if d else 0.0
+        lo, hi = wilson(p, round(d), self.DOUBT)
+        e_up = rates.get(k + 1, 0.0) * t_up - p  # E(k+1) less the acceptance at k+1
         return (e_up + lo) / t_up < rates[k] * (1 + self.SWITCH_GAIN) < (e_up + hi) / t_up
 
     def shadow_result(self, pos: int, accepted: bool) -> None:
@@ -243,9 +244,10 @@ class DraftLength:
             return median(v)
         return None if line is None or k == 0 else line[0] + line[1] * k
 
-    def rates(self, stats: Stats) -> dict[int, float]:
-        """Expected tokens per second at each length measured or predicted."""
-        line = self._line = self.cost()  # kept for _doubt, which runs right after in the same step
+    def rates(self, stats: Stats, line: tuple[float, float] | None = None) -> dict[int, float]:
+        """Expected tokens per second at each length measured or predicted (``line``: :meth:`cost`'s, when the
+        caller has it already)."""
+        line = line if line is not None else self.cost()
         acc = self.acceptance(stats)
         out, expected = {}, 1.0
         for k in range(0, self.k_max + 1):

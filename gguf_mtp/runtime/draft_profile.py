@@ -92,8 +92,9 @@ def read(path: str | os.PathLike[str]) -> tuple[dict[int, float], list[float], l
     of the profile at ``path``."""
     try:
         with open_input(path, "draft profile") as fh:  # regular files only: a FIFO would block forever
-            if os.fstat(fh.fileno()).st_size > MAX_BYTES:
-                raise FormatError(f"{path}: {os.fstat(fh.fileno()).st_size} bytes, too large for a draft profile "
+            size = os.fstat(fh.fileno()).st_size
+            if size > MAX_BYTES:
+                raise FormatError(f"{path}: {size} bytes, too large for a draft profile "
                                   f"(at most {MAX_BYTES}); pass a file --spec-draft-profile-out wrote")
             data = json.loads(fh.read(MAX_BYTES + 1).decode("utf-8"))
     except FileNotFoundError:

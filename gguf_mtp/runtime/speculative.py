@@ -71,7 +71,6 @@ class Engine:
         # block over the padding (cheap on a GPU only). Padding to n_draft_max + 1 under auto instead cost 0.3 ms a
         # step at k=1 on an H100 (the head's block over 5 rows, and the rows copied): 8%.
         self.stable = stable_shapes and mtp is not None and not self.chain
-        self._shape = self.n_draft_max + 1
         # (position, token, input row) of the MTP cache's tail; room for a step's drafts, which leave again
         self._held: deque[tuple[int, int, np.ndarray]] = deque(maxlen=2 * (self.n_draft_max + 1))
         n_embd = target.model.n_embd_out
@@ -174,6 +173,11 @@ class Engine:
         if self.bd is not None and in_step:
             self.bd.feed += spent
         b.clear()
+
+    @property
+    def _shape(self) -> int:
+        """Rows every MTP decode is padded to: the draft length + 1 (auto: its current choice, not a probe's)."""
+        return max(1, self.adaptive.k if self.adaptive is not None else self.n_draft_max) + 1
 
     def _mtp_decode(self, b: Batch, *, wait: bool = True, in_step: bool = True) -> float:
         """Decode ``b`` on the (single-head) MTP context. With stable shapes, pad it first to k + 1 tokens with the
@@ -425,7 +429,6 @@ class Engine:
         shadow: int | None = None  # auto's shadow draft: drafted, not verified (adaptive.py, SHADOW_EVERY)
         if self.mtp is not None:
             k = min(self._next_k(), room - 1)
-            self._shape = max(1, self.adaptive.k if self.adaptive is not None else self.n_draft_max) + 1
             extra = self.adaptive is not None and self.adaptive.shadow and k < self.n_draft_max and k + 1 < room
             if k > 0 or extra:
                 drafts, kept_last = self._draft(k + 1 if extra else k)
