@@ -75,3 +75,12 @@ def converted(checkpoint, tmp_path_factory: pytest.TempPathFactory):
         return cache[key]
 
     return make
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    """How often a speculative run parted from plain decoding at a tie (tests/lossless.py), with each tie."""
+    from tests import lossless
+
+    if lossless.COMPARED:
+        for line in lossless.summary():
+            terminalreporter.write_line(line)

@@ -29,6 +29,7 @@ from gguf_mtp.runtime import MTPSession
 from gguf_mtp.surgery import extract, graft
 from tests import helpers
 from tests.gguf_mutate import RawGGUF
+from tests.lossless import References
 
 TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
 REF = json.loads((TINY / "reference.json").read_text())
@@ -63,6 +64,13 @@ def run(model: Path, mtp: object = "auto", n_draft: int = 1, prompts: int | None
     return acc, gens
 
 
+def plain_refs(model: Path, prompts: int | None = None) -> References:
+    """Plain decoding of the reference prompts on ``model``: what every speculative run must match (lossless.py)."""
+    gens = run(model, mtp=False, prompts=prompts)[1]
+    actions = [lambda s, p=p: s.generate(p, max_tokens=REF["new_tokens"]) for p in REF["prompts"][:prompts]]
+    return References(lambda: MTPSession(model, mtp=False, n_ctx=512, n_gpu_layers=NGL), actions, gens)
+
+
 def draft_bytes(path: Path) -> bytes:
     return GGUFModel(path).tensors[DRAFT].file.read_tensor_bytes(DRAFT)
 
@@ -73,11 +81,11 @@ def draft_type(path: Path) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def plain(files: dict[str, Path]) -> list:
-    return run(files["plain"], mtp=False)[1]
+def plain(files: dict[str, Path]) -> References:
+    return plain_refs(files["plain"])
 
 
-def test_a_q4_0_draft_head_keeps_output_and_acceptance(files: dict[str, Path], plain: list) -> None:
+def test_a_q4_0_draft_head_keeps_output_and_acceptance(files: dict[str, Path], plain: References) -> None:
     assert draft_type(files["q4_0"]) == "Q4_0" and draft_type(files["q8_0"]) == "Q8_0"
     assert draft_type(files["plain"]) is None  # no option: no extra tensor
     report = inspect_file(files["q4_0"])
@@ -88,7 +96,7 @@ def test_a_q4_0_draft_head_keeps_output_and_acceptance(files: dict[str, Path], p
         acc = {}
         for name in ("q8_0", "q4_0"):
             acc[name], gens = run(files[name], n_draft=k)
-            assert gens == plain, f"{name} draft head, k={k}: output differs from plain decoding"
+            plain.check(gens, f"{name} draft head, k={k}")
         print(f"k={k}: acceptance with a Q8_0 draft head {acc['q8_0']:.3f}, Q4_0 {acc['q4_0']:.3f}")
         # measured on the CPU: k=1 0.748 / 0.736, k=3 0.445 / 0.444
         assert abs(acc["q4_0"] - acc["q8_0"]) <= 0.03
@@ -113,17 +121,17 @@ def test_llama_cpp_reads_the_draft_head(files: dict[str, Path], tmp_path: Path) 
     """The same file with the draft head's rows shifted by one token (or zeroed) never gets a draft accepted, while
     the rows in order keep the full head's acceptance: the drafts come from the draft head, not output.weight."""
     vocab = GGUFModel(files["plain"]).tensors["output.weight"].info.shape[1]
-    acc = {}
+    acc, want = {}, plain_refs(files["plain"], prompts=4)
     for name, rows in {"right": np.arange(vocab), "shifted": np.roll(np.arange(vocab), 1), "zeros": None}.items():
         f = _with_draft_head(files["plain"], tmp_path / f"{name}.gguf", rows)
         acc[name], gens = run(f, prompts=4)
-        assert gens == run(files["plain"], mtp=False, prompts=4)[1]  # lossless whatever the head says
+        want.check(gens, f"draft head {name}")  # lossless whatever the head says
     print(f"acceptance with the draft head right / shifted / zeros: {acc}")
     assert acc["right"] >= 0.65
     assert acc["shifted"] < 0.05 and acc["zeros"] < 0.2
 
 
-def test_quantize_keeps_or_adds_the_draft_head(files: dict[str, Path], tmp_path: Path, plain: list) -> None:
+def test_quantize_keeps_or_adds_the_draft_head(files: dict[str, Path], tmp_path: Path, plain: References) -> None:
     kept = quantize_model(files["q4_0"], tmp_path / "kept.gguf", "Q4_K_M")
     assert draft_type(kept.path) == "Q4_0"  # not the head's Q8_0 pin
     head = {t.name: t.type for t in kept.report.mtp_tensors}
@@ -138,15 +146,16 @@ def test_quantize_keeps_or_adds_the_draft_head(files: dict[str, Path], tmp_path:
     a, b = GGUFModel(kept.path), GGUFModel(added.path)
     assert all(a.tensors[n].file.read_tensor_bytes(n) == b.tensors[n].file.read_tensor_bytes(n)
                for n in a.tensors if n != DRAFT)
-    want = run(kept.path, mtp=False, prompts=4)[1]
+    want = plain_refs(kept.path, prompts=4)
     for f in (kept.path, added.path):
         acc, gens = run(f, prompts=4)
-        assert gens == want and acc >= 0.6
+        want.check(gens, f.name)
+        assert acc >= 0.6
     with pytest.raises(GgufMtpError, match="no MTP head to give a draft head"):
         quantize_model(files["trunk"], tmp_path / "t.gguf", "Q4_K_M", draft_head_type="q4_0")
 
 
-def test_extract_and_graft_carry_the_draft_head(files: dict[str, Path], tmp_path: Path, plain: list) -> None:
+def test_extract_and_graft_carry_the_draft_head(files: dict[str, Path], tmp_path: Path, plain: References) -> None:
     # a sidecar extracted without the option carries the draft head byte for byte
     side = extract(files["q4_0"], tmp_path / "side.gguf", head_only=True, progress=False).paths[0]
     assert draft_bytes(side) == draft_bytes(files["q4_0"])
@@ -161,18 +170,20 @@ def test_extract_and_graft_carry_the_draft_head(files: dict[str, Path], tmp_path
     # the runtime's pairings use it: the head-only sidecar merged at load time, the self-contained one beside
     for sidecar in (made_h, made):
         acc, gens = run(files["trunk"], mtp=sidecar)
-        assert gens == plain and acc == pytest.approx(run(files["q4_0"])[0], abs=0.005)
+        plain.check(gens, sidecar.name)
+        assert acc == pytest.approx(run(files["q4_0"])[0], abs=0.005)
     # graft onto a llama-quantize'd trunk: carried from the sidecar, or made from the target's LM head (Q6_K)
     carried = graft(side, files["trunk-Q4_0"], tmp_path / "g1.gguf", progress=False).paths[0]
     assert draft_type(carried) == "Q4_0"
     plain_head = files["head"]  # no draft head, no LM head: --draft-head-type takes the target's
     made_g = graft(plain_head, files["trunk-Q4_0"], tmp_path / "g2.gguf", draft_head_type="q4_0", progress=False)
     assert draft_type(made_g.paths[0]) == "Q4_0"
-    want = run(files["trunk-Q4_0"], mtp=False, prompts=8)[1]
+    want = plain_refs(files["trunk-Q4_0"], prompts=8)
     ref = run(graft(plain_head, files["trunk-Q4_0"], tmp_path / "g0.gguf", progress=False).paths[0], prompts=8)[0]
     for f in (carried, made_g.paths[0]):
         acc, gens = run(f, prompts=8)
-        assert gens == want and abs(acc - ref) <= 0.05
+        want.check(gens, f.name)
+        assert abs(acc - ref) <= 0.05
     # a split target: the draft head goes with the head into the last shard
     split = helpers.reshard(files["trunk-Q4_0"], tmp_path / "split.gguf", shards=2)
     g = graft(plain_head, split[0], tmp_path / "gs.gguf", draft_head_type="q4_0", progress=False)

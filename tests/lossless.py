@@ -1,0 +1,163 @@
+"""What "identical to plain decoding" means in these tests, checked so that only a real bug can fail it.
+
+llama.cpp computes the k+1 rows of a verify batch with other kernels (and other summation orders) than the one
+row of a plain step, on some CPUs and on every GPU. The logits then differ by rounding, and a greedy pick whose two
+best logits are that close can go the other way. So the rule (README, "Lossless"): speculative output equals
+plain decoding token for token, except that at the first token where they differ the plain run's logits of the two
+tokens may tie within ``tolerance(row)``; after such a tie the two texts are different continuations and are not
+compared further.
+
+``Reference`` holds the plain run's tokens; on a divergence it decodes the same thing again, plain, with an
+observer on the sampler that keeps every row it picks from, and fails unless the two tokens tie. Every tie that
+was allowed is counted, and the summary at the end of the test run says how many (conftest.py).
+
+A wrong rollback or a skipped token changes the logits far beyond rounding, so it still fails
+(tests/test_lossless_rule.py shows both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: Ties are judged relative to the row's scale: rounding in a float32 dot product grows with the magnitude of
+#: the values summed, and a logit row's largest magnitude is a fair proxy for it.
+TIE_REL = 5e-3
+TIE_ABS = 1e-3  # the floor for rows whose logits are all small
+
+
+def tolerance(row: np.ndarray) -> float:
+    """How far apart two logits of ``row`` may be and still count as a tie."""
+    return max(TIE_ABS, TIE_REL * float(np.abs(row).max()))
+
+
+@dataclass
+class Tie:
+    label: str
+    index: int  # the pick (0-based, over every generation of the action) where the outputs part
+    plain: int  # plain decoding's token there
+    spec: int  # the speculative run's token there
+    gap: float  # plain's logit of ``plain`` minus its logit of ``spec``
+    tol: float
+
+
+#: every comparison made and every tie allowed during this test run (the summary reports them)
+COMPARED: list[str] = []
+TIES: list[Tie] = []
+
+
+def flatten(out: Any) -> list[int]:
+    """The picks of one action's output: a Generation, a token list, or a list of either (a conversation)."""
+    if hasattr(out, "tokens"):
+        return list(out.tokens)
+    if out and not isinstance(out[0], int | np.integer):
+        return [t for o in out for t in flatten(o)]
+    return [int(t) for t in out]
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first index where ``a`` and ``b`` differ (a length difference counts at the shorter's end)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def judge(row: np.ndarray, plain: int, spec: int) -> tuple[bool, float, float]:
+    """Whether ``spec`` instead of ``plain`` at a pick whose logits were ``row`` is a tie: (tie, gap, tolerance)."""
+    gap = float(row[plain]) - float(row[spec])
+    tol = tolerance(row)
+    return abs(gap) <= tol, gap, tol
+
+
+def observed_rows(session: Any, action: Callable[[Any], Any]) -> tuple[Any, list[np.ndarray]]:
+    """Run ``action(session)`` with an observer on every sampler the session's engine is given; return the
+    action's output and a copy of each logit row a token was picked from, in order."""
+    rows: list[np.ndarray] = []
+    engine = session.engine
+    generate = engine.generate
+
+    def observing(sampler, *a, **kw):  # type: ignore[no-untyped-def]
+        sampler.on_logits = lambda logits: rows.append(np.array(logits, dtype=np.float32))
+        return generate(sampler, *a, **kw)
+
+    engine.generate = observing
+    try:
+        return action(session), rows
+    finally:
+        del engine.generate  # the instance attribute goes, the class's method is back
+
+
+class Reference:
+    """Plain decoding of ``action`` on sessions from ``make_plain``: the tokens speculative runs must match.
+
+    ``tokens`` may be given when the test already has them (from the same action on such a session); otherwise
+    the action runs once here. The plain run is repeated, with an observer, only when a comparison differs.
+    """
+
+    def __init__(self, make_plain: Callable[[], Any], action: Callable[[Any], Any], tokens: Any = None) -> None:
+        self.make_plain, self.action = make_plain, action
+        if tokens is None:
+            with make_plain() as s:
+                tokens = action(s)
+        self.tokens = flatten(tokens)
+        self._rows: list[np.ndarray] | None = None
+
+    def rows(self) -> list[np.ndarray]:
+        if self._rows is None:
+            with self.make_plain() as s:
+                out, rows = observed_rows(s, self.action)
+            again = flatten(out)
+            assert again == self.tokens, (
+                "plain decoding with an observer gave other tokens than without one: the reference itself is not "
+                f"reproducible (first difference at pick {first_difference(again, self.tokens)})")
+            self._rows = rows
+        return self._rows
+
+    def check(self, got: Any, label: str = "") -> None:
+        """Fail unless ``got`` equals the reference up to a tie at the first difference (module docstring)."""
+        spec = flatten(got)
+        COMPARED.append(label)
+        i = first_difference(spec, self.tokens)
+        if i is None:
+            return
+        if i >= len(spec) or i >= len(self.tokens):
+            raise AssertionError(f"{label}: output is {len(spec)} tokens where plain decoding gave "
+                                 f"{len(self.tokens)}, identical up to there")
+        rows = self.rows()
+        tie, gap, tol = judge(rows[i], self.tokens[i], spec[i])
+        if not tie:
+            raise AssertionError(
+                f"{label}: output differs from plain decoding at pick {i}: token {spec[i]} where plain decoding "
+                f"picked {self.tokens[i]}, whose logit is {gap:+.5f} above it (a tie is within {tol:.5f}): "
+                f"not rounding, a bug. plain {self.tokens[max(0, i - 4): i + 4]}, got {spec[max(0, i - 4): i + 4]}")
+        TIES.append(Tie(label, i, self.tokens[i], spec[i], gap, tol))
+
+
+def summary() -> list[str]:
+    """Lines for the end of the test run."""
+    lines = [f"lossless: {len(COMPARED)} comparisons with plain decoding, {len(TIES)} parted at a tie within "
+             f"tolerance (TIE_REL {TIE_REL:g}, TIE_ABS {TIE_ABS:g})"]
+    lines += [f"  tie: {t.label} at pick {t.index}: plain {t.plain}, speculative {t.spec}, gap {t.gap:+.6f} "
+              f"(tolerance {t.tol:.5f})" for t in TIES]
+    return lines
+
+
+class References(list):
+    """One Reference per action (prompts generated one by one from fresh contexts), compared one by one, so a
+    tie in one prompt does not hide the others."""
+
+    def __init__(self, make_plain: Callable[[], Any], actions: Sequence[Callable[[Any], Any]],
+                 outputs: Sequence[Any] | None = None) -> None:
+        if outputs is None:
+            with make_plain() as s:
+                outputs = [a(s) for a in actions]
+        super().__init__(Reference(make_plain, a, o) for a, o in zip(actions, outputs))
+
+    def check(self, got: Sequence[Any], label: str = "") -> None:
+        assert len(got) == len(self), f"{label}: {len(got)} outputs for {len(self)} references"
+        for i, (ref, g) in enumerate(zip(self, got)):
+            ref.check(g, f"{label} #{i}")
