@@ -14,6 +14,9 @@ DRAFT_N_MAX = typer.Option("3", "--spec-draft-n-max", "--draft-max",
                                 "decodes plainly, with no drafts, where that is fastest).")
 P_MIN = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min",
                      help="Stop drafting when the head's top token is less likely than this.")
+WARMUP = typer.Option(None, "--warmup/--no-warmup",
+                      help="Decode every shape the first answer uses once at load, as llama.cpp's tools do "
+                           "(default: when layers are offloaded to a GPU).")
 PROMPT_WINDOW = typer.Option(0, "--spec-draft-prompt-window", min=0,
                              help="Give the MTP head only the last N tokens of each prompt (0: all). Bounds the "
                                   "head's share of prompt processing on long prompts; output is unchanged, early "

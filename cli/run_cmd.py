@@ -57,6 +57,7 @@ def run(
     draft_n_max: str = O.DRAFT_N_MAX,
     p_min: float = O.P_MIN,
     prompt_window: int = O.PROMPT_WINDOW,
+    warmup: bool | None = O.WARMUP,
     n_gpu_layers: int = O.N_GPU_LAYERS,
     draft_gpu_layers: int | None = O.DRAFT_GPU_LAYERS,
     device: str | None = O.DEVICE,
@@ -137,7 +138,7 @@ def run(
         prompt = read_input_text(prompt_file, "prompt file")
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                        require_mtp=require_mtp, prompt_window=prompt_window, timings=perf or None,
+                        require_mtp=require_mtp, prompt_window=prompt_window, warmup=warmup, timings=perf or None,
                         devices=placement.parse_device_list(device) if device is not None else None,
                         draft_devices=placement.parse_device_list(device_draft, "--device-draft")
                         if device_draft is not None else None,

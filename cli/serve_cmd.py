@@ -43,6 +43,7 @@ def serve(
     draft_n_max: str = O.DRAFT_N_MAX,
     p_min: float = O.P_MIN,
     prompt_window: int = O.PROMPT_WINDOW,
+    warmup: bool | None = O.WARMUP,
     n_gpu_layers: int = O.N_GPU_LAYERS,
     draft_gpu_layers: int | None = O.DRAFT_GPU_LAYERS,
     device: str | None = O.DEVICE,
@@ -92,7 +93,7 @@ def serve(
     k, adaptive = _draft_n(draft_n_max)
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                        require_mtp=require_mtp, prompt_window=prompt_window, n_parallel=parallel,
+                        require_mtp=require_mtp, prompt_window=prompt_window, warmup=warmup, n_parallel=parallel,
                         devices=placement.parse_device_list(device) if device is not None else None,
                         draft_devices=placement.parse_device_list(device_draft, "--device-draft")
                         if device_draft is not None else None,

@@ -183,6 +183,11 @@ class Model:
         fast, slow = (self.meta(f"{arch}.rope.scaling.yarn_beta_{k}") for k in ("fast", "slow"))
         return (float(fast), float(slow)) if fast is not None and slow is not None else None
 
+    def warmup_token(self) -> int:
+        """The token a warm-up decodes: BOS, as llama.cpp's tools use, else the first of the vocabulary."""
+        bos = int(_ll.llama_vocab_bos(self.vocab))
+        return bos if 0 <= bos < self.n_vocab else 0
+
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")
         n_max = len(data) + 16

@@ -70,6 +70,10 @@ class SessionConfig:
     timings: bool | None = None
     # pad every MTP decode to one shape so llama.cpp (and CUDA) reuse its graph (None: when a dense head is offloaded)
     stable_shapes: bool | None = None
+    # decode every shape the first answer uses once at load, as llama.cpp's tools do (None: when layers are
+    # offloaded, where a shape's first use costs kernel loads and graph captures; on the CPU it costs more than
+    # it saves)
+    warmup: bool | None = None
 
 
 class MTPSession:
@@ -122,6 +126,11 @@ class MTPSession:
             toks[bos_id] if isinstance(bos_id, int) and bos_id < len(toks) else "",
             toks[eos_id] if isinstance(eos_id, int) and eos_id < len(toks) else "")
         self.stats = Stats(n_draft_max=self.engine.n_draft_max)
+        warmup = self.cfg.warmup
+        if warmup is None:
+            warmup = self.cfg.n_gpu_layers != 0 or bool(self.cfg.draft_gpu_layers)
+        if warmup:
+            self.engine.warm_up(self.model.warmup_token())
 
     # -- loading -------------------------------------------------------------------------------
     def _make_params(self) -> tuple[placement.ModelParams, placement.ModelParams | None]:

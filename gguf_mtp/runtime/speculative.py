@@ -219,6 +219,30 @@ class Engine:
         b.n = n + m
         self.mtp.seq_rm(take[0][0], seq=self.seq)
 
+    # -- warm-up -----------------------------------------------------------------------------
+    def warm_up(self, token: int) -> None:
+        """Run once, before the first answer, the decodes a first answer will use: a short prompt, plain steps
+        and verify steps with the head's decodes at every draft length this engine can choose (a fixed length: that
+        one). Back-ends pay for a shape's first use (CUDA: loading kernels, pools, capturing graphs) and llama.cpp's
+        own tools pay it at load with a decode of their own, so a first answer that paid it would be measured
+        slower than theirs. Nothing of it stays: the context is cleared, and the stats and auto's controller never
+        see these steps."""
+        kept = self.adaptive, self.k, self.stats, self.bd
+        lengths = list(range(self.n_draft_max, 0, -1)) if self.adaptive is not None else [self.k]
+        self.adaptive, self.bd = None, None
+        self.stats = Stats(n_draft_max=self.n_draft_max)
+        try:
+            self.use_sampler(Sampler(None))
+            for k in (lengths if self.mtp is not None else []) + [0]:
+                self.reset()
+                self.k = k
+                self.feed([token] * 3)  # a prompt of a few tokens: a batch, then the queue to the head
+                for _ in range(2):  # the second step drafts from a queue fed by the first one's verify
+                    self.step()
+        finally:
+            self.reset()
+            self.adaptive, self.k, self.stats, self.bd = kept
+
     # -- prompt ------------------------------------------------------------------------------
     def reset(self) -> None:
         self.tgt.clear(self.seq)

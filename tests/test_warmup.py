@@ -1,0 +1,89 @@
+"""Warm-up at load (``--warmup``, issue 24): every decode shape a first answer uses runs once inside load time,
+as llama.cpp's tools do, and leaves nothing behind: no tokens, no statistics, auto's controller as it was, and
+output as without it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from gguf_mtp import convert
+from gguf_mtp.runtime import MTPSession, SamplerConfig
+from gguf_mtp.runtime.llama import Context
+from gguf_mtp_cli.main import main
+from tests.lossless import Reference
+
+TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
+PROMPT = json.loads((TINY / "reference.json").read_text())["prompts"][0]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return convert(TINY, outfile=tmp_path_factory.mktemp("warm") / "tiny.gguf", progress=False).path
+
+
+def opened(model: Path, monkeypatch: pytest.MonkeyPatch, **kw) -> tuple[MTPSession, list[tuple[bool, int, int]]]:
+    """A session and the decodes made while it opened: (on the MTP context, tokens, outputs)."""
+    seen: list[tuple[bool, int, int]] = []
+    real = Context.decode_batch
+
+    def recording(self, batch):  # type: ignore[no-untyped-def]
+        seen.append((batch.embd is not None, batch.n, batch.n_outputs))  # the head's batches carry hidden rows
+        return real(self, batch)
+
+    monkeypatch.setattr(Context, "decode_batch", recording)
+    s = MTPSession(model, n_ctx=512, **kw)
+    monkeypatch.setattr(Context, "decode_batch", real)
+    return s, seen
+
+
+@pytest.mark.parametrize("k,auto", [(3, False), (4, True)])
+def test_warm_up_runs_every_shape_and_leaves_nothing(model: Path, monkeypatch: pytest.MonkeyPatch, k: int,
+                                                     auto: bool) -> None:
+    s, seen = opened(model, monkeypatch, n_draft=k, adaptive=auto, warmup=True)
+    with s:
+        verifies = {n for mtp, n, out in seen if not mtp and out == n}  # a step: every row is sampled
+        assert verifies == ({1} | (set(range(2, k + 2)) if auto else {k + 1})), seen
+        assert any(mtp and out for mtp, n, out in seen)  # the head drafted
+        e = s.engine
+        assert e.tokens == [] and e.id_last is None and e.tgt.pos_max(0) < 0 and e.mtp.pos_max(0) < 0
+        assert s.stats.steps == e.stats.steps == e.stats.drafted == e.stats.prompt_tokens == 0
+        assert e.k == k and (e.adaptive is not None) == auto
+        if auto:
+            fresh = copy.deepcopy(vars(e.adaptive))
+            assert vars(type(e.adaptive)(e.n_draft_max)) == fresh  # the controller has seen no step
+
+
+def test_output_is_unchanged_by_a_warm_up(model: Path) -> None:
+    seeded = SamplerConfig(temp=0.7, seed=3)
+    for sampling in (None, seeded):
+        def action(s, sampling=sampling):  # type: ignore[no-untyped-def]
+            return s.generate(PROMPT, max_tokens=40, sampling=sampling)
+
+        ref = Reference(lambda: MTPSession(model, mtp=False, n_ctx=512), action)
+        for auto in (False, True):
+            with MTPSession(model, n_ctx=512, n_draft=3, adaptive=auto, warmup=True) as s:
+                g = action(s)
+                ref.check(g, f"warm, auto={auto}, sampling={sampling}")
+                assert g.stats.drafted > 0 and g.stats.steps == s.stats.steps
+
+
+def test_warm_up_by_default_only_where_layers_are_offloaded(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s, seen = opened(model, monkeypatch, n_draft=2)
+    s.close()
+    assert seen == []  # the CPU: a shape's first use costs little, a warm-up would cost more
+    s, seen = opened(model, monkeypatch, n_draft=2, n_gpu_layers=99)  # a CPU-only build runs it on the CPU
+    s.close()
+    assert seen
+    s, seen = opened(model, monkeypatch, n_draft=2, n_gpu_layers=99, warmup=False)
+    s.close()
+    assert seen == []
+
+
+def test_the_cli_spellings(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--warmup", "--no-warmup"):
+        assert main(["run", str(model), "-p", "The quick", "-n", "4", "-c", "256", flag]) == 0
+        assert capsys.readouterr().out.strip()
