@@ -12,6 +12,8 @@
 #   bash bench/gpu.sh serve [SIZE_GB] [HEAD_NOISE]   # bench/serve.py, against llama-server if built
 #   bash bench/gpu.sh qwen3next [SIZE_GB]   # bench/qwen3next.py: rollback strategies on a Qwen3-Next-shaped model
 #   bash bench/gpu.sh multi [dense,moe,big]   # 2 GPUs: placements with and without MTP (bench/multi_gpu.py)
+#   bash bench/gpu.sh oneshot ["noisy perfect"]   # every row its own process, one answer (bench/oneshot.py), on
+#                                                 # models of LAYERS (default 32) at WIDTHS
 #
 # Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz (the PyPI sdist; the trimmed copy must keep vendor/llama.cpp's
 # CMakeLists.txt, cmake/, common/, ggml/, include/, src/, vendor/, licenses/, tools/ (CMakeLists.txt, completion/)
@@ -134,5 +136,25 @@ multi)  # 2 GPUs: one GPU vs layer split vs head on GPU 1, dense / MoE / a >80 G
     py bench/multi_gpu.py --devices CUDA0,CUDA1 --models "${2:-dense,moe,big}" --threads "$(nproc)" \
         --workdir /tmp/gguf-mtp-mgpu --out "$OUT/multi-gpu.json" 2>&1 | tee "$OUT/multi-gpu.txt"
     ;;
-*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|qwen3next|multi [ARGS]" >&2; exit 2 ;;
+oneshot)  # $2: which heads, in order ("noisy perfect"); NOISE sets the noisy one's noise (default 0.06)
+    deps
+    L="${LAYERS:-32}"
+    log "models ($L layers, python stage) in the background, llama.cpp build in the foreground"
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 bench/models.py --workdir "$WORK" \
+        --widths "${WIDTHS:-9b}" --layers "$L" --vocab "${VOCAB:-248320}" --noise "${NOISE:-0.06}" --quant "" \
+        --stage python --threads "$(nproc)" --manifest "$WORK/models.txt" > "$OUT/models.log" 2>&1 &
+    MODELS=$!
+    build
+    wait "$MODELS" || { tail -20 "$OUT/models.log"; exit 1; }
+    log "models done: $(tr '\n' ' ' < "$OUT/models.log")"
+    args=()
+    for h in ${2:-noisy perfect}; do args+=(--model "$(grep -m1 "$h head" "$WORK/models.txt")"); done
+    left=$(( ${BUDGET:-540} - (SECONDS - T0) ))
+    log "one-shot rows, $left s left"
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 bench/oneshot.py "${args[@]}" \
+        --bin "$LCPP/bin" --ngl $NGL -n "${NPRED:-256}" --drafts ${DRAFTS:-1 2 3 4} --out "$OUT/oneshot.json" 2>&1 \
+        | tee "$OUT/oneshot.txt" || log "oneshot stopped early (time budget or error); the JSON keeps every finished row"
+    log "done"
+    ;;
+*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|qwen3next|multi|oneshot [ARGS]" >&2; exit 2 ;;
 esac
