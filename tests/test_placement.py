@@ -542,3 +542,32 @@ def test_a_server_killed_mid_generation_ends_serve_with_one_line(converted) -> N
     finally:
         _stop([serve, server])
     _ended_with_one_line((serve.returncode, "".join(log) + rest), ep)
+
+
+def test_rpc_server_stopped_by_a_client_ends_with_one_line() -> None:
+    """A client request that trips one of ggml's checks inside the server (a tensor outside its buffer) stops
+    `gguf-mtp rpc-server` with one line and exit status 2, not SIGABRT (the server cannot go on either way)."""
+    _need_rpc()
+    port = _free_port()
+    server = _start_rpc_server(port)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as c:
+            c.sendall(struct.pack("<BQ", _HELLO, 24) + bytes(24))
+            assert _recv_exact(c, 8 + 28) is not None
+            c.sendall(struct.pack("<BQIQ", 0, 12, 0, 4096))  # RPC_CMD_ALLOC_BUFFER: device 0, 4096 bytes
+            rsp = _recv_exact(c, 8 + 16)
+            assert rsp is not None
+            remote = struct.unpack_from("<Q", rsp, 8)[0]
+            assert remote
+            # rpc_tensor: id, type F32, buffer, ne[4], nb[4], op, op_params[16], flags, src[10], view_src,
+            # view_offs, data (0: outside the buffer), name[64], use_count; then offset and size
+            tensor = struct.pack("<QIQ4I4II16ii10QQQQ64si", 1, 0, remote, 1, 1, 1, 1, 4, 4, 4, 4, 0, *[0] * 16, 0,
+                                 *[0] * 10, 0, 0, 0, b"", 0)
+            c.sendall(struct.pack("<BQ", 8, len(tensor) + 16) + tensor + struct.pack("<QQ", 0, 4))  # GET_TENSOR
+            out, _ = server.communicate(timeout=60)
+    finally:
+        _stop([server])
+    assert server.returncode == 2, (server.returncode, out[-3000:])
+    last = out.strip().splitlines()[-1]
+    assert last.startswith(f"error: rpc-server on 127.0.0.1:{port}: ") and "restart it" in last, out[-3000:]
+    assert "Traceback" not in out and "LWP" not in out, out[-3000:]
