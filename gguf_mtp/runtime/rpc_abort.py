@@ -221,19 +221,23 @@ def _say(line: str) -> None:
 
 
 def _on_abort(message: bytes | None) -> None:
-    """ggml's abort callback (on whatever thread aborted; ctypes holds the GIL meanwhile)."""
+    """ggml's abort callback, on whatever thread aborted (ctypes takes the GIL for it; the probes release it)."""
     global _fired
     text = (message or b"").decode("utf-8", "replace")
+    if _fired:  # another thread is ending the process (its probes are under way): abort() must not overtake it
+        for _ in range(600):
+            time.sleep(0.1)
+        os._exit(EXIT_STATUS)
+    _fired = True
     try:
-        if not _fired and _describe is not None:
-            line = _describe(text)
-            if line is not None:
-                _fired = True
-                _say(f"error: {line}")
-                os._exit(EXIT_STATUS)
-    except Exception:  # noqa: BLE001 - never let the callback fail before it exits
+        line = _describe(text) if _describe is not None else None
+        if line is not None:
+            _say(f"error: {line}")
+            os._exit(EXIT_STATUS)
+    except BaseException:  # noqa: BLE001 - an interrupt or a bug here must not leave ggml's abort to run
         _say(f"error: ggml stopped the process: {_short(text)}")
         os._exit(EXIT_STATUS)
+    _fired = False  # not ours: ggml's behaviour
     if _previous is not None:
         _previous(message)
         return
