@@ -473,7 +473,16 @@ def test_a_server_that_dies_mid_load_is_named(converted) -> None:
         _stop([server])
     assert proxy.cut.is_set()
     last = _ended_with_one_line(r, f"127.0.0.1:{proxy.port}")
-    assert "closed the connection" in last or "went away" in last, last
+    assert any(w in last for w in ("closed the connection", "went away", "could not be reached")), last
+
+
+def test_an_abort_message_names_whole_endpoints() -> None:
+    from gguf_mtp.runtime.rpc_abort import named_in
+
+    eps = ["127.0.0.1:5005", "127.0.0.1:50052", "0.0.1:50052", "gpu-box:1"]
+    assert named_in("ggml-rpc.cpp:547: Failed to connect to 127.0.0.1:50052\n", eps) == ["127.0.0.1:50052"]
+    assert named_in("Failed to connect to gpu-box:1", eps) == ["gpu-box:1"]
+    assert named_in("Failed to connect to my-gpu-box:10", eps) == []
 
 
 def _kill_server_under(client: subprocess.Popen, server: subprocess.Popen, started: Callable[[], bool]) -> None:

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 EXIT_STATUS = 2  # a one-line error, as every other failure the CLI reports
 PROBE_TIMEOUT = 1.0  # seconds per server for the connect that tells a server that is gone
@@ -119,7 +120,7 @@ def _client_line(message: str) -> str | None:
     if "ggml-rpc" not in message:  # not the RPC client's abort: ggml's own behaviour
         return None
     servers = dict(_servers)  # no lock: the thread holding one may be the one waiting on this abort
-    named = [ep for ep in servers if ep in message]  # "Failed to connect to HOST:PORT" names it
+    named = named_in(message, servers)
     broken = {ep: "could not be reached again mid-run" for ep in named} if named else _broken(servers)
     if len(broken) == 1:
         eps, what = next(iter(broken.items()))
@@ -133,6 +134,12 @@ def _client_line(message: str) -> str | None:
                 "closed the connection or answered something that is not ggml's RPC protocol)")
     return (f"--rpc {eps}: {what}; llama.cpp cannot go on without it, so the run ends here: check the server, "
             f"restart it and run again (ggml: {_short(message)})")
+
+
+def named_in(message: str, endpoints: Iterable[str]) -> list[str]:
+    """The endpoints ggml's message names (``Failed to connect to HOST:PORT``), whole: ``h:5005`` is not
+    ``h:50052``."""
+    return [ep for ep in endpoints if re.search(rf"(?<![\w.-]){re.escape(ep)}(?!\d)", message)]
 
 
 def _broken(servers: dict[str, set[tuple[str, int]]], rounds: int = 2) -> dict[str, str]:
