@@ -4,14 +4,18 @@ subprocess too, since RPC devices stay in ggml's registry for the life of a proc
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
+import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -169,37 +173,48 @@ def _cli(*args: str, timeout: float = 240, log: bool = False) -> subprocess.Comp
                           timeout=timeout, env=env, cwd=ROOT)
 
 
+def _start_rpc_server(port: int) -> subprocess.Popen:
+    """`gguf-mtp rpc-server` (one CPU thread) on a loopback port, once it answers ggml's HELLO."""
+    p = subprocess.Popen([sys.executable, "-m", "gguf_mtp_cli.main", "rpc-server", "--port", str(port),
+                          "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            P.probe_rpc("127.0.0.1", port, timeout=2)
+            return p
+        except GgufMtpError:
+            if p.poll() is not None or time.monotonic() > deadline:
+                p.kill()
+                pytest.fail(f"rpc-server on {port} did not start: {p.communicate()[0]}")
+            time.sleep(0.2)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+
+
 @pytest.fixture(scope="module")
 def rpc_servers():
     """Two ggml RPC servers (`gguf-mtp rpc-server`, one CPU thread each) on loopback ports."""
     _need_rpc()
-    procs, eps = [], []
+    procs: list[subprocess.Popen] = []
     try:
+        eps = []
         for _ in range(2):
             port = _free_port()
-            procs.append(subprocess.Popen([sys.executable, "-m", "gguf_mtp_cli.main", "rpc-server", "--port", str(port),
-                                           "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True, cwd=ROOT))
+            procs.append(_start_rpc_server(port))
             eps.append(f"127.0.0.1:{port}")
-        for p, ep in zip(procs, eps):
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    P.probe_rpc("127.0.0.1", int(ep.split(":")[1]), timeout=2)
-                    break
-                except GgufMtpError:
-                    if p.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail(f"rpc-server on {ep} did not start: {p.stdout.read() if p.stdout else ''}")
-                    time.sleep(0.2)
         yield eps
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
 
 
 def _generate(model: Path, *args: str, log: bool = False) -> tuple[str, dict, str]:
@@ -284,3 +299,289 @@ def test_rpc_server_errors(rpc_servers) -> None:
     assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr[-1000:]
     r = _cli("rpc-server", "--device", "CUDA9", timeout=60)
     assert r.returncode == 2 and "--device CUDA9: no such device" in r.stderr, r.stderr[-1000:]
+
+
+# -- RPC servers that break after the handshake --------------------------------------------------------------
+# ggml's RPC client aborts the process when a server breaks; the run ends with one line naming the server and
+# exit status 2 instead (gguf_mtp/runtime/rpc_abort.py). Each case fails with SIGABRT without it.
+_HELLO, _SET_TENSOR = 14, 6  # ggml-rpc.cpp's enum rpc_cmd
+
+
+def _recv_exact(c: socket.socket, n: int) -> bytes | None:
+    data = b""
+    while len(data) < n:
+        chunk = c.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+class _FakeRpcServer:
+    """Answers ggml's HELLO on loopback as an RPC server does, then breaks on the next command: ``close`` drops
+    the connection, ``garbage`` answers bytes that are no reply and keeps the connection open."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode, self.sock = mode, socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(240)
+        self.port = self.sock.getsockname()[1]
+        self.open: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        for _ in range(16):  # the probe, ggml's connection, the client's checks while it aborts
+            try:
+                c = self.sock.accept()[0]
+            except OSError:
+                return
+            self.open.append(c)
+            c.settimeout(240)
+            try:
+                while (head := _recv_exact(c, 9)) is not None:
+                    cmd, size = struct.unpack("<BQ", head)
+                    if size > 1 << 20 or _recv_exact(c, size) is None:
+                        break
+                    if cmd == _HELLO:  # protocol 7.0.0, no transport capabilities
+                        c.sendall(struct.pack("<Q", 28) + bytes([P._RPC_MAJOR, P._RPC_MINOR, 0, 0]) + bytes(24))
+                    elif self.mode == "garbage":
+                        c.sendall(b"\xff" * 64)
+                    else:
+                        break
+            except OSError:
+                pass
+            if self.mode != "garbage":
+                c.close()
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.open:
+            c.close()
+
+
+class _CuttingProxy:
+    """Forwards a client's connections to the RPC server ``server`` (a process) on ``port`` and, when the
+    client sends command ``cmd`` the ``nth`` time, kills the server (SIGKILL) and stops listening: a server that
+    dies at a chosen point of the protocol, e.g. mid-load."""
+
+    def __init__(self, server: subprocess.Popen, port: int, cmd: int, nth: int = 1) -> None:
+        self.server, self.target, self.cmd, self.left = server, port, cmd, nth
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(240)
+        self.port = self.sock.getsockname()[1]
+        self.cut = threading.Event()
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        for _ in range(1000):  # ggml opens a connection for each registry query (device memory, alignment, ...)
+            try:
+                c = self.sock.accept()[0]
+            except OSError:
+                return
+            self.connections += 1
+            up = socket.create_connection(("127.0.0.1", self.target), timeout=240)
+            threading.Thread(target=self._pump, args=(up, c), daemon=True).start()
+            threading.Thread(target=self._requests, args=(c, up), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        _hang_up(src, dst)
+
+    def _requests(self, client: socket.socket, up: socket.socket) -> None:
+        try:
+            while (head := _recv_exact(client, 9)) is not None:
+                cmd, size = struct.unpack("<BQ", head)
+                if cmd == self.cmd:
+                    self.left -= 1
+                    if self.left == 0:
+                        self.cut.set()
+                        _hang_up(self.sock)  # new connections are refused, as by a server that is gone
+                        self.server.kill()
+                        self.server.wait(30)
+                        break
+                up.sendall(head)
+                while size:
+                    chunk = client.recv(min(size, 1 << 20))
+                    if not chunk:
+                        raise OSError("client gone")
+                    up.sendall(chunk)
+                    size -= len(chunk)
+        except OSError:
+            pass
+        _hang_up(client, up)
+
+
+def _hang_up(*socks: socket.socket) -> None:
+    """Close both ends for real: close() alone leaves a connection open while another thread reads it."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
+
+
+def _ended_with_one_line(r: subprocess.CompletedProcess | tuple[int, str], endpoint: str) -> str:
+    """The process ended with exit status 2 (not a signal) and ``error: --rpc ENDPOINT: ...`` as its last line,
+    with no traceback and no backtrace; that line."""
+    rc, err = (r.returncode, r.stderr) if isinstance(r, subprocess.CompletedProcess) else r
+    assert rc == 2, (rc, err[-3000:])
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: --rpc {endpoint}: "), err[-3000:]
+    assert "Traceback" not in err and "LWP" not in err and "GGML_ASSERT" not in err, err[-3000:]
+    return last
+
+
+def test_a_server_that_breaks_after_the_handshake_is_named(converted, rpc_servers) -> None:
+    """A peer that answers HELLO, then drops the connection (named among two servers) or answers garbage."""
+    model = converted("qwen35", "bundled", **ORACLE)
+    fake = _FakeRpcServer("close")
+    try:
+        r = _cli("run", str(model), "-p", "hi", "-n", "4", "-ngl", "99",
+                 "--rpc", f"{rpc_servers[0]},127.0.0.1:{fake.port}", timeout=180)
+    finally:
+        fake.close()
+    last = _ended_with_one_line(r, f"127.0.0.1:{fake.port}")
+    assert "closed the connection" in last and rpc_servers[0] not in last, last
+    fake = _FakeRpcServer("garbage")
+    try:
+        r = _cli("run", str(model), "-p", "hi", "-n", "4", "--rpc", f"127.0.0.1:{fake.port}", timeout=180)
+    finally:
+        fake.close()
+    _ended_with_one_line(r, f"127.0.0.1:{fake.port}")
+
+
+def test_a_server_that_dies_mid_load_is_named(converted) -> None:
+    _need_rpc()
+    model = converted("qwen35", "bundled", **ORACLE)
+    port = _free_port()
+    server = _start_rpc_server(port)
+    proxy = _CuttingProxy(server, port, _SET_TENSOR)  # the first tensor the model load sends
+    try:
+        r = _cli("run", str(model), "-p", "hi", "-n", "4", "-ngl", "99", "--rpc", f"127.0.0.1:{proxy.port}",
+                 timeout=180)
+    finally:
+        _stop([server])
+    assert proxy.cut.is_set()
+    last = _ended_with_one_line(r, f"127.0.0.1:{proxy.port}")
+    assert any(w in last for w in ("closed the connection", "went away", "could not be reached")), last
+
+
+def test_an_abort_message_names_whole_endpoints() -> None:
+    from gguf_mtp.runtime.rpc_abort import named_in
+
+    eps = ["127.0.0.1:5005", "127.0.0.1:50052", "0.0.1:50052", "gpu-box:1"]
+    assert named_in("ggml-rpc.cpp:547: Failed to connect to 127.0.0.1:50052\n", eps) == ["127.0.0.1:50052"]
+    assert named_in("Failed to connect to gpu-box:1", eps) == ["gpu-box:1"]
+    assert named_in("Failed to connect to my-gpu-box:10", eps) == []
+
+
+def _kill_server_under(client: subprocess.Popen, server: subprocess.Popen, started: Callable[[], bool]) -> None:
+    """Once ``started()`` (the client's answer streams), kill ``server`` while ``client`` is frozen, then let the
+    client go on: it is surely mid-generation when it finds the server gone, however slow this machine is."""
+    assert started()
+    client.send_signal(signal.SIGSTOP)
+    try:
+        server.kill()
+        server.wait(30)
+    finally:
+        client.send_signal(signal.SIGCONT)
+
+
+def test_a_server_killed_mid_generation_ends_run_with_one_line(converted) -> None:
+    """The rpc-server process killed while `run` streams its answer."""
+    _need_rpc()
+    model = converted("qwen35", "bundled", **ORACLE)
+    port = _free_port()
+    ep = f"127.0.0.1:{port}"
+    server = _start_rpc_server(port)
+    env = {k: v for k, v in os.environ.items() if k != "GGUF_MTP_LLAMA_LOG"}
+    run = subprocess.Popen([sys.executable, "-m", "gguf_mtp_cli.main", "run", str(model), "-p", PROMPT,
+                            "-n", "4000", "-ngl", "99", "--rpc", ep, "-t", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    try:
+        assert run.stdout is not None
+        first = run.stdout.read(8)  # the answer streams: generation is under way, thousands of tokens to go
+        _kill_server_under(run, server, lambda: len(first) == 8)
+        out, err = run.communicate(timeout=180)
+    finally:
+        _stop([run, server])
+    last = _ended_with_one_line((run.returncode, err.decode()), ep)
+    assert "went away" in last or "closed the connection" in last or "reset" in last, last
+
+
+def test_a_server_killed_mid_generation_ends_serve_with_one_line(converted) -> None:
+    """The rpc-server process killed while `serve` streams an answer: the server cannot go on either; it ends with
+    the same line rather than a signal."""
+    _need_rpc()
+    pytest.importorskip("uvicorn")
+    model = converted("qwen35", "bundled", **ORACLE)
+    port = _free_port()
+    ep = f"127.0.0.1:{port}"
+    server = _start_rpc_server(port)
+    env = {k: v for k, v in os.environ.items() if k != "GGUF_MTP_LLAMA_LOG"}
+    serve = subprocess.Popen([sys.executable, "-m", "gguf_mtp_cli.main", "serve", str(model), "--port", "0", "-t", "1",
+                              "-ngl", "99", "--rpc", ep], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=env, cwd=ROOT)
+    log: list[str] = []
+    try:
+        assert serve.stderr is not None
+        http_port = 0
+        for line in serve.stderr:  # bounded: the server prints its address or ends
+            log.append(line)
+            if m := re.search(r"listening on http://127\.0\.0\.1:(\d+)", line):
+                http_port = int(m.group(1))
+                break
+        assert http_port, "".join(log)
+        drain = threading.Thread(target=lambda: log.extend(serve.stderr or []), daemon=True)
+        drain.start()
+        c = http.client.HTTPConnection("127.0.0.1", http_port, timeout=180)
+        body = {"prompt": PROMPT, "max_tokens": 4000, "stream": True}
+        c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = c.getresponse()
+        assert resp.status == 200
+        _kill_server_under(serve, server, lambda: resp.readline().startswith(b"data:"))
+        serve.wait(180)
+        drain.join(30)
+        c.close()
+    finally:
+        _stop([serve, server])
+    _ended_with_one_line((serve.returncode, "".join(log)), ep)
+
+
+def test_rpc_server_stopped_by_a_client_ends_with_one_line() -> None:
+    """A client request that trips one of ggml's checks inside the server (a tensor outside its buffer) stops
+    `gguf-mtp rpc-server` with one line and exit status 2, not SIGABRT (the server cannot go on either way)."""
+    _need_rpc()
+    port = _free_port()
+    server = _start_rpc_server(port)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as c:
+            c.sendall(struct.pack("<BQ", _HELLO, 24) + bytes(24))
+            assert _recv_exact(c, 8 + 28) is not None
+            c.sendall(struct.pack("<BQIQ", 0, 12, 0, 4096))  # RPC_CMD_ALLOC_BUFFER: device 0, 4096 bytes
+            rsp = _recv_exact(c, 8 + 16)
+            assert rsp is not None
+            remote = struct.unpack_from("<Q", rsp, 8)[0]
+            assert remote
+            # rpc_tensor: id, type F32, buffer, ne[4], nb[4], op, op_params[16], flags, src[10], view_src,
+            # view_offs, data (0: outside the buffer), name[64], use_count; then offset and size
+            tensor = struct.pack("<QIQ4I4II16ii10QQQQ64si", 1, 0, remote, 1, 1, 1, 1, 4, 4, 4, 4, 0, *[0] * 16, 0,
+                                 *[0] * 10, 0, 0, 0, b"", 0)
+            c.sendall(struct.pack("<BQ", 8, len(tensor) + 16) + tensor + struct.pack("<QQ", 0, 4))  # GET_TENSOR
+            out, _ = server.communicate(timeout=60)
+    finally:
+        _stop([server])
+    assert server.returncode == 2, (server.returncode, out[-3000:])
+    last = out.strip().splitlines()[-1]
+    assert last.startswith(f"error: rpc-server on 127.0.0.1:{port}: ") and "restart it" in last, out[-3000:]
+    assert "Traceback" not in out and "LWP" not in out, out[-3000:]

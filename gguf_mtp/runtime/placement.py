@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import GgufMtpError
+from . import rpc_abort
 
 if TYPE_CHECKING:  # llama.cpp itself is loaded on first use (see ggml())
     from llama_cpp.llama_cpp import llama_model_params
@@ -341,7 +342,8 @@ def probe_rpc(host: str, port: int, timeout: float = RPC_PROBE_TIMEOUT) -> tuple
 
 def add_rpc_servers(endpoints: list[tuple[str, int]], timeout: float = RPC_PROBE_TIMEOUT) -> list[Device]:
     """Register each server's devices (RPC0, RPC1, ...) in ggml's registry, as llama.cpp's --rpc; probed first.
-    Registration is for the whole process; a server already added is not added twice."""
+    Registration is for the whole process; a server already added is not added twice. A server that breaks
+    later ends the process with one line naming it (see :mod:`.rpc_abort`)."""
     if not rpc_supported():
         raise GgufMtpError("--rpc: this llama-cpp-python build has no RPC backend; rebuild it with "
                            "CMAKE_ARGS=\"-DGGML_RPC=ON\" bash scripts/setup.sh (the default build includes it)")
@@ -355,6 +357,7 @@ def add_rpc_servers(endpoints: list[tuple[str, int]], timeout: float = RPC_PROBE
         if ep in _rpc_added:
             continue
         probe_rpc(host, port, timeout)
+        rpc_abort.watch_clients([(host, port)])  # from here on a broken server is one line, not ggml's abort
         reg = add_fn(ep.encode())
         if not reg:
             raise GgufMtpError(f"--rpc {ep}: the server reports no devices")
@@ -422,6 +425,7 @@ def serve_rpc(host: str, port: int, names: list[str] | None = None, threads: int
                           ctypes.POINTER(ctypes.c_void_p))(start)
     arr = (ctypes.c_void_p * len(devs))(*[d.ptr for d in devs])
     n_threads = threads or max(1, (os.cpu_count() or 2) // 2)
+    rpc_abort.watch_server(host, port)  # ggml aborting while serving: one line and exit 2, not SIGABRT
     t = threading.Thread(target=fn, args=(f"{host}:{port}".encode(), cdir, n_threads, len(devs), arr), daemon=True)
     t.start()
     if on_ready:
