@@ -9,17 +9,18 @@ import json
 from pathlib import Path
 
 import pytest
+from gguf_mtp_cli.main import main
 
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.runtime import draft_profile
-from gguf_mtp_cli.main import main
 
-from .test_runtime import LONG, pairings, session  # noqa: F401 - pairings is a fixture
+from .test_runtime import LONG, check_cli_completion, pairings, run_cli  # noqa: F401 - pairings is a fixture
+
+ARGS = ["-p", LONG, "-n", "40", "--spec-draft-n-max", "auto", "-c", "512", "-t", "1"]
 
 
 def _run(model: Path, *extra: str) -> int:
-    return main(["run", str(model), "-p", LONG, "-n", "40", "--spec-draft-n-max", "auto", "-c", "512", "-t", "1",
-                 *extra])
+    return main(["run", str(model), *ARGS, *extra])
 
 
 def _lengths(stats: dict) -> set[int]:
@@ -29,12 +30,11 @@ def _lengths(stats: dict) -> set[int]:
 
 def test_a_profile_is_saved_and_a_later_run_starts_from_it(pairings, tmp_path: Path, capsys) -> None:  # noqa: F811
     model, _ = pairings["qwen35"]["bundled"]
-    with session(model, False) as plain:
-        ref = plain.generate(LONG, max_tokens=40).text
     prof, s1, s2 = tmp_path / "p.json", tmp_path / "s1.json", tmp_path / "s2.json"
-    assert _run(model, "--spec-draft-profile-out", str(prof), "--stats-json", str(s1)) == 0
+    rc, made = run_cli(["run", str(model), *ARGS, "--spec-draft-profile-out", str(prof), "--stats-json", str(s1)])
+    assert rc == 0
     out, _ = capsys.readouterr()
-    assert out.rstrip("\n") == ref
+    check_cli_completion(model, out, made, 40, "run auto --spec-draft-profile-out")
     p = json.loads(prof.read_text())
     assert p["format"] == draft_profile.FORMAT and p["key"]["model"] == model.name and p["key"]["n_draft_max"] == 4
     assert len(p["step_ms"]) >= 3 and all(t > 0 for t in p["step_ms"].values())  # k=4, 1 and 0 explored at least
@@ -42,9 +42,10 @@ def test_a_profile_is_saved_and_a_later_run_starts_from_it(pairings, tmp_path: P
     cold = json.loads(s1.read_text())
     assert len(_lengths(cold)) >= 3  # the first answer explores
 
-    assert _run(model, "--spec-draft-profile", str(prof), "--stats-json", str(s2)) == 0
+    rc, made = run_cli(["run", str(model), *ARGS, "--spec-draft-profile", str(prof), "--stats-json", str(s2)])
+    assert rc == 0
     out, err = capsys.readouterr()
-    assert out.rstrip("\n") == ref  # lossless as ever
+    check_cli_completion(model, out, made, 40, "run auto --spec-draft-profile")  # lossless as ever
     assert f"auto: starting from the draft profile {prof}" in err
     warm = json.loads(s2.read_text())
     # no exploration: the length the profile makes best (shadow drafts are not counted), or that and a neighbour

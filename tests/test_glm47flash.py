@@ -18,12 +18,13 @@ from gguf_mtp.ggufio.reader import GGUFFile
 from gguf_mtp.layout import Layout
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Context, Model
+from tests import helpers
+from tests.lossless import Reference
 from tests.synthetic import SyntheticSpec
 
+from .mtp_smoke import assert_head_drafts
 from .test_surgery import same_model
 from .test_tensor_values import gguf_values
-from .mtp_smoke import assert_head_drafts
-from tests import helpers
 
 FAMILY = "glm47flash"
 S = SyntheticSpec()
@@ -77,7 +78,8 @@ def test_metadata(converted) -> None:
     assert toks[b.get("tokenizer.ggml.eos_token_id")] == "<|endoftext|>"
     for layer in (1, L):  # MoE trunk layer and the MTP layer: split experts, shared expert, router bias
         assert {f"blk.{layer}.{t}" for t in ("ffn_gate_exps.weight", "ffn_gate_shexp.weight", "exp_probs_b.bias",
-                                              "attn_k_b.weight", "attn_v_b.weight", "attn_q_a.weight")} <= set(b.tensors)
+                                              "attn_k_b.weight", "attn_v_b.weight", "attn_q_a.weight")
+                } <= set(b.tensors)
     assert "blk.0.ffn_gate.weight" in b.tensors and f"blk.{L}.nextn.eh_proj.weight" in b.tensors
 
 
@@ -146,14 +148,13 @@ def test_speculative_decoding_is_lossless(converted, trunk_scale: float) -> None
     oracle (100% acceptance: the MTP layer is mapped right), 0.5 mixes accepts and rejects."""
     kw = {"oracle_head": True, "trunk_scale": trunk_scale}
     bundled, trunk = converted(FAMILY, "bundled", **kw), converted(FAMILY, "trunk-only", **kw)
-    with MTPSession(bundled, mtp=False, n_ctx=512) as s:
-        ref = s.generate(PROMPT, max_tokens=32).tokens
+    ref = Reference(lambda: MTPSession(bundled, mtp=False, n_ctx=512), lambda s: s.generate(PROMPT, max_tokens=32))
     for model, mtp in ((bundled, "auto"), (trunk, converted(FAMILY, "mtp-only", **kw)),
                        (trunk, converted(FAMILY, "head-only", **kw))):
         for k in (1, 3):
             with MTPSession(model, mtp=mtp, n_ctx=512, n_draft=k) as s:
                 g = s.generate(PROMPT, max_tokens=32)
-            assert g.tokens == ref, (model.name, mtp, k)
+            ref.check(g, f"{FAMILY} trunk_scale={trunk_scale} {model.name} mtp={getattr(mtp, 'name', mtp)} k={k}")
             assert g.stats.drafted > 0
             if trunk_scale == 0.0:
                 assert g.stats.accepted == g.stats.drafted, (model.name, mtp, k)

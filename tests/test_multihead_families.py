@@ -17,13 +17,14 @@ from gguf_mtp.ggufio.reader import GGUFFile
 from gguf_mtp.layout import Layout
 from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Context, Model
+from tests import helpers
+from tests.lossless import Reference
 from tests.synthetic import SyntheticSpec, write_checkpoint
 
 from .conftest import MULTIHEAD_FAMILIES as FAMILIES
+from .mtp_smoke import assert_head_drafts
 from .test_surgery import same_model
 from .test_tensor_values import gguf_values
-from .mtp_smoke import assert_head_drafts
-from tests import helpers
 
 S = SyntheticSpec()
 L, NX = S.layers, S.mtp_heads
@@ -107,8 +108,10 @@ def test_mimo2_values(converted, checkpoint) -> None:
         "blk.1.ffn_down_exps.weight": experts("down_proj"),
         "blk.4.attn_qkv.weight": qkv(0), "blk.6.attn_qkv.weight": qkv(2),
         "blk.5.nextn.eh_proj.weight": h(1, "eh_proj.weight"), "blk.6.nextn.enorm.weight": h(2, "enorm.weight"),
-        "blk.4.nextn.hnorm.weight": h(0, "hnorm.weight"), "blk.5.layer_output_norm.weight": h(1, "final_layernorm.weight"),
-        "blk.6.ffn_down.weight": h(2, "mlp.down_proj.weight"), "blk.4.attn_output.weight": h(0, "self_attn.o_proj.weight"),
+        "blk.4.nextn.hnorm.weight": h(0, "hnorm.weight"),
+        "blk.5.layer_output_norm.weight": h(1, "final_layernorm.weight"),
+        "blk.6.ffn_down.weight": h(2, "mlp.down_proj.weight"),
+        "blk.4.attn_output.weight": h(0, "self_attn.o_proj.weight"),
     }
     for name, value in want.items():
         np.testing.assert_array_equal(gguf_values(f, name), value, err_msg=name)
@@ -124,7 +127,8 @@ def test_step35_values(converted, checkpoint) -> None:
     ck = Checkpoint.open(checkpoint("step35"))
     g = lambda n: ck.tensor(n).read_array()  # noqa: E731
     want = {  # every *norm.weight is zero-centred in the checkpoint: + 1
-        "output_norm.weight": g("model.norm.weight") + 1, "blk.0.attn_norm.weight": g("model.layers.0.input_layernorm.weight") + 1,
+        "output_norm.weight": g("model.norm.weight") + 1,
+        "blk.0.attn_norm.weight": g("model.layers.0.input_layernorm.weight") + 1,
         "blk.1.attn_q_norm.weight": g("model.layers.1.self_attn.q_norm.weight") + 1,
         "blk.1.attn_gate.weight": g("model.layers.1.self_attn.g_proj.weight"),
         "blk.1.attn_q.weight": g("model.layers.1.self_attn.q_proj.weight"),
@@ -191,8 +195,7 @@ def test_chained_heads_are_lossless(converted, family: str, trunk_scale: float) 
     step). With trunk_scale=0 every head is an oracle (100% acceptance); 0.5 mixes accepts and rejects."""
     kw = {"oracle_head": True, "trunk_scale": trunk_scale}
     bundled, trunk = converted(family, "bundled", **kw), converted(family, "trunk-only", **kw)
-    with MTPSession(bundled, mtp=False, n_ctx=512) as s:
-        ref = s.generate(PROMPT, max_tokens=32).tokens
+    ref = Reference(lambda: MTPSession(bundled, mtp=False, n_ctx=512), lambda s: s.generate(PROMPT, max_tokens=32))
     pairings = [(bundled, "auto"), (trunk, converted(family, "mtp-only", **kw)),
                 (trunk, converted(family, "head-only", **kw))]
     for model, mtp in pairings:
@@ -200,7 +203,7 @@ def test_chained_heads_are_lossless(converted, family: str, trunk_scale: float) 
             with MTPSession(model, mtp=mtp, n_ctx=512, n_draft=k) as s:
                 assert s.engine.chain and s.engine.n_heads == NX and s.engine.n_draft_max == min(k, NX)
                 g = s.generate(PROMPT, max_tokens=32)
-            assert g.tokens == ref, (model.name, mtp, k)
+            ref.check(g, f"{family} trunk_scale={trunk_scale} {model.name} mtp={getattr(mtp, 'name', mtp)} k={k}")
             assert g.stats.drafted > 0 and len(g.stats.drafted_at) == min(k, NX)
             if trunk_scale == 0.0:
                 assert g.stats.accepted == g.stats.drafted, (model.name, mtp, k)
@@ -212,7 +215,8 @@ def test_missing_heads_are_refused(tmp_path: Path) -> None:
     """The config (or, for MiMo, the model family) promises three heads; weights with fewer are refused, since
     llama.cpp loads every declared head or none."""
     mimo = write_checkpoint(tmp_path / "mimo", SyntheticSpec("mimo2", mtp_heads=1))
-    step = write_checkpoint(tmp_path / "step", SyntheticSpec("step35", mtp_heads=2, extra={"num_nextn_predict_layers": 3}))
+    step = write_checkpoint(tmp_path / "step",
+                            SyntheticSpec("step35", mtp_heads=2, extra={"num_nextn_predict_layers": 3}))
     for src, have in ((mimo, 1), (step, 2)):
         for layout in ("bundled", "mtp-only"):
             with pytest.raises(MissingTensorError, match=f"promises 3 MTP heads but the weights hold {have}"):
@@ -242,10 +246,9 @@ def test_quantize_pins_every_head(converted, tmp_path: Path, family: str) -> Non
     heads = {t.name.split(".")[1] for t in rep.mtp_tensors}
     assert heads == {str(L + k) for k in range(NX)}
     assert {t.type for t in rep.mtp_tensors if len(t.shape) >= 2 and "gate_inp" not in t.name} == {"Q8_0"}
-    with MTPSession(out, mtp=False, n_ctx=512) as s:
-        ref = s.generate(PROMPT, max_tokens=16).tokens
+    ref = Reference(lambda: MTPSession(out, mtp=False, n_ctx=512), lambda s: s.generate(PROMPT, max_tokens=16))
     with MTPSession(out, n_ctx=512, n_draft=3) as s:
-        assert s.generate(PROMPT, max_tokens=16).tokens == ref
+        ref.check(s.generate(PROMPT, max_tokens=16), f"{family} Q4_0 k=3")
 
 
 def _rename_tensors(folder: Path, rename) -> None:  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ from gguf_mtp.runtime import SamplerConfig
 from gguf_mtp.runtime import archs as archs_mod
 from gguf_mtp.runtime.archs import ArchFacts
 from gguf_mtp.runtime.llama import Context, Model, _ll
+from tests.lossless import Reference, References
 
 from .test_runtime import (
     CHAT_TURNS,
@@ -24,16 +25,24 @@ from .test_runtime import (
     PLAIN_THEN_MIXED,
     Pattern,
     check_plain_steps,
+    completion,
     conversation,
     lossless_spec,
 )
 from .test_runtime import session as _session
+
+SEEDED = SamplerConfig(temp=0.7, seed=7)
 
 
 def session(model, mtp, **kw):  # type: ignore[no-untyped-def]
     """One thread: on a shared 2-core machine llama.cpp's spinning threads make a tiny model 10x slower."""
     kw.setdefault("n_threads", 1)
     return _session(model, mtp, **kw)
+
+
+def plain(model, **kw):  # type: ignore[no-untyped-def]
+    """Plain sessions as ``session(model, False, **kw)``: where a test's references are decoded."""
+    return lambda: session(model, False, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +70,12 @@ def expected(native: bool, k: int, slots: bool = False) -> str:
 
 
 @pytest.fixture(scope="module")
-def reference(q3n) -> dict:
+def reference(q3n) -> dict[str, Reference]:
+    """Plain decoding on the bundled file (whose trunk is the trunk-only file's): what every pairing must match,
+    up to a tie (tests/lossless.py)."""
     model, _ = q3n["bundled"]
-    with session(model, False) as plain:
-        return {"greedy": plain.generate(LONG, max_tokens=48).tokens,
-                "sampled": plain.generate(LONG, max_tokens=48, sampling=SamplerConfig(temp=0.7, seed=7)).tokens,
-                "chat": conversation(plain)}
+    greedy, sampled, chat = References(plain(model), [completion(48), completion(48, SEEDED), conversation])
+    return {"greedy": greedy, "sampled": sampled, "chat": chat}
 
 
 @pytest.mark.parametrize("pairing", ["bundled", "self-contained", "head-only"])
@@ -77,13 +86,13 @@ def test_greedy_and_seeded_output_is_identical_to_plain_decoding(q3n, reference,
             assert s.pairing.source.value.startswith(pairing.split("-")[0])
             assert s.engine.rollback.name == expected(native, k)
             g = s.generate(LONG, max_tokens=48)
-            assert g.tokens == reference["greedy"], f"k={k}"
+            reference["greedy"].check(g, f"qwen3next {pairing} greedy k={k}")
             assert 0 < g.stats.accepted < g.stats.drafted  # real accepts and rejects
             assert (g.stats.replayed_tokens > 0) != native
             if NGL:  # CUDA's MoE kernels round a batch differently: a sampled token can flip (test_runtime)
                 continue
-            sampled = s.generate(LONG, max_tokens=48, sampling=SamplerConfig(temp=0.7, seed=7))
-            assert sampled.tokens == reference["sampled"], f"k={k}"
+            sampled = s.generate(LONG, max_tokens=48, sampling=SEEDED)
+            reference["sampled"].check(sampled, f"qwen3next {pairing} seeded k={k}")
 
 
 @pytest.mark.parametrize("spec", ["replay", "replay:store=state", "replay:every=3",
@@ -92,9 +101,9 @@ def test_every_replay_variant_is_lossless(q3n, reference, spec: str) -> None:
     model, mtp = q3n["bundled"]
     with session(model, mtp, n_draft=3, rollback=spec) as s:
         g = s.generate(LONG, max_tokens=48)
-        assert g.tokens == reference["greedy"]
+        reference["greedy"].check(g, f"rollback {spec} greedy")
         assert 0 < g.stats.accepted < g.stats.drafted
-        assert conversation(s) == reference["chat"]
+        reference["chat"].check(conversation(s), f"rollback {spec} chat")
 
 
 @pytest.mark.parametrize("spec", ["auto", "replay:every=3", "replay:store=state-device,every=2,merge=4"])
@@ -112,33 +121,34 @@ def test_plain_steps_are_lossless_and_save_nothing(q3n, reference, native, spec:
             assert isinstance(rb, Replay)
             save = rb.store.save
             rb.store.save = lambda: saves.append(len(s.engine.tokens)) or save()  # type: ignore[method-assign]
-        for sampling, want in ((None, reference["greedy"]), (SamplerConfig(temp=0.7, seed=7), reference["sampled"])):
+        for sampling, want in ((None, reference["greedy"]), (SEEDED, reference["sampled"])):
             if NGL and sampling is not None:
                 continue  # CUDA's MoE kernels: a sampled token can flip (test_runtime)
             s.engine.adaptive = pat = Pattern(PLAIN_THEN_MIXED)  # type: ignore[assignment]
             saves.clear()
             g = s.generate(LONG, max_tokens=48, sampling=sampling)
-            assert g.tokens == want
+            want.check(g, f"rollback {spec} plain steps between drafts, {'seeded' if sampling else 'greedy'}")
             check_plain_steps(g, pat.given)
             if not native:  # the 36 plain steps at the start save once or twice (the first, then PLAIN_EVERY)
                 n_draft_steps = len(pat.given) - pat.given.count(0)
                 assert 1 <= len(saves) <= 2 + n_draft_steps + pat.given.count(0) // Replay.PLAIN_EVERY
                 assert len([p for p in saves if p < g.stats.prompt_tokens - 1 + 36]) == 2  # at +0 and +32
         s.engine.adaptive = Pattern([0, 0, 3, 0, 1])  # type: ignore[assignment]
-        assert conversation(s) == reference["chat"]
+        reference["chat"].check(conversation(s), f"rollback {spec} plain steps between drafts, chat")
         s.engine.adaptive = None
         s.engine.k = 0  # every step plain: the rewinds between turns still work
-        assert conversation(s) == reference["chat"]
+        reference["chat"].check(conversation(s), f"rollback {spec} every step plain, chat")
     with session(model, mtp, n_draft=4, rollback=spec, adaptive=True) as s:
         g = s.generate(LONG, max_tokens=48)
-        assert g.tokens == reference["greedy"] and g.stats.plain_steps >= 3
+        reference["greedy"].check(g, f"rollback {spec} adaptive")
+        assert g.stats.plain_steps >= 3
 
 
 @pytest.mark.parametrize("spec", ["auto", "replay"])
 def test_multi_turn_chat_is_identical_to_plain(q3n, reference, spec: str) -> None:
     model, mtp = q3n["head-only"]
     with session(model, mtp, n_draft=3, rollback=spec) as s:
-        assert conversation(s) == reference["chat"]
+        reference["chat"].check(conversation(s), f"head-only rollback {spec} chat")
         assert s.stats.drafted > 0 and s.stats.accepted < s.stats.drafted
 
 
@@ -152,15 +162,15 @@ def test_an_edited_history_starts_over_and_matches_plain(q3n) -> None:
         first = s.chat(msgs, max_tokens=16)
         outs = [first.tokens]
         for cut in (len(first.text) - 1, 3):  # drop the answer's last character, then most of it
-            msgs = [msgs[0], {"role": "assistant", "content": first.text[:cut]}, {"role": "user", "content": CHAT_TURNS[1]}]
+            msgs = [msgs[0], {"role": "assistant", "content": first.text[:cut]},
+                    {"role": "user", "content": CHAT_TURNS[1]}]
             outs.append(s.chat(msgs, max_tokens=16).tokens)
         return outs
 
-    with session(model, False) as plain:
-        ref = edited(plain)
+    ref = Reference(plain(model), edited)
     for spec in ("auto", "replay", "replay:every=4"):
         with session(model, mtp, n_draft=3, rollback=spec) as s:
-            assert edited(s) == ref, spec
+            ref.check(edited(s), f"edited history, rollback {spec}")
 
 
 @pytest.mark.parametrize("spec,branch", [("replay", "saved"), ("replay:merge=8", "pending")])
@@ -188,8 +198,7 @@ def test_a_rewind_inside_the_last_step_keeps_the_saved_state(q3n, spec: str, bra
         rb.truncate = lambda toks, k: truncated.append(orig(toks, k)) or truncated[-1]  # type: ignore[method-assign]
         got = s._run(edited, 16, None, None, reuse=True).tokens
         assert truncated == [True]  # no restart from scratch
-    with session(model, False) as plain:
-        assert got == plain.generate(edited, max_tokens=16).tokens
+    Reference(plain(model), lambda p: p.generate(edited, max_tokens=16)).check(got, f"rewind into {branch} ({spec})")
 
 
 @pytest.mark.parametrize("spec", ["auto", "replay:store=state"])
@@ -251,11 +260,14 @@ def test_slots_stepped_together_roll_back_their_own_state(q3n, native, spec: str
             for o, emitted in zip(mixed, multi.step(s.engines, samplers)):
                 o.extend(emitted)
         assert sizes[:2] == [q + 4 for q in queued] and all(e.mbatch.n == 0 for e in s.engines)  # each queue, once
-    with session(model, False, n_ctx=2048) as plain:
-        refs = [plain.generate(p, max_tokens=n).tokens for p in prompts]
-        longer = [plain.generate(p, max_tokens=n + 20).tokens for p in prompts]
-    assert [o[:len(r)] for o, r in zip(outs, refs)] == refs
-    assert [o[:len(r)] for o, r in zip(mixed, longer)] == [r[:len(o)] for o, r in zip(mixed, longer)]
+    # each slot's answer against its prompt's plain decoding, as far as the slot went (plain stops only at an
+    # end of generation, which the slots' answers then hold too)
+    refs = References(plain(model, n_ctx=2048), [lambda s, p=p: s.generate(p, max_tokens=n) for p in prompts])
+    refs.check([o[:len(r.tokens)] for o, r in zip(outs, refs)], f"slots rollback {spec}")
+    lengths = [len(o) for o in mixed]
+    longer = References(plain(model, n_ctx=2048),
+                        [lambda s, p=p, m=m: s.generate(p, max_tokens=m) for p, m in zip(prompts, lengths)])
+    longer.check([o[:len(r.tokens)] for o, r in zip(mixed, longer)], f"slots rollback {spec}, plain steps mixed in")
     assert min(map(len, mixed)) >= n + 7
 
 
@@ -290,9 +302,8 @@ def test_auto_gives_slots_stepped_together_one_draft_length(q3n) -> None:
         assert multi.adaptive.n == steps and len(multi.adaptive.times) >= 2  # it timed the shared steps
         assert all(e.adaptive.n == 0 for e in s.engines)  # the slots' own controllers are not used here
         assert sum(e.stats.plain_steps for e in s.engines) % 2 == 0  # plain steps are taken together too
-    with session(model, False, n_ctx=2048) as plain:
-        refs = [plain.generate(p, max_tokens=n).tokens for p in prompts]
-    assert [o[:n] for o in outs] == refs
+    refs = References(plain(model, n_ctx=2048), [lambda s, p=p: s.generate(p, max_tokens=n) for p in prompts])
+    refs.check([o[:n] for o in outs], "slots under auto")
 
 
 @pytest.mark.parametrize("layout", ["bundled", "head-only"])
@@ -346,7 +357,8 @@ def test_cli_says_how_it_rolls_back(q3n, native, tmp_path, capsys) -> None:
 
     model, _ = q3n["bundled"]
     stats = tmp_path / "s.json"
-    assert main(["run", str(model), "-p", "The quick", "-n", "12", "-t", "1", "-c", "512", "--stats-json", str(stats)]) == 0
+    assert main(["run", str(model), "-p", "The quick", "-n", "12", "-t", "1", "-c", "512", "--stats-json",
+                 str(stats)]) == 0
     err = capsys.readouterr().err
     d = json.loads(stats.read_text())
     assert d["rollback"] == expected(native, 3) and f"rollback {d['rollback']}" in err
