@@ -162,5 +162,6 @@ def test_deeper_drafts_chain_the_heads_own_hidden_rows(files: dict[str, Path]) -
           f"{[round(x, 3) for x in got[True]]})")
     for acc in got.values():
         assert acc[0] >= 0.65 and acc[1] >= 0.36 and acc[2] >= 0.20  # measured 0.722 / 0.396 / 0.235 (CPU)
-    if not NGL:
-        assert got[True] == got[False]  # bit-exact on the CPU: the padding re-decodes the same inputs
+    # the padding re-decodes the same inputs: the same acceptance up to rounding (a batch of more rows may take other
+    # kernels and break a near-tie in a draft the other way; tests/lossless.py), where a wrong cache would cost far more
+    assert all(abs(a - b) <= 0.02 for a, b in zip(got[True], got[False])), got
