@@ -4,16 +4,15 @@ output as without it."""
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
 import pytest
+from gguf_mtp_cli.main import main
 
 from gguf_mtp import convert
 from gguf_mtp.runtime import MTPSession, SamplerConfig
 from gguf_mtp.runtime.llama import Context
-from gguf_mtp_cli.main import main
 from tests.lossless import Reference
 
 TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
@@ -52,9 +51,26 @@ def test_warm_up_runs_every_shape_and_leaves_nothing(model: Path, monkeypatch: p
         assert e.tokens == [] and e.id_last is None and e.tgt.pos_max(0) < 0 and e.mtp.pos_max(0) < 0
         assert s.stats.steps == e.stats.steps == e.stats.drafted == e.stats.prompt_tokens == 0
         assert e.k == k and (e.adaptive is not None) == auto
-        if auto:
-            fresh = copy.deepcopy(vars(e.adaptive))
-            assert vars(type(e.adaptive)(e.n_draft_max)) == fresh  # the controller has seen no step
+        if auto:  # the controller has seen no step, only the times of every length, each past its untimed steps
+            a, fresh = e.adaptive, type(e.adaptive)(e.n_draft_max)
+            assert sorted(a.times) == list(range(k + 1)) and all(len(v) == 2 for v in a.times.values())
+            assert a._explored == set(range(k + 1)) and a.n == 0 and a._block == fresh._block
+            left = {n: v for n, v in vars(a).items() if n not in ("times", "_timed_at", "_explored")}
+            assert left == {n: v for n, v in vars(fresh).items() if n not in ("times", "_timed_at", "_explored")}
+
+
+def test_a_warm_auto_answer_explores_no_length(model: Path) -> None:
+    """With every length timed at load, the first answer runs its opening block at k_max (the acceptance at every
+    position), then its choice: no exploration block (a cold controller explores 1 and 0 at least)."""
+    explored = {}
+    for warm in (False, True):
+        with MTPSession(model, n_ctx=512, n_draft=4, adaptive=True, warmup=warm) as s:
+            a, found = s.engine.adaptive, []
+            pick = a._unexplored
+            a._unexplored = lambda *x, f=found, p=pick: f.append(p(*x)) or f[-1]
+            s.generate(PROMPT, max_tokens=48)
+            explored[warm] = [k for k in found if k is not None]
+    assert explored[False][:2] == [1, 0] and explored[True] == [], explored
 
 
 def test_output_is_unchanged_by_a_warm_up(model: Path) -> None:

@@ -176,6 +176,16 @@ class DraftLength:
             self._prior_d[i] = n
             self._prior_a[i] = min(1.0, max(0.0, a)) * n
 
+    def seed_times(self, step_s: dict[int, list[float]]) -> None:
+        """Step times (seconds) at each length measured before the first answer (the warm-up at load, after its
+        untimed steps): those lengths need no exploration block. The opening block at k_max stays, as it is what
+        measures the acceptance at every position."""
+        for k, ts in step_s.items():
+            if 0 <= k <= self.k_max and ts:
+                self.times[k] = deque(ts, maxlen=self.KEEP)
+                self._timed_at[k] = 0
+                self._explored.add(k)
+
     def measured(self, stats: Stats) -> tuple[dict[int, float], list[float], list[int]]:
         """What a profile keeps: the median step time (seconds) at each length timed, and the acceptance at the
         positions drafted at least once (a position never drafted says nothing) with the drafts it counts."""

@@ -225,10 +225,14 @@ class Engine:
         and verify steps with the head's decodes at every draft length this engine can choose (a fixed length: that
         one). Back-ends pay for a shape's first use (CUDA: loading kernels, pools, capturing graphs) and llama.cpp's
         own tools pay it at load with a decode of their own, so a first answer that paid it would be measured
-        slower than theirs. Nothing of it stays: the context is cleared, and the stats and auto's controller never
-        see these steps."""
+        slower than theirs. Nothing of it stays but, under auto, the controller's step times (the later steps at
+        each length are timed): the context is cleared, and no token or statistic remains."""
         kept = self.adaptive, self.k, self.stats, self.bd
         lengths = list(range(self.n_draft_max, 0, -1)) if self.adaptive is not None else [self.k]
+        # auto: past the steps that rebuild and capture a shape's graph, two more are timed at every length, so
+        # the first answer need not explore them (its opening block still measures the acceptance)
+        n_steps = DraftLength.WARMUP + (2 if self.adaptive is not None else 0)
+        times: dict[int, list[float]] = {}
         self.adaptive, self.bd = None, None
         self.stats = Stats(n_draft_max=self.n_draft_max)
         try:
@@ -237,11 +241,16 @@ class Engine:
                 self.reset()
                 self.k = k
                 self.feed([token] * 3)  # a prompt of a few tokens: a batch, then the queue to the head
-                for _ in range(2):  # the second step drafts from a queue fed by the first one's verify
+                for i in range(max(2, n_steps)):  # the second step drafts from a queue fed by the first's verify
+                    t = _clock()
                     self.step()
+                    if i >= DraftLength.WARMUP:
+                        times.setdefault(k, []).append(_clock() - t)
         finally:
             self.reset()
             self.adaptive, self.k, self.stats, self.bd = kept
+        if self.adaptive is not None:
+            self.adaptive.seed_times(times)
 
     # -- prompt ------------------------------------------------------------------------------
     def reset(self) -> None:
