@@ -135,6 +135,7 @@ class Ggml:
             ("ggml_backend_dev_name", cp, [vp]), ("ggml_backend_dev_description", cp, [vp]),
             ("ggml_backend_dev_type", ctypes.c_int, [vp]), ("ggml_backend_dev_backend_reg", vp, [vp]),
             ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)]),
+            ("ggml_backend_reg_get_proc_address", vp, [vp, cp]), ("ggml_backend_buft_name", cp, [vp]),
         ):
             f = getattr(lib, fn)
             f.restype, f.argtypes = res, args
@@ -160,6 +161,25 @@ class Ggml:
                               self._s(self.lib.ggml_backend_reg_name(self.lib.ggml_backend_dev_backend_reg(d))),
                               total.value, free.value))
         return out
+
+    def extra_buffer_types(self, device: str) -> list[str]:
+        """Names of the extra weight buffer types ``device`` offers (the CPU's ``CPU_REPACK``, ``AMX``, ...):
+        where llama.cpp puts weights it repacks for other kernels, unless ``use_extra_bufts`` is off."""
+        for i in range(self.lib.ggml_backend_dev_count()):
+            d = self.lib.ggml_backend_dev_get(i)
+            if self._s(self.lib.ggml_backend_dev_name(d)) != device:
+                continue
+            fn = self.lib.ggml_backend_reg_get_proc_address(self.lib.ggml_backend_dev_backend_reg(d),
+                                                            b"ggml_backend_dev_get_extra_bufts")
+            if not fn:
+                return []
+            bufts = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(fn)(d)
+            out, j = [], 0
+            while bufts and bufts[j]:
+                out.append(self._s(self.lib.ggml_backend_buft_name(bufts[j])))
+                j += 1
+            return out
+        return []
 
 
 def _lib_file(libdir: Path, stem: str) -> Path | None:

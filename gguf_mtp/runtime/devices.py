@@ -4,7 +4,6 @@ no GPU to go to is a note rather than a silent CPU run."""
 
 from __future__ import annotations
 
-import ctypes
 import re
 from pathlib import Path
 
@@ -20,19 +19,9 @@ def lib_dir() -> Path:
     return Path(base) if base else Path(ll.__file__).parent / "lib"
 
 
-def _ggml() -> B.Ggml:
-    import llama_cpp.llama_cpp as ll
-
-    L._init()  # llama.cpp's log goes to our buffer before a backend starts talking
-    # libllama's own handle (dlsym searches its dependencies): a wheel holds libggml.so and libggml.so.0 as two
-    # files, llama-cpp-python loads the first and libllama the second, each with its own registry, and only
-    # libllama's sees the RPC servers --rpc adds
-    return B.Ggml(ctypes.CDLL(ll._lib._name))
-
-
 def available() -> list[B.Device]:
     """Every device of the build, in ggml's order (GPUs first, the CPU last)."""
-    return _ggml().devices()
+    return L.registry().devices()
 
 
 def used(n_gpu_layers: int, devices: list[B.Device] | None = None) -> list[B.Device]:
@@ -44,7 +33,12 @@ def used(n_gpu_layers: int, devices: list[B.Device] | None = None) -> list[B.Dev
 
 
 def _short(d: B.Device) -> str:
-    return f"{d.name}: {d.description}" if d.type in ("CPU", "ACCEL") else d.label()
+    if d.type not in ("CPU", "ACCEL"):
+        return d.label()
+    amx = ""
+    if d.type == "CPU" and L.amx_off():
+        amx = f" (AMX kernels off: ggml-org/llama.cpp#20824; {L.AMX_ENV}=1 keeps them)"
+    return f"{d.name}: {d.description}{amx}"
 
 
 def startup_line(n_gpu_layers: int, devices: list[B.Device] | None = None) -> str:

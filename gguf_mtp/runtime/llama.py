@@ -4,6 +4,7 @@ tokenize, decode, read logits. llama.cpp's log is captured, so a failed load can
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import backends as B
 from ..errors import GgufMtpError
 from .archs import arch_facts
 
@@ -49,6 +51,32 @@ def _init() -> None:
                 _ll.llama_log_set(_on_log, ctypes.c_void_p(0))
             _ll.llama_backend_init()
             _initialised = True
+
+
+def registry() -> B.Ggml:
+    """ggml's device registry as libllama sees it."""
+    _init()  # llama.cpp's log goes to our buffer before a backend starts talking
+    # libllama's own handle (dlsym searches its dependencies): a wheel holds libggml.so and libggml.so.0 as two
+    # files, llama-cpp-python loads the first and libllama the second, each with its own registry, and only
+    # libllama's sees the RPC servers --rpc adds
+    return B.Ggml(ctypes.CDLL(_ll.llama_cpp._lib._name))
+
+
+#: GGUF_MTP_AMX=1 keeps ggml's AMX weight buffers on a CPU that has them (see ``amx_off``)
+AMX_ENV = "GGUF_MTP_AMX"
+
+
+@functools.cache
+def amx_off() -> bool:
+    """Whether weights are kept out of the CPU's extra buffer types because one of them is ggml's AMX buffer.
+
+    ggml's AMX matrix kernels crash with SIGSEGV on some CPUs that have AMX (ggml-org/llama.cpp#20824, closed
+    unfixed; seen on the Sapphire Rapids machines this project runs on, for every Q8_0 and Q4 model). llama.cpp
+    offers no switch for AMX alone, so on such a CPU all extra buffer types are off, as llama.cpp's
+    ``--no-repack`` does: slower prompt processing on the CPU, and no crash."""
+    if os.environ.get(AMX_ENV) == "1":
+        return False
+    return "AMX" in registry().extra_buffer_types("CPU")
 
 
 def last_error() -> str:
@@ -122,6 +150,8 @@ class Model:
         if placement is not None:
             placement.apply(p)  # its ctypes arrays stay alive with it until the load returns
         p.load_mtp = load_mtp
+        if amx_off():
+            p.use_extra_bufts = False
         if not use_mmap or file_ptr is not None:  # a FILE * cannot be mapped
             p.load_mode = _ll.LLAMA_LOAD_MODE_NONE
         _log.clear()
