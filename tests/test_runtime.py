@@ -577,3 +577,22 @@ def test_stable_shapes_follow_the_draft_length_auto_chose(pairings) -> None:
     # every head decode of a step has 2 rows: (id_last, accepted draft), or padding to them
     assert len(rows) >= 10 and set(rows) == {2}, rows
     assert builds <= 2
+
+
+def test_a_model_closed_before_its_context_is_freed_after_it(converted) -> None:
+    """Issue 23: objects collected together (a cycle, the interpreter's exit) are finalised in no set order; a
+    model freed before its context left the context's free reading freed memory (bench processes crashed at exit on
+    CUDA). The model now waits for its last context."""
+    from gguf_mtp.runtime import llama
+
+    m = llama.Model(converted("qwen35", "bundled"))
+    a, b = llama.Context(m, n_ctx=256), llama.Context(m, n_ctx=256)
+    m.close()
+    assert m.ptr  # still there: two contexts use it
+    a.close()
+    assert m.ptr
+    b.close()
+    assert not m.ptr  # freed with the last one
+    m2 = llama.Model(converted("qwen35", "bundled"))
+    m2.close()
+    assert not m2.ptr  # no context: freed at once

@@ -240,6 +240,8 @@ class Model:
         if not use_mmap or file_ptr is not None:  # a FILE * cannot be mapped
             p.load_mode = _ll.LLAMA_LOAD_MODE_NONE
         p.progress_callback = _on_progress  # stops the load on Ctrl-C / SIGTERM (see the module's docstring)
+        self._open_contexts = 0  # contexts made on it and not yet freed: the model is freed after them
+        self._close_pending = False
         _log.clear()
         if file_ptr is not None:  # a FILE * (e.g. a virtual merged model)
             self.ptr = _ll.llama_model_load_from_file_ptr(ctypes.c_void_p(file_ptr), p)
@@ -296,7 +298,13 @@ class Model:
         return bool(_ll.llama_vocab_is_eog(self.vocab, token))
 
     def close(self) -> None:
+        """Free the model, or (while a context made on it is open) as soon as the last one is closed: a context
+        freed after its model reads freed memory. Python gives no order to objects collected together (a cycle,
+        the interpreter's exit), where that crashed CUDA processes at exit."""
         if getattr(self, "ptr", None):
+            if getattr(self, "_open_contexts", 0) > 0:
+                self._close_pending = True
+                return
             _ll.llama_model_free(self.ptr)
             self.ptr = None
 
@@ -416,6 +424,8 @@ class Context:
             p.yarn_beta_fast, p.yarn_beta_slow = betas
         _log.clear()
         self.ptr = _ll.llama_init_from_model(model.ptr, p)
+        if self.ptr:
+            model._open_contexts += 1
         if _interrupts:
             self.close()
             raise_interrupt()
@@ -541,6 +551,11 @@ class Context:
                 smp.close()  # detach before the context goes: llama.cpp keeps the pointer
             _ll.llama_free(self.ptr)
             self.ptr = None
+            m = self.model
+            m._open_contexts -= 1
+            if m._close_pending and m._open_contexts == 0:  # its close() waited for this context
+                m._close_pending = False
+                m.close()
 
     def __enter__(self) -> Context:
         return self
