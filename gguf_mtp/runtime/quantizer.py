@@ -33,8 +33,16 @@ from ..errors import GgufMtpError
 if TYPE_CHECKING:
     import numpy as np
 
-#: the child's command (tests slow the child down through it)
-CHILD = [sys.executable, "-m", "gguf_mtp.runtime.quantizer"]
+#: the child's command, given the pipe's descriptor (tests slow the child down through it). The folder that holds
+#: gguf_mtp goes at the end of its path: found as in this process (whatever sys.path the caller was given), and
+#: nothing it holds shadows the standard library
+_BOOT = """
+import os, sys
+sys.path.append(os.environ.pop("GGUF_MTP_PACKAGE_ROOT"))
+from gguf_mtp.runtime.quantizer import _child
+_child(int(sys.argv[1]))
+"""
+CHILD = [sys.executable, "-c", _BOOT]
 
 
 def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *, threads: int = 0,
@@ -48,8 +56,7 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: st
     request = pickle.dumps({"src": os.fspath(src), "dst": os.fspath(dst), "ftype": ftype, "threads": threads,
                             "tensor_types": list(tensor_types), "imatrix": imatrix,
                             "allow_requantize": allow_requantize}, protocol=pickle.HIGHEST_PROTOCOL)
-    root = str(Path(__file__).resolve().parents[2])  # where gguf_mtp is, whatever sys.path the caller was given
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    env = dict(os.environ, GGUF_MTP_PACKAGE_ROOT=str(Path(__file__).resolve().parents[2]))
     verbose = bool(os.environ.get("GGUF_MTP_LLAMA_LOG"))
     life_r, life_w = os.pipe()  # the child holds the read end: end of file there means this process is gone
     try:
@@ -147,10 +154,7 @@ def _child(life_fd: int) -> None:
         answer = {"error": str(e), "errno": e.errno, "log": llama.last_error()}
     except GgufMtpError as e:
         answer = {"error": str(e)}
-    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.write("\n" + json.dumps(answer) + "\n")  # on a line of its own, whatever llama.cpp printed
     sys.stdout.flush()
     os._exit(0)  # nothing to tear down: skip the interpreter's (and llama.cpp's) exit handlers
 
-
-if __name__ == "__main__":
-    _child(int(sys.argv[1]))
