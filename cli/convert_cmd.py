@@ -10,7 +10,8 @@ from .options import TYPE_NAME, text
 
 
 def convert(
-    model: str = typer.Argument(..., help="Checkpoint folder, or a Hugging Face repo id (org/name)."),
+    model: str = typer.Argument(..., callback=text(4096),
+                                help="Checkpoint folder, or a Hugging Face repo id (org/name)."),
     outfile: str | None = typer.Option(None, "--outfile", "-o", callback=text(4096), metavar="PATH",
                                        help="Output file (or folder). Default: ./<model>-<OUTTYPE>[-MTP].gguf"),
     outtype: str = typer.Option("bf16", "--outtype", callback=TYPE_NAME, help="Trunk tensor type: f32, f16, bf16, "

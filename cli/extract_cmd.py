@@ -13,7 +13,7 @@ from .options import TYPE_NAME, text
 
 
 def extract(
-    source: str = typer.Argument(...,
+    source: str = typer.Argument(..., callback=text(4096),
                                  help="GGUF with an MTP head (bundled model or sidecar; any shard of a split set), or "
                                       "a Hub repo id of an HF checkpoint: then only the head's bytes are downloaded."),
     onto: Path | None = typer.Option(None, "--onto",
