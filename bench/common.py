@@ -68,10 +68,11 @@ def save(path: Path, payload: dict[str, object]) -> None:
 def exit_after(main: Callable[[], object]) -> NoReturn:
     """Run a benchmark's ``main``, then leave at once with its status, stdout and stderr flushed.
 
-    Why: its results are written by then, and what is left of the interpreter's exit is freeing llama.cpp objects
-    in no set order and running the CUDA libraries' exit handlers after the models they back, where bench processes
-    crashed (SIGSEGV) on CUDA machines after writing their results. The runtime now frees a model only after its
-    contexts (llama.Model.close); skipping that teardown also covers objects a script left open.
+    Why: bench processes crashed (SIGSEGV) on CUDA machines after writing their results. What is left of the
+    interpreter's exit then is freeing llama.cpp objects in no set order and the back-ends' own exit handlers,
+    which may log. Two causes seen on the CPU are fixed in the runtime (a model freed before its contexts; a log
+    line after the interpreter freed the log callback: gguf_mtp/runtime/llama.py); skipping the teardown also
+    covers what a script left open and anything CUDA-only.
     """
     try:
         main()

@@ -596,3 +596,30 @@ def test_a_model_closed_before_its_context_is_freed_after_it(converted) -> None:
     m2 = llama.Model(converted("qwen35", "bundled"))
     m2.close()
     assert not m2.ptr  # no context: freed at once
+
+
+LOG_AT_EXIT = """
+import ctypes
+from pathlib import Path
+import gguf_mtp.runtime.llama as L
+L._init()
+libc = ctypes.CDLL(None)
+libc.strdup.restype = ctypes.c_void_p
+line = libc.strdup(b"a log line after the interpreter is gone\\n")  # C memory: outlives the interpreter
+base = ctypes.CDLL(str(Path(L._ll.llama_cpp._lib._name).with_name("libggml-base.so.0")))
+# ggml logs once the interpreter has finished, as a back-end's teardown does (CUDA's, at the process's exit)
+libc.on_exit(ctypes.cast(base.ggml_log_internal, ctypes.c_void_p), ctypes.c_void_p(line))
+print("results written", flush=True)
+"""
+
+
+def test_a_llama_cpp_log_line_at_exit_does_not_crash_the_process() -> None:
+    """Issue 23 (bench processes died by SIGSEGV on CUDA after writing their results): a line ggml logs after the
+    interpreter has gone went to our Python log callback, freed by then. At exit the log goes back to llama.cpp's
+    own (stderr)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", LOG_AT_EXIT], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout == "results written\n" and "a log line after the interpreter is gone" in r.stderr, r.stderr

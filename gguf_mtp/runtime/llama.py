@@ -10,6 +10,7 @@ a load's progress callback then stops the load, and the exception is raised agai
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import errno
 import functools
@@ -104,6 +105,7 @@ def _init() -> None:
                 sys.unraisablehook = _unraisable
             if os.environ.get("GGUF_MTP_LLAMA_LOG") != "raw":  # raw: llama.cpp prints to stderr itself
                 _ll.llama_log_set(_on_log, ctypes.c_void_p(0))
+                atexit.register(_release_log)
             _ll.llama_backend_init()
             _initialised = True
 
@@ -132,6 +134,13 @@ def amx_off() -> bool:
     if os.environ.get(AMX_ENV) == "1":
         return False
     return "AMX" in registry().extra_buffer_types("CPU")
+
+
+def _release_log() -> None:
+    """At exit, before the interpreter frees our log callback: llama.cpp's log back to its own (stderr). A line
+    logged while the process ends (a back-end's teardown, e.g. CUDA's) would otherwise call freed memory, and the
+    process died by SIGSEGV after its work was done."""
+    _ll.llama_log_set(_ll.llama_log_callback(), ctypes.c_void_p(0))  # NULL: its default logger
 
 
 def last_error() -> str:
