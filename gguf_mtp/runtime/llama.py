@@ -105,7 +105,7 @@ def _init() -> None:
                 sys.unraisablehook = _unraisable
             if os.environ.get("GGUF_MTP_LLAMA_LOG") != "raw":  # raw: llama.cpp prints to stderr itself
                 _ll.llama_log_set(_on_log, ctypes.c_void_p(0))
-                atexit.register(_release_log)
+            atexit.register(_release_log)  # raw too: llama-cpp-python's own callback is Python as well
             _ll.llama_backend_init()
             _initialised = True
 
