@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gguf_mtp.runtime  # noqa: E402,F401  (loads llama.cpp's libraries before numpy)
 import llamacpp  # noqa: E402
-from common import machine, save, table  # noqa: E402
+from common import exit_after, machine, save, table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "examples" / "tiny-qwen35-mtp"
@@ -124,4 +124,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_after(main)

@@ -8,7 +8,10 @@ import platform
 import subprocess
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 
 def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
@@ -60,3 +63,32 @@ def table(rows: list[dict[str, object]], cols: list[str]) -> str:
 def save(path: Path, payload: dict[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2))
+
+
+def exit_after(main: Callable[[], object]) -> NoReturn:
+    """Run a benchmark's ``main``, then leave at once with its status, stdout and stderr flushed.
+
+    Why: bench processes crashed (SIGSEGV) on CUDA machines after writing their results. What is left of the
+    interpreter's exit then is freeing llama.cpp objects in no set order and the back-ends' own exit handlers,
+    which may log. Two causes seen on the CPU are fixed in the runtime (a model freed before its contexts; a log
+    line after the interpreter freed the log callback: gguf_mtp/runtime/llama.py); skipping the teardown also
+    covers what a script left open and anything CUDA-only.
+    """
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # noqa: BLE001 - reported as the interpreter would, then the same quick exit
+        traceback.print_exc()
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

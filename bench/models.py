@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -43,14 +44,57 @@ NOISY = ("attn_output.weight", "ffn_down.weight")  # the head block's output pro
 
 
 def checkpoint(work: Path, *, widths: str, layers: int, vocab: int, seed: int = 0) -> Path:
+    """The synthetic checkpoint, made once: written into a temp folder and renamed when complete, so a killed run
+    leaves no folder a later run would take for done. One an earlier version left half written (a 0-byte or short
+    shard) is made again."""
     from tests.synthetic import SyntheticSpec, write_checkpoint
 
     ck = work / f"ckpt-{widths}-{layers}L-{vocab}"
-    if not (ck / "config.json").exists():
-        spec = SyntheticSpec("qwen35", layers=layers, **WIDTHS[widths], vocab_size=vocab, oracle_head=True,
-                             trunk_scale=0.0, head_noise=0.0, n_shards=4, seed=seed)
-        write_checkpoint(ck, spec)
+    _remove_dead_temps(work, ck.name)
+    if ck.exists():
+        if _complete(ck):
+            return ck
+        print(f"{ck}: left half written by an earlier run; making it again", file=sys.stderr)
+        shutil.rmtree(ck)
+    spec = SyntheticSpec("qwen35", layers=layers, **WIDTHS[widths], vocab_size=vocab, oracle_head=True,
+                         trunk_scale=0.0, head_noise=0.0, n_shards=4, seed=seed)
+    tmp = work / f".{ck.name}.{os.getpid()}.partial"
+    try:
+        write_checkpoint(tmp, spec)
+        os.rename(tmp, ck)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return ck
+
+
+def _complete(ck: Path) -> bool:
+    """Whether every file the checkpoint names is there, with every shard as long as its header says."""
+    from gguf_mtp.checkpoint.folder import Checkpoint
+    from gguf_mtp.errors import GgufMtpError
+
+    try:
+        Checkpoint.open(ck)  # reads config.json and each shard's header against the shard's size
+    except GgufMtpError:
+        return False
+    return all((ck / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+
+
+def _remove_dead_temps(work: Path, name: str) -> None:
+    """Temp folders of ``name`` that a killed run left (its process is gone)."""
+    for p in work.glob(f".{name}.*.partial"):
+        pid = p.name.removeprefix(f".{name}.").removesuffix(".partial")
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def convert(ck: Path, out: Path, outtype: str, threads: int) -> Path:

@@ -248,4 +248,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from common import exit_after
+
+    exit_after(main)

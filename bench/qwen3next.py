@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
 import gguf_mtp.runtime  # noqa: E402,F401  llama.cpp's libraries before numpy (CUDA builds; README "CUDA")
-from common import machine, save, table  # noqa: E402
+from common import exit_after, machine, save, table  # noqa: E402
 
 PROMPT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n"
           "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n") * 4
@@ -201,4 +201,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_after(main)

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
 import gguf_mtp.runtime  # noqa: E402,F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
-from common import machine, save, table  # noqa: E402
+from common import exit_after, machine, save, table  # noqa: E402
 
 PROMPT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n"
           "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n") * 40
@@ -211,4 +211,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_after(main)

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gguf_mtp.runtime  # noqa: E402,F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
 import llamacpp  # noqa: E402
-from common import machine, table  # noqa: E402
+from common import exit_after, machine, table  # noqa: E402
 from roofline import gpu_name, peak_gbs, roofline, step_bytes  # noqa: E402
 
 PROMPT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n"
@@ -217,4 +217,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_after(main)

@@ -6,12 +6,16 @@ from pathlib import Path
 
 import typer
 
+from .options import TYPE_NAME, text
+
 
 def convert(
-    model: str = typer.Argument(..., help="Checkpoint folder, or a Hugging Face repo id (org/name)."),
-    outfile: Path | None = typer.Option(None, "--outfile", "-o",
-                                        help="Output file (or folder). Default: ./<model>-<OUTTYPE>[-MTP].gguf"),
-    outtype: str = typer.Option("bf16", "--outtype", help="Trunk tensor type: f32, f16, bf16, q8_0."),
+    model: str = typer.Argument(..., callback=text(4096),
+                                help="Checkpoint folder, or a Hugging Face repo id (org/name)."),
+    outfile: str | None = typer.Option(None, "--outfile", "-o", callback=text(4096), metavar="PATH",
+                                       help="Output file (or folder). Default: ./<model>-<OUTTYPE>[-MTP].gguf"),
+    outtype: str = typer.Option("bf16", "--outtype", callback=TYPE_NAME, help="Trunk tensor type: f32, f16, bf16, "
+                                "q8_0."),
     mtp: bool | None = typer.Option(
         None, "--mtp/--no-mtp",
         help="--mtp: write only the MTP head (sidecar, '-MTP' name). --no-mtp: write the trunk without a head. "
@@ -19,13 +23,14 @@ def convert(
     head_only: bool = typer.Option(False, "--head-only",
                                    help="With --mtp: leave out token_embd/output (small sidecar that borrows the "
                                         "target's; needs `gguf-mtp run`)."),
-    mtp_type: str = typer.Option("q8_0", "--mtp-type",
+    mtp_type: str = typer.Option("q8_0", "--mtp-type", callback=TYPE_NAME,
                                  help="Type of the MTP block's matrices (default q8_0 whatever --outtype)."),
     draft_head_type: str | None = typer.Option(
-        None, "--draft-head-type",
+        None, "--draft-head-type", callback=TYPE_NAME,
         help="Give the MTP layer its own copy of the LM head at this type (q4_0, q4_1, q5_0, q5_1, q8_0): drafts read "
              "fewer bytes, the target still verifies with the full head. Default: none."),
-    revision: str | None = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) for a repo id."),
+    revision: str | None = typer.Option(None, "--revision", callback=text(256),
+                                        help="Hub revision (branch, tag or commit) for a repo id."),
     force_download: bool = typer.Option(False, "--force-download",
                                         help="Repo id: download again even if cached (drops the cached partial "
                                              "download of a sidecar)."),
@@ -51,8 +56,8 @@ def convert(
         raise typer.BadParameter("--head-only applies to the sidecar: add --mtp")
     layout = Layout.BUNDLED if mtp is None else (Layout.TRUNK_ONLY if mtp is False else
                                                  (Layout.HEAD_ONLY if head_only else Layout.MTP_ONLY))
-    r = _convert(model, outfile=outfile, outtype=outtype, layout=layout, mtp_type=mtp_type,
-                 draft_head_type=draft_head_type, force=force,
+    r = _convert(model, outfile=Path(outfile) if outfile is not None else None, outtype=outtype, layout=layout,
+                 mtp_type=mtp_type, draft_head_type=draft_head_type, force=force,
                  revision=revision, progress=not quiet, threads=threads, force_download=force_download)
     for note in r.notes:
         typer.echo(f"note: {note}", err=True)

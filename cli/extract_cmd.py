@@ -9,30 +9,33 @@ import typer
 from gguf_mtp.checkpoint.hub import looks_like_repo_id, refuse_invalid_repo_id
 from gguf_mtp.progress import human_bytes
 
+from .options import TYPE_NAME, text
+
 
 def extract(
-    source: str = typer.Argument(...,
+    source: str = typer.Argument(..., callback=text(4096),
                                  help="GGUF with an MTP head (bundled model or sidecar; any shard of a split set), or "
                                       "a Hub repo id of an HF checkpoint: then only the head's bytes are downloaded."),
     onto: Path | None = typer.Option(None, "--onto",
                                      help="Graft: put SOURCE's head onto this model (a quant without a head)."),
     strip: bool = typer.Option(False, "--strip", help="Write SOURCE without its head (trunk-only)."),
-    outfile: Path | None = typer.Option(None, "--outfile", "-o",
-                                        help="Output file; a split output gets -0000i-of-0000N suffixes."),
+    out: str | None = typer.Option(None, "--outfile", "-o", callback=text(4096), metavar="PATH",
+                                       help="Output file; a split output gets -0000i-of-0000N suffixes."),
     head_only: bool = typer.Option(False, "--head-only",
                                    help="Sidecar without token_embd/output (borrows the target's)."),
-    mtp_type: str | None = typer.Option(None, "--mtp-type",
+    mtp_type: str | None = typer.Option(None, "--mtp-type", callback=TYPE_NAME,
                                         help="Re-encode the head's matrices (e.g. q8_0); default: copy bytes as they "
                                              "are."),
     draft_head_type: str | None = typer.Option(
-        None, "--draft-head-type",
+        None, "--draft-head-type", callback=TYPE_NAME,
         help="Give the head its own copy of the LM head at this type (q4_0, q4_1, q5_0, q5_1, q8_0); default: carry "
              "the head's tensors as they are."),
     replace: bool = typer.Option(False, "--replace", help="With --onto: replace a head TARGET already has."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite existing output files."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
-    revision: str | None = typer.Option(None, "--revision", help="Hub revision, for a repo id SOURCE."),
-    outtype: str = typer.Option("q8_0", "--outtype",
+    revision: str | None = typer.Option(None, "--revision", callback=text(256),
+                                        help="Hub revision, for a repo id SOURCE."),
+    outtype: str = typer.Option("q8_0", "--outtype", callback=TYPE_NAME,
                                 help="Type of the embeddings in a self-contained sidecar made from a repo id."),
     force_download: bool = typer.Option(False, "--force-download",
                                         help="Repo id SOURCE: drop the cached partial download and fetch the head's "
@@ -52,6 +55,7 @@ def extract(
     """
     from gguf_mtp import surgery
 
+    outfile = Path(out) if out is not None else None
     if onto is not None and strip:
         raise typer.BadParameter("choose one of --onto (graft) and --strip")
     if (onto is not None or strip) and head_only:
@@ -67,8 +71,9 @@ def extract(
         r = surgery.graft(source, onto, outfile, replace=replace, mtp_type=mtp_type, draft_head_type=draft_head_type,
                           force=force, progress=not quiet)
     elif strip:
-        if mtp_type or draft_head_type:
-            raise typer.BadParameter(f"{'--mtp-type' if mtp_type else '--draft-head-type'} has no effect with --strip")
+        if mtp_type is not None or draft_head_type is not None:
+            raise typer.BadParameter(f"{'--mtp-type' if mtp_type is not None else '--draft-head-type'} has no effect "
+                                     "with --strip")
         r = surgery.strip(source, outfile, force=force, progress=not quiet)
     else:
         r = surgery.extract(source, outfile, head_only=head_only, mtp_type=mtp_type, draft_head_type=draft_head_type,

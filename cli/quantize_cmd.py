@@ -6,15 +6,20 @@ from pathlib import Path
 
 import typer
 
+from .options import TYPE_NAME
+
 
 def quantize(
     src: Path = typer.Argument(...,
                                help="Input GGUF (bundled model, trunk-only model or MTP sidecar; f32/f16/bf16/q8_0)."),
     dst: Path = typer.Argument(..., help="Output GGUF."),
-    qtype: str = typer.Argument(..., help="Any llama-quantize type: Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, Q4_0, ..."),
-    mtp_type: str = typer.Option("q8_0", "--mtp-type", help="Type of the MTP head's matrices ('same' = as the trunk)."),
+    qtype: str = typer.Argument(..., callback=TYPE_NAME, metavar="TYPE",
+                                help="Any llama-quantize type: Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, Q4_0, ... (F32, F16 and "
+                                     "BF16 keep a quantized head as it is)."),
+    mtp_type: str = typer.Option("q8_0", "--mtp-type", callback=TYPE_NAME,
+                                 help="Type of the MTP head's matrices ('same' = as the trunk)."),
     draft_head_type: str | None = typer.Option(
-        None, "--draft-head-type",
+        None, "--draft-head-type", callback=TYPE_NAME,
         help="Give the MTP layer its own copy of the LM head at this type (q4_0, q4_1, q5_0, q5_1, q8_0), made from "
              "the input's LM head. Default: a draft head the input has keeps its type; none is added."),
     imatrix: Path | None = typer.Option(None, "--imatrix", help="Importance matrix from llama-imatrix (GGUF or .dat)."),

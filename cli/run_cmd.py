@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -109,7 +110,13 @@ def run(
     from gguf_mtp.runtime import draft_profile as draft_profile_mod
     from gguf_mtp.runtime.options import check_sampling, check_session
 
-    endpoints = placement.parse_endpoints(rpc) if rpc else None
+    endpoints = placement.parse_endpoints(rpc) if rpc is not None else None
+    stats_file = None if stats_json is None or str(stats_json) == "-" else stats_json
+    given = [p for p in (model, mtp, prompt_file, draft_profile) if p is not None]
+    outputs = {opt: p for opt, p in (("--stats-json", stats_file), ("--spec-draft-profile-out", draft_profile_out))
+               if p is not None}
+    if not list_devices:  # a bad output fails now, not after the answer (nor after reaching an RPC server)
+        _check_outputs(outputs, force=force, inputs=given)
     if endpoints:  # their devices join the registry first, as llama.cpp's --rpc (listing and start-up line see them)
         placement.add_rpc_servers(endpoints)
     if list_devices:
@@ -123,15 +130,10 @@ def run(
     for name, text in (("--prompt", prompt), ("--system", system)):
         if text is not None and not _is_utf8(text):
             raise typer.BadParameter(f"{name} is not valid UTF-8 text")
-    stats_file = None if stats_json is None or str(stats_json) == "-" else stats_json
-    given = [p for p in (model, mtp, prompt_file, draft_profile) if p is not None]
     k, adaptive = _draft_n(draft_n_max)
     for opt, val in (("--spec-draft-profile", draft_profile), ("--spec-draft-profile-out", draft_profile_out)):
         if val is not None and (no_mtp or not adaptive):
             raise typer.BadParameter(f"{opt} needs --spec-draft-n-max auto (and MTP on)")
-    outputs = [p for p in (stats_file, draft_profile_out) if p is not None]
-    for out in outputs:  # a bad output fails now, not after the answer
-        check_output(out, force=force, inputs=given)
     if prompt_file is not None:
         if prompt is not None:
             raise typer.BadParameter("--prompt and --file exclude each other")
@@ -157,7 +159,7 @@ def run(
         err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))  # once the files passed their checks
         sidecar = session.pairing.sidecar
         inputs = given + session.pairing.model.files + (sidecar.files if sidecar else [])
-        for out in outputs:  # the sidecar found beside the model is an input too
+        for out in outputs.values():  # the sidecar found beside the model is an input too
             check_output(out, force=force, inputs=inputs)
         if device or device_draft or tensor_split or rpc or split_mode != "layer":
             err("placement: " + "; ".join(f"{k} {v}" for k, v in session.placement.items()))
@@ -186,6 +188,19 @@ def run(
                 write_bytes(stats_file, (text + "\n").encode(), force=force, inputs=inputs)
         if draft_profile_out is not None and session.mtp_enabled:
             draft_profile_mod.save(session, draft_profile_out, force=force, inputs=inputs)
+
+
+def _check_outputs(outputs: dict[str, Path], *, force: bool, inputs: list[Path]) -> None:
+    """Each output on its own and apart from the others: two options naming one file would have the second
+    refused after the whole answer (or, with --force, replace the first), so that is refused first, even with
+    --force."""
+    seen: dict[str, str] = {}
+    for opt, path in outputs.items():
+        where = os.path.realpath(path)  # the same file by another spelling or through a symlink
+        if where in seen:
+            raise typer.BadParameter(f"{seen[where]} and {opt} name the same file ({path}); give each its own file")
+        seen[where] = opt
+        check_output(path, force=force, inputs=inputs)
 
 
 def _is_utf8(text: str) -> bool:

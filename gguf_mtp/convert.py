@@ -170,7 +170,7 @@ def convert(
     if layout not in (Layout.BUNDLED, Layout.TRUNK_ONLY, Layout.MTP_ONLY, Layout.HEAD_ONLY):
         raise UnsupportedError(f"layout {layout.value!r} cannot be written")
     trunk_t, mtp_t = parse_type(outtype), parse_type(mtp_type, "--mtp-type")
-    draft_t = parse_draft_type(draft_head_type) if draft_head_type else None
+    draft_t = parse_draft_type(draft_head_type) if draft_head_type is not None else None  # '' is refused
     if draft_t is not None and layout == Layout.TRUNK_ONLY:
         raise UnsupportedError(f"{DRAFT_OPTION} is for the MTP head, which --no-mtp leaves out")
     notes: list[str] = []

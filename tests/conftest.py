@@ -20,7 +20,7 @@ from tests.synthetic import SyntheticSpec, write_checkpoint
 # minutes and before the llama.cpp build (converters, readers, tensor values, hostile checkpoints and Hub servers).
 # They never load llama.cpp; `make test` runs them again with everything else.
 FAST_TIER = {"test_bad_checkpoint", "test_bad_input", "test_checkpoint_hostile", "test_fp8", "test_gguf_reader",
-             "test_hub", "test_hub_hostile", "test_tensor_values"}
+             "test_hub", "test_hub_hostile", "test_special_vocab", "test_tensor_values"}
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

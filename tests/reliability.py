@@ -36,6 +36,42 @@ from gguf_mtp_cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
+#: the CLI with every llama.cpp log line slowed down (``SLOW_LOG_S`` each, in the quantizer's child process too), so
+#: that a signal lands while llama.cpp is inside one long C call (a quantization, a model load) on any CPU. The
+#: delay sits inside the log callback's own work (its list of recent lines), where a real signal handler runs.
+SLOW_LLAMA = """
+import os, signal, sys, time
+for s in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, signal.SIG_DFL)
+DELAY = float(os.environ.get("SLOW_LOG_S", "0.02"))
+MARK = os.environ.get("SLOW_LOG_MARK")  # a file that gets each line: the test sees how far llama.cpp is
+import gguf_mtp.runtime.llama as L
+
+class SlowList(list):
+    def append(self, x):
+        if MARK:
+            with open(MARK, "a") as fh:
+                fh.write(x if x.endswith("\\n") else x + "\\n")
+        time.sleep(DELAY)
+        list.append(self, x)
+
+L._log = SlowList()
+"""
+SLOW_LLAMA_CLI = SLOW_LLAMA + """
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job may inherit SIGINT ignored
+try:  # the quantizer's child process gets the same slow log
+    import gguf_mtp.runtime.quantizer as Q
+    Q.CHILD = [sys.executable, "-c", SLOW_CHILD]
+except ImportError:  # before the quantizer ran in a child process
+    pass
+from gguf_mtp_cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+SLOW_LLAMA_CLI = SLOW_LLAMA_CLI.replace("SLOW_CHILD", repr(SLOW_LLAMA + """
+from gguf_mtp.runtime.quantizer import _child
+_child(int(sys.argv[1]))
+"""))
+
 
 def tree(folder: Path) -> dict[str, tuple]:
     """Every entry under ``folder`` (symlinks not followed): kind and content hash / link target / device."""
@@ -88,8 +124,11 @@ def sub(argv: list[str], *, timeout: float = 120, slow: bool = False, env: dict[
     return r
 
 
-def spawn(argv: list[str], *, slow: bool = True, env: dict[str, str] | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, "-c", SLOW_CLI] if slow else [sys.executable, "-m", "gguf_mtp_cli.main"]
+def spawn(argv: list[str], *, slow: bool = True, env: dict[str, str] | None = None,
+          prelude: str | None = None) -> subprocess.Popen:
+    """The CLI in a subprocess, running ``prelude`` (default: :data:`SLOW_CLI` when ``slow``) as its main."""
+    prelude = prelude or (SLOW_CLI if slow else None)
+    cmd = [sys.executable, "-c", prelude] if prelude else [sys.executable, "-m", "gguf_mtp_cli.main"]
     return subprocess.Popen(cmd + [str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=dict(os.environ, **(env or {})), cwd=ROOT)
 

@@ -186,3 +186,35 @@ def test_cli_version(capsys) -> None:
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"gguf-mtp {gguf_mtp.__version__}"
+
+
+LONG = "9" * 5000
+
+
+@pytest.mark.parametrize("argv", [
+    ["convert", "{ck}", "-o", ""],  # wrote ./<model>-BF16.gguf
+    ["convert", "{ck}", "-o", "x.gguf", "--draft-head-type", ""],  # wrote x.gguf without a draft head
+    ["convert", "{ck}", "-o", "x.gguf", "--revision", ""],
+    ["convert", "{ck}", "-o", "x.gguf", "--outtype", LONG],  # the error quoted all 5000 characters
+    ["extract", "{gguf}", "-o", "y.gguf", "--mtp-type", ""],  # copied the head as it is
+    ["extract", "{gguf}", "-o", "y.gguf", "--draft-head-type", ""],
+    ["quantize", "{gguf}", "q.gguf", LONG],
+    ["quantize", "{bf16}", "q.gguf", "Q4_0", "--draft-head-type", ""],  # quantized without a draft head
+    ["run", "{gguf}", "-p", "x", "-n", "2", "--tensor-split", ""],  # ran as if not given
+    ["run", "{gguf}", "-p", "x", "-n", "2", "--rpc", ""],  # ran without the servers
+    ["run", "{gguf}", "-p", "x", "-n", "2", "--tensor-split", LONG],
+    ["run", "{gguf}", "-p", "x", "-n", "2", "--spec-draft-n-max", LONG],
+], ids=lambda a: " ".join(x[:12] or "''" for x in a[2:]))
+def test_empty_and_overlong_option_values_are_one_short_line(checkpoint, converted, tmp_path: Path, capsys,
+                                                             monkeypatch, argv: list[str]) -> None:
+    """Issue 23: an empty value (an unset shell variable) was read as "not given", and a 5000-character one came
+    back whole in the error. Each is refused, in one short line, before anything is read or written."""
+    ck, gguf = str(checkpoint("qwen35")), str(converted("qwen35", "bundled"))
+    bf16 = str(converted("qwen35", "bundled", "bf16"))  # a Q8_0 trunk could not be quantized to Q4_0 anyway
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    rc = main([a.replace("{ck}", ck).replace("{gguf}", gguf).replace("{bf16}", bf16) for a in argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: ") and err.count("\n") == 1 and len(err) < 300, err
+    assert not list(work.iterdir())

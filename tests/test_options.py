@@ -128,3 +128,13 @@ def test_batch_rule_is_llama_cpps(converted, n_batch: int, dies: bool) -> None:
     r = subprocess.run([sys.executable, "-c", BATCH, str(converted("qwen35", "bundled")), str(n_batch)],
                        capture_output=True, text=True, timeout=120, env={**os.environ, "GGML_NO_BACKTRACE": "1"})
     assert (r.returncode < 0) == dies, (r.returncode, r.stderr[-500:])
+
+
+@pytest.mark.parametrize("host", ["a" * 5000, "a..b", "x" * 64 + ".example"])
+def test_rpc_hosts_no_resolver_takes_are_one_line(converted, no_llama, capsys, host: str) -> None:
+    """Issue 23: a 5000-character --rpc host was an `internal error: UnicodeError` (the resolver's label limit)."""
+    model = converted("qwen35", "bundled")
+    assert main(["run", str(model), "-p", "hi", "-n", "1", "--rpc", f"{host}:50052"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --rpc ") and "not a valid host name" in err[0], err
+    assert len(err[0]) < 300

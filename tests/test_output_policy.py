@@ -142,6 +142,26 @@ def test_run_stats_json_refuses_inputs_and_bad_folders_before_generating(convert
     assert changes(before, tree(tmp_path)) == {"s.json"}
 
 
+
+def test_run_two_outputs_naming_one_file_are_refused_before_any_work(converted, tmp_path: Path, capsys) -> None:
+    """Issue 23: --spec-draft-profile-out and --stats-json naming one file were refused only after the whole answer
+    (or, with --force, the profile replaced the statistics). Now refused first, even with --force, however spelled;
+    a model that does not exist shows nothing was opened before."""
+    model = converted("qwen35", "bundled")
+    (tmp_path / "link.json").symlink_to(tmp_path / "s.json")  # dangling: the same file once written
+    for missing in (True, False):
+        m = tmp_path / "no-such-model.gguf" if missing else model
+        auto = ["run", m, "-p", "x", "-n", "2", "-c", "256", "--spec-draft-n-max", "auto"]
+        for other in (tmp_path / "s.json", tmp_path / "." / "s.json", tmp_path / "link.json"):
+            for force in ([], ["--force"]):
+                _stats_refused(capsys, auto + ["--stats-json", tmp_path / "s.json", "--spec-draft-profile-out",
+                                               other] + force, "--stats-json and --spec-draft-profile-out name the same")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json"]
+    (tmp_path / "s.json").write_text("{}")
+    _stats_refused(capsys, ["run", tmp_path / "no-such-model.gguf", "-p", "x", "--spec-draft-n-max", "auto",
+                            "--spec-draft-profile-out", tmp_path / "s.json"], "output exists; pass --force")
+
+
 def _char_device(tmp_path: Path) -> Path:
     """A character device to write at: a private copy of /dev/null's node when root (so that a regression
     cannot replace the machine's /dev/null), /dev/null itself otherwise (we could not replace it anyway)."""

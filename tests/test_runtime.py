@@ -615,3 +615,49 @@ def test_stable_shapes_follow_the_draft_length_auto_chose(pairings) -> None:
     # every head decode of a step has 2 rows: (id_last, accepted draft), or padding to them
     assert len(rows) >= 10 and set(rows) == {2}, rows
     assert builds <= 2
+
+
+def test_a_model_closed_before_its_context_is_freed_after_it(converted) -> None:
+    """Issue 23: objects collected together (a cycle, the interpreter's exit) are finalised in no set order; a
+    model freed before its context left the context's free reading freed memory (bench processes crashed at exit on
+    CUDA). The model now waits for its last context."""
+    from gguf_mtp.runtime import llama
+
+    m = llama.Model(converted("qwen35", "bundled"))
+    a, b = llama.Context(m, n_ctx=256), llama.Context(m, n_ctx=256)
+    m.close()
+    assert m.ptr  # still there: two contexts use it
+    a.close()
+    assert m.ptr
+    b.close()
+    assert not m.ptr  # freed with the last one
+    m2 = llama.Model(converted("qwen35", "bundled"))
+    m2.close()
+    assert not m2.ptr  # no context: freed at once
+
+
+LOG_AT_EXIT = """
+import ctypes
+from pathlib import Path
+import gguf_mtp.runtime.llama as L
+L._init()
+libc = ctypes.CDLL(None)
+libc.strdup.restype = ctypes.c_void_p
+line = libc.strdup(b"a log line after the interpreter is gone\\n")  # C memory: outlives the interpreter
+base = ctypes.CDLL(str(Path(L._ll.llama_cpp._lib._name).with_name("libggml-base.so.0")))
+# ggml logs once the interpreter has finished, as a back-end's teardown does (CUDA's, at the process's exit)
+libc.on_exit(ctypes.cast(base.ggml_log_internal, ctypes.c_void_p), ctypes.c_void_p(line))
+print("results written", flush=True)
+"""
+
+
+def test_a_llama_cpp_log_line_at_exit_does_not_crash_the_process() -> None:
+    """Issue 23 (bench processes died by SIGSEGV on CUDA after writing their results): a line ggml logs after the
+    interpreter has gone went to our Python log callback, freed by then. At exit the log goes back to llama.cpp's
+    own (stderr)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", LOG_AT_EXIT], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout == "results written\n" and "a log line after the interpreter is gone" in r.stderr, r.stderr

@@ -5,11 +5,13 @@ turns every other failure into a one-line ``error:`` (exit 2): OS errors, out of
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import io
 import os
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import pytest
 from gguf_mtp_cli import main as cli_main
 from gguf_mtp_cli.main import main
 
-from .reliability import cli, spawn, temps, tree
+from .reliability import SLOW_LLAMA_CLI, cli, spawn, sub, temps, tree
 
 
 def _interrupt_mid_write(ck: Path, tmp_path: Path, sig: int, argv_extra: list[str] | None = None) -> tuple[int, str]:
@@ -135,3 +137,94 @@ def test_invalid_utf8_on_stdin_skips_that_message(converted, capsys, monkeypatch
     assert err.count("tok/step") >= 3  # two answers and the session line
     rc, err = cli(capsys, ["run", model, "-n", "3", "-c", "256", "-p", "bad \udcff byte"])
     assert rc == 2 and "--prompt is not valid UTF-8" in err
+
+
+# -- signals inside llama.cpp: the quantizer (a child process) and a model load (a callback) ------------------------
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie that no init reaps counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def _wait_for(what: str, done, p: subprocess.Popen, timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
+    t0 = time.monotonic()
+    while not done():
+        assert p.poll() is None, (what, p.communicate())
+        assert time.monotonic() - t0 < timeout, f"{what} never happened"
+        time.sleep(0.02)
+
+
+def _quantize_mid_write(src: Path, out: Path) -> tuple[subprocess.Popen, list[int]]:
+    """``quantize`` with llama.cpp's log slowed, waited for until llama.cpp has written into the temp file."""
+    p = spawn(["quantize", src, out / "q.gguf", "Q4_K_M"], prelude=SLOW_LLAMA_CLI)
+    _wait_for("the quantizer writing", lambda: any(t.stat().st_size > 0 for t in temps(out)), p)
+    return p, _children(p.pid)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_mid_quantize_stops_it(converted, tmp_path: Path, sig: signal.Signals) -> None:
+    """Issue 23: the signal ran inside llama.cpp's log callback and was lost ("Exception ignored"); the
+    quantization ran to its end, wrote the output and exited 0. Now the quantizer is a child process."""
+    src = converted("qwen35", "bundled", "bf16")
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    out = tmp_path / "out"
+    out.mkdir()
+    p, kids = _quantize_mid_write(src, out)
+    t0 = time.monotonic()
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == (130 if sig == signal.SIGINT else 143), err
+    assert err.strip().endswith("interrupted: nothing was written" if sig == signal.SIGINT
+                                else "terminated (SIGTERM): nothing was written"), err
+    assert "Exception ignored" not in err and "Traceback" not in err, err
+    assert not list(out.iterdir())  # no output, no temp file
+    assert kids and all(_gone(k) for k in kids), kids  # the quantizer went with it
+    assert time.monotonic() - t0 < 60  # not after the whole quantization (generous for a loaded machine)
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == digest
+
+
+def test_a_killed_quantize_leaves_no_quantizer_and_its_temp_goes_next_time(converted, tmp_path: Path) -> None:
+    """SIGKILL cannot be handled: the child notices its parent is gone and stops; the next run removes the temp."""
+    src = converted("qwen35", "bundled", "bf16")
+    out = tmp_path / "out"
+    out.mkdir()
+    p, kids = _quantize_mid_write(src, out)
+    assert kids, "no quantizer process"
+    p.kill()
+    p.communicate(timeout=60)
+    t0 = time.monotonic()
+    while not all(_gone(k) for k in kids):
+        assert time.monotonic() - t0 < 60, "the quantizer outlived its killed parent"
+        time.sleep(0.05)
+    r = sub(["quantize", src, out / "q.gguf", "Q4_K_M"])
+    assert r.returncode == 0, r.stderr
+    assert [x.name for x in out.iterdir()] == ["q.gguf"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_during_a_model_load_is_not_lost(converted, tmp_path: Path, sig: signal.Signals) -> None:
+    """A Ctrl-C (or SIGTERM) while llama.cpp loads the model used to be dropped in its log callback: the run went on
+    and answered. Now the load stops at its next progress report and the run exits 130 (143) without answering."""
+    model = converted("qwen35", "bundled")
+    mark = tmp_path / "log.txt"
+    p = spawn(["run", model, "-p", "hello", "-n", "8", "-c", "256"], prelude=SLOW_LLAMA_CLI,
+              env={"SLOW_LOG_MARK": str(mark)})
+
+    def loading() -> bool:  # llama.cpp is inside llama_model_load_from_file, far from its end
+        return mark.exists() and mark.read_text().count("llama_model_loader:") >= 10
+
+    _wait_for("the model load", loading, p)
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == (130 if sig == signal.SIGINT else 143), err
+    assert out == "" and "tok/step" not in err, (out, err)  # no answer
+    assert "Exception ignored" not in err and "Traceback" not in err, err

@@ -94,4 +94,4 @@ def tokenizer_kvs(root: Path, config: dict[str, Any], vocab_size: int, pre: str,
             raise FormatError(f"{tj_path}: model.merges[{j}] = {m!r:.40} is not a merge ('a b' or [a, b])")
         merges.append(m)
 
-    return gpt2_vocab_kvs(pre, tokens, types, merges) + special_kvs(root, n, vocab, extra_specials)
+    return gpt2_vocab_kvs(pre, tokens, types, merges) + special_kvs(root, n, vocab, extra_specials, tokenizer=tj)

@@ -41,6 +41,7 @@ FORMAT = "gguf-mtp draft profile"
 VERSION = 1
 MAX_BYTES = 64 << 10  # a profile is a few hundred bytes; anything far larger is not one
 MAX_K = 16
+MAX_DRAFTS = 10**12  # drafts one run counted: far more than any run makes, far less than a number that is no count
 
 
 def key(s: MTPSession) -> dict[str, Any]:
@@ -115,8 +116,10 @@ def read(path: str | os.PathLike[str]) -> tuple[dict[int, float], list[float], l
         raise FormatError(f"{path}: key \"step_ms\" must map draft lengths 0-{MAX_K} to milliseconds")
     step_ms: dict[int, float] = {}
     for k, v in raw.items():
-        if not (isinstance(k, str) and k.isdigit() and int(k) <= MAX_K):
-            raise FormatError(f"{path}: step_ms key {k!r} is not a draft length 0-{MAX_K}")
+        # the length first: int() of a 5000-digit key raises (Python's limit on digits) instead of comparing
+        if not (isinstance(k, str) and len(k) <= 2 and k.isdigit() and int(k) <= MAX_K):
+            raise FormatError(f"{path}: step_ms key {k[:20]!r}{'...' if len(k) > 20 else ''} is not a draft length "
+                              f"0-{MAX_K}")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and 0 < v <= 60_000):
             raise FormatError(f"{path}: step_ms[{k!r}] = {v!r} is not a step time in milliseconds (0-60000)")
         step_ms[int(k)] = float(v)
@@ -126,6 +129,7 @@ def read(path: str | os.PathLike[str]) -> tuple[dict[int, float], list[float], l
         raise FormatError(f"{path}: key \"acceptance_at\" must be a list of at most {MAX_K} shares (0-1)")
     drafts = data.get("drafted_at", [])
     if not isinstance(drafts, list) or len(drafts) != len(acc) or any(
-            isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in drafts):
-        raise FormatError(f"{path}: key \"drafted_at\" must list a count of drafts for each acceptance_at entry")
+            isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= MAX_DRAFTS for x in drafts):
+        raise FormatError(f"{path}: key \"drafted_at\" must list a count of drafts (0 to "
+                          f"{MAX_DRAFTS:.0e}) for each acceptance_at entry")
     return step_ms, [float(x) for x in acc], drafts, their

@@ -1,11 +1,21 @@
 """A thin, safe layer over llama-cpp-python's ctypes API: load a model, make a (target or MTP) context,
-tokenize, decode, read logits. llama.cpp's log is captured, so a failed load can say why in one line."""
+tokenize, decode, read logits. llama.cpp's log is captured, so a failed load can say why in one line.
+
+Signals: Python runs a signal handler at the next Python code it executes, which during a long C call is one of
+llama.cpp's callbacks (the log, a load's progress). An exception raised there cannot cross the C frames: ctypes
+would print "Exception ignored" and drop it, so Ctrl-C and SIGTERM were lost. Here every callback keeps such an
+exception (:func:`_keep_interrupt`, and an unraisable hook for one raised on the callback's first instruction),
+a load's progress callback then stops the load, and the exception is raised again once the C call returns.
+"""
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import errno
 import functools
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import backends as B
-from ..errors import GgufMtpError
+from ..errors import GgufMtpError, Terminated
 from .archs import arch_facts
 
 if TYPE_CHECKING:
@@ -34,21 +44,68 @@ _initialised = False
 VERBOSE = bool(os.environ.get("GGUF_MTP_LLAMA_LOG"))
 
 
+#: an interrupt (KeyboardInterrupt, Terminated) raised inside a llama.cpp callback, raised again after the call
+_interrupts: list[BaseException] = []
+_INTERRUPTS = (KeyboardInterrupt, Terminated)
+
+
+def _keep_interrupt(e: BaseException) -> None:
+    if not _interrupts:
+        _interrupts.append(e)
+
+
+def raise_interrupt() -> None:
+    """Raise the interrupt a llama.cpp callback caught (if any): call after each long C call returns."""
+    if _interrupts:
+        raise _interrupts.pop()
+
+
+def _unraisable(u: sys.UnraisableHookArgs) -> None:
+    """An interrupt raised before a callback's ``try`` (on its first instruction) reaches ctypes, which hands it
+    here instead of to the caller: keep it. Anything else goes to the previous hook."""
+    if isinstance(u.exc_value, _INTERRUPTS):
+        _keep_interrupt(u.exc_value)
+    else:
+        _previous_unraisable(u)
+
+
+_previous_unraisable = sys.unraisablehook
+
+
 @_ll.llama_log_callback
 def _on_log(level: int, text: bytes, user: ctypes.c_void_p) -> None:
-    s = text.decode("utf-8", "replace")
-    _log.append(s)
-    del _log[:-200]
-    if VERBOSE:
-        os.write(2, text)
+    try:
+        s = text.decode("utf-8", "replace")
+        _log.append(s)
+        del _log[:-200]
+        if VERBOSE:
+            os.write(2, text)
+    except _INTERRUPTS as e:  # a Ctrl-C or SIGTERM that arrived during the C call: never lost here
+        _keep_interrupt(e)
+    except Exception:  # noqa: BLE001 - a log line is not worth a crash (stderr closed, ...)
+        pass
+
+
+@_ll.llama_progress_callback
+def _on_progress(progress: float, user: ctypes.c_void_p) -> bool:
+    """A model load's progress: False (llama.cpp stops loading) once an interrupt is waiting."""
+    try:
+        return not _interrupts
+    except _INTERRUPTS as e:
+        _keep_interrupt(e)
+        return False
 
 
 def _init() -> None:
-    global _initialised
+    global _initialised, _previous_unraisable
     with _lock:
         if not _initialised:
+            if sys.unraisablehook is not _unraisable:
+                _previous_unraisable = sys.unraisablehook
+                sys.unraisablehook = _unraisable
             if os.environ.get("GGUF_MTP_LLAMA_LOG") != "raw":  # raw: llama.cpp prints to stderr itself
                 _ll.llama_log_set(_on_log, ctypes.c_void_p(0))
+            atexit.register(_release_log)  # raw too: llama-cpp-python's own callback is Python as well
             _ll.llama_backend_init()
             _initialised = True
 
@@ -79,6 +136,13 @@ def amx_off() -> bool:
     return "AMX" in registry().extra_buffer_types("CPU")
 
 
+def _release_log() -> None:
+    """At exit, before the interpreter frees our log callback: llama.cpp's log back to its own (stderr). A line
+    logged while the process ends (a back-end's teardown, e.g. CUDA's) would otherwise call freed memory, and the
+    process died by SIGSEGV after its work was done."""
+    _ll.llama_log_set(_ll.llama_log_callback(), ctypes.c_void_p(0))  # NULL: its default logger
+
+
 def last_error() -> str:
     """The most telling recent llama.cpp log line (errors first)."""
     for words in (("error",), ("failed", "wrong", "abort")):
@@ -96,18 +160,40 @@ def file_types() -> dict[str, int]:
     return names
 
 
+class QuantizeFailed(GgufMtpError):
+    """``llama_model_quantize`` failed; ``errno`` is the C library's error code as the call returned (a failed
+    write leaves ENOSPC, EFBIG, ... there; llama.cpp's own message only says ``iostream error``)."""
+
+    def __init__(self, message: str, errno_: int) -> None:
+        super().__init__(message)
+        self.errno = errno_
+
+
+def _quantize_fn() -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+    """``llama_model_quantize`` through a handle that keeps the call's ``errno`` (ctypes.get_errno)."""
+    lib = ctypes.CDLL(_ll.llama_cpp._lib._name, use_errno=True)
+    fn = lib.llama_model_quantize
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_ll.llama_model_quantize_params)]
+    fn.restype = ctypes.c_uint32
+    return fn
+
+
 def quantize_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *, threads: int = 0,
-                  tensor_types: Sequence[tuple[str, int]] = (), imatrix: dict[str, np.ndarray] | None = None) -> None:
-    """llama.cpp's quantizer (``llama_model_quantize``): write ``dst`` (as is, not atomically) from ``src`` as
-    ``ftype``, a key of :func:`file_types`.
+                  tensor_types: Sequence[tuple[str, int]] = (), imatrix: dict[str, np.ndarray] | None = None,
+                  allow_requantize: bool = False) -> None:
+    """llama.cpp's quantizer (``llama_model_quantize``) in this process: write ``dst`` (as is, not atomically)
+    from ``src`` as ``ftype``, a key of :func:`file_types`. One C call that cannot be interrupted: callers run it
+    in a child process (:mod:`gguf_mtp.runtime.quantizer`).
 
     ``tensor_types``: ``(regex, ggml type)`` pairs that override the type of matching tensors (as
-    llama-quantize's ``--tensor-type``); ``imatrix``: per-tensor importance (see :mod:`gguf_mtp.imatrix`).
+    llama-quantize's ``--tensor-type``); ``imatrix``: per-tensor importance (see :mod:`gguf_mtp.imatrix`);
+    ``allow_requantize``: as llama-quantize's ``--allow-requantize``. Raises :class:`QuantizeFailed`.
     """
     _init()
     params = _ll.llama_model_quantize_default_params()
     params.ftype = file_types()[ftype]
     params.nthread = threads
+    params.allow_requantize = allow_requantize
     keep: list[object] = []  # ctypes buffers that must outlive the call
     # [type: ignore] below: llama-cpp-python annotates .pattern and .name as bytes; ctypes takes a c_char_p
     if tensor_types:
@@ -132,9 +218,17 @@ def quantize_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftyp
         data[len(imatrix)].name = None
         params.imatrix = data
         keep.append(data)
-    rc = _ll.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    _log.clear()
+    ctypes.set_errno(0)
+    rc = _quantize_fn()(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    code = ctypes.get_errno()
     if rc != 0:
-        raise GgufMtpError(f"{src}: llama.cpp could not quantize to {ftype}: {last_error()}")
+        raise QuantizeFailed(f"{src}: llama.cpp could not quantize to {ftype}: {last_error()}",
+                             code if code in _WRITE_ERRNOS else 0)
+
+
+#: errno values a failed write of the output leaves (the only ones a quantizer's failure is reported by)
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
 
 
 class Model:
@@ -154,11 +248,17 @@ class Model:
             p.use_extra_bufts = False
         if not use_mmap or file_ptr is not None:  # a FILE * cannot be mapped
             p.load_mode = _ll.LLAMA_LOAD_MODE_NONE
+        p.progress_callback = _on_progress  # stops the load on Ctrl-C / SIGTERM (see the module's docstring)
+        self._open_contexts = 0  # contexts made on it and not yet freed: the model is freed after them
+        self._close_pending = False
         _log.clear()
         if file_ptr is not None:  # a FILE * (e.g. a virtual merged model)
             self.ptr = _ll.llama_model_load_from_file_ptr(ctypes.c_void_p(file_ptr), p)
         else:
             self.ptr = _ll.llama_model_load_from_file(str(self.path).encode(), p)
+        if _interrupts:
+            self.close()
+            raise_interrupt()
         if not self.ptr:
             raise GgufMtpError(f"{self.path}: llama.cpp could not load the model: {last_error()}")
         self.vocab = _ll.llama_model_get_vocab(self.ptr)
@@ -212,7 +312,13 @@ class Model:
         return bool(_ll.llama_vocab_is_eog(self.vocab, token))
 
     def close(self) -> None:
+        """Free the model, or (while a context made on it is open) as soon as the last one is closed: a context
+        freed after its model reads freed memory. Python gives no order to objects collected together (a cycle,
+        the interpreter's exit), where that crashed CUDA processes at exit."""
         if getattr(self, "ptr", None):
+            if getattr(self, "_open_contexts", 0) > 0:
+                self._close_pending = True
+                return
             _ll.llama_model_free(self.ptr)
             self.ptr = None
 
@@ -332,6 +438,11 @@ class Context:
             p.yarn_beta_fast, p.yarn_beta_slow = betas
         _log.clear()
         self.ptr = _ll.llama_init_from_model(model.ptr, p)
+        if self.ptr:
+            model._open_contexts += 1
+        if _interrupts:
+            self.close()
+            raise_interrupt()
         if not self.ptr:
             what = "an MTP context" if mtp else "a context"
             raise GgufMtpError(f"{model.path}: llama.cpp could not create {what}: {last_error()}")
@@ -364,6 +475,8 @@ class Context:
             raise GgufMtpError(f"{self.model.path}: {batch.n_outputs} outputs in one decode, the context allows "
                                f"{self.n_outputs_max}")
         rc = _ll.llama_decode(self.ptr, batch.batch)
+        if _interrupts:
+            raise_interrupt()
         if rc != 0:
             raise GgufMtpError(f"{self.model.path}: llama_decode failed with code {rc}: {last_error()}")
 
@@ -452,6 +565,11 @@ class Context:
                 smp.close()  # detach before the context goes: llama.cpp keeps the pointer
             _ll.llama_free(self.ptr)
             self.ptr = None
+            m = self.model
+            m._open_contexts -= 1
+            if m._close_pending and m._open_contexts == 0:  # its close() waited for this context
+                m._close_pending = False
+                m.close()
 
     def __enter__(self) -> Context:
         return self

@@ -154,12 +154,18 @@ def parse_endpoints(value: str) -> list[tuple[str, int]]:
     """``host:port[,host:port]`` -> [(host, port)]. ggml's client splits at the first colon, so IPv6 literals
     cannot be named (it would abort on them): a host name or an IPv4 address."""
     out = []
+    shown = repr(value) if len(value) <= 80 else f"{value[:60]!r}... ({len(value)} characters)"
     for s in value.split(","):
         m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+):(\d{1,5})\s*", s)
         if not m or not 0 < int(m.group(2)) < 65536:
-            raise GgufMtpError(f"--rpc {value!r}: {s.strip()!r} is not host:port with a host name or IPv4 address "
-                               "(e.g. 192.168.1.20:50052)")
-        out.append((m.group(1), int(m.group(2))))
+            raise GgufMtpError(f"--rpc {shown}: {s.strip()[:60]!r} is not host:port with a host name or IPv4 "
+                               "address (e.g. 192.168.1.20:50052)")
+        host = m.group(1)
+        # DNS limits (RFC 1035): 253 characters, dot-separated labels of 1-63; the resolver refuses others
+        if len(host) > 253 or any(not 0 < len(label) <= 63 for label in host.removesuffix(".").split(".")):
+            raise GgufMtpError(f"--rpc {shown}: the host {host[:60]!r}{'...' if len(host) > 60 else ''} is not a "
+                               "valid host name (at most 253 characters, dot-separated parts of 1-63)")
+        out.append((host, int(m.group(2))))
     return out
 
 
