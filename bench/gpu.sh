@@ -12,6 +12,7 @@
 #   bash bench/gpu.sh serve [SIZE_GB] [HEAD_NOISE]   # bench/serve.py, against llama-server if built
 #   bash bench/gpu.sh qwen3next [SIZE_GB]   # bench/qwen3next.py: rollback strategies on a Qwen3-Next-shaped model
 #   bash bench/gpu.sh multi [dense,moe,big]   # 2 GPUs: placements with and without MTP (bench/multi_gpu.py)
+#   bash bench/gpu.sh serve-shaped   # serve vs llama-server (draft-mtp, plain) at 1 and 4 clients, same model
 #   bash bench/gpu.sh oneshot ["noisy perfect"]   # every row its own process, one answer (bench/oneshot.py), on
 #                                                 # models of LAYERS (default 32) at WIDTHS
 #
@@ -156,5 +157,21 @@ oneshot)  # $2: which heads, in order ("noisy perfect"); NOISE sets the noisy on
         | tee "$OUT/oneshot.txt" || log "oneshot stopped early (time budget or error); the JSON keeps every finished row"
     log "done"
     ;;
-*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|qwen3next|multi|oneshot [ARGS]" >&2; exit 2 ;;
+serve-shaped)  # serve vs llama-server (draft-mtp and plain) at 1 and 4 clients on the oneshot's ~70% head model
+    deps
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 bench/models.py --workdir "$WORK" \
+        --widths "${WIDTHS:-9b}" --layers "${LAYERS:-32}" --vocab "${VOCAB:-248320}" --noise "${NOISE:-0.06}" \
+        --quant "" --stage python --threads "$(nproc)" --manifest "$WORK/models.txt" > "$OUT/models.log" 2>&1 &
+    MODELS=$!
+    build llama-server
+    wait "$MODELS" || { tail -20 "$OUT/models.log"; exit 1; }
+    M="$(grep -m1 'noisy head' "$WORK/models.txt" | cut -d= -f2-)"
+    left=$(( ${BUDGET:-540} - (SECONDS - T0) ))
+    log "serve benchmark on $M, $left s left"
+    py bench/serve.py --model "$M" --llama-server "$LCPP/bin/llama-server" --ngl $NGL --threads 4 -n 128 \
+        --clients "${CLIENTS:-1,4}" --seconds "${SERVE_SECONDS:-15}" --draft "${SERVE_DRAFT:-2}" -c 8192 \
+        --workdir "$WORK" --out "$OUT/serve-shaped.json" --plot "$OUT/serve-shaped.png" 2>&1 | tee "$OUT/serve-shaped.txt"
+    log "done"
+    ;;
+*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|serve-shaped|qwen3next|multi|oneshot [ARGS]" >&2; exit 2 ;;
 esac
