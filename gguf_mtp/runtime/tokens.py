@@ -8,7 +8,8 @@ after a special token that llama.cpp is bound to split out at that very place (n
 that one overlaps it): llama.cpp then handles the text on either side of the cut independently, so the pieces give
 exactly the tokens of the whole. Tokenizing stops once the tokens pass the caller's limit, and a text longer than
 the limit times the longest token (in bytes) is refused before any of it is tokenized: every token stands for at
-most that many bytes of text, so it could not fit.
+most that many bytes of text, so it could not fit (whitespace that a special token marked lstrip/rstrip swallows
+is counted too: a text padded with megabytes of it is refused although it might fit).
 """
 
 from __future__ import annotations
