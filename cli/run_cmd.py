@@ -7,12 +7,12 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import typer
 
 from gguf_mtp.errors import GgufMtpError
-from gguf_mtp.files import read_input_text
+from gguf_mtp.files import describe_os_error, open_input
 from gguf_mtp.ggufio.atomic import check_output, write_bytes
 
 from . import options as O
@@ -134,10 +134,8 @@ def run(
     for opt, val in (("--spec-draft-profile", draft_profile), ("--spec-draft-profile-out", draft_profile_out)):
         if val is not None and (no_mtp or not adaptive):
             raise typer.BadParameter(f"{opt} needs --spec-draft-n-max auto (and MTP on)")
-    if prompt_file is not None:
-        if prompt is not None:
-            raise typer.BadParameter("--prompt and --file exclude each other")
-        prompt = read_input_text(prompt_file, "prompt file")
+    if prompt_file is not None and prompt is not None:
+        raise typer.BadParameter("--prompt and --file exclude each other")
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
                         require_mtp=require_mtp, prompt_window=prompt_window, warmup=warmup, timings=perf or None,
@@ -153,9 +151,22 @@ def run(
     sampling, notes = check_sampling(SamplerConfig(temp=temp, top_k=top_k, top_p=top_p, seed=seed))
     for n in notes:
         err(f"note: {n}")
-    session = MTPSession(model, mtp=False if no_mtp else (mtp or "auto"), config=cfg,
-                         on_notice=lambda s: err(f"note: {s}"))
+    # opened now (a missing file or a FIFO fails before the model loads), read once the model says how long a
+    # prompt can be
+    prompt_fh = _open_prompt(prompt_file) if prompt_file is not None else None
+    try:
+        session = MTPSession(model, mtp=False if no_mtp else (mtp or "auto"), config=cfg,
+                             on_notice=lambda s: err(f"note: {s}"))
+    except BaseException:
+        if prompt_fh is not None:
+            prompt_fh.close()
+        raise
     with session:
+        sampling, notes = check_sampling(sampling, session.model.n_vocab)  # the vocabulary bounds --top-k
+        for n in notes:
+            err(f"note: {n}")
+        if prompt_fh is not None and prompt_file is not None:
+            prompt = _read_prompt(prompt_fh, prompt_file, session)
         err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))  # once the files passed their checks
         sidecar = session.pairing.sidecar
         inputs = given + session.pairing.model.files + (sidecar.files if sidecar else [])
@@ -201,6 +212,41 @@ def _check_outputs(outputs: dict[str, Path], *, force: bool, inputs: list[Path])
             raise typer.BadParameter(f"{seen[where]} and {opt} name the same file ({path}); give each its own file")
         seen[where] = opt
         check_output(path, force=force, inputs=inputs)
+
+
+def _open_prompt(path: Path) -> BinaryIO:
+    """The --file prompt, opened (not read)."""
+    try:
+        return open_input(path, "prompt file")
+    except FileNotFoundError:
+        raise GgufMtpError(f"{path}: no such file") from None
+    except OSError as e:
+        raise GgufMtpError(describe_os_error(e, path)) from None
+
+
+def _read_prompt(fh: BinaryIO, path: Path, session: MTPSession) -> str:
+    """The prompt file's text; one longer than any prompt the context can hold is refused unread."""
+    from gguf_mtp.runtime import tokens
+
+    with fh:
+        room = session.prompt_room
+        most = tokens.max_bytes(session.model, room)
+        size = os.fstat(fh.fileno()).st_size
+        if size > most:
+            raise GgufMtpError(f"{path}: {size} bytes, more than a prompt that fits the context can have "
+                               f"({room} tokens of at most {most // room} bytes each); shorten it, or raise "
+                               "-c/--ctx-size")
+        try:
+            data = fh.read(most + 1)
+        except OSError as e:
+            raise GgufMtpError(describe_os_error(e, path)) from None
+    if len(data) > most:  # it grew since fstat
+        raise GgufMtpError(f"{path}: more than {most} bytes, more than a prompt that fits the context can have; "
+                           "shorten it, or raise -c/--ctx-size")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise GgufMtpError(f"{path}: not valid UTF-8 text (byte {e.start}); save the prompt file as UTF-8") from None
 
 
 def _is_utf8(text: str) -> bool:

@@ -74,7 +74,8 @@ def serve(
     """
     # imported here: the runtime loads llama.cpp's libraries before numpy (see gguf_mtp.runtime), and the CLI's
     # other commands must not need them (nor the serve extra)
-    from gguf_mtp.runtime import MTPSession, SessionConfig, devices, placement
+    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices, placement, tokens
+    from gguf_mtp.runtime.options import check_sampling
 
     try:
         import uvicorn
@@ -86,6 +87,13 @@ def serve(
         raise GgufMtpError(f"gguf-mtp serve needs the serve extra ({e}): pip install \"gguf-mtp[serve]\"") from None
     if no_mtp and mtp is not None:
         raise typer.BadParameter("--mtp and --no-mtp exclude each other")
+    err = lambda s: typer.echo(s, err=True)  # noqa: E731
+    # the request defaults pass the checks every request's sampling passes (the seed: -1 stays "random per request")
+    if seed != -1:
+        check_sampling(SamplerConfig(seed=seed))
+    sampling, notes = check_sampling(SamplerConfig(temp=temp, top_k=top_k, top_p=top_p, seed=0))
+    for n in notes:
+        err(f"note: {n}")
     template = None
     if chat_template_file is not None:
         template = read_input_text(chat_template_file, "chat template")
@@ -103,17 +111,21 @@ def serve(
     if cfg.rpc:  # before the start-up line, so that it names their devices
         placement.add_rpc_servers(cfg.rpc)
     sock = _listen(host, port)  # before loading: a busy port fails fast
-    err = lambda s: typer.echo(s, err=True)  # noqa: E731
     err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))
     session = MTPSession(model, mtp=False if no_mtp else (mtp or "auto"), config=cfg, chat_template=template,
                          on_notice=lambda s: err(f"note: {s}"))
     try:
+        sampling, notes = check_sampling(sampling, session.model.n_vocab)  # the vocabulary bounds --top-k
+        for n in notes:
+            err(f"note: {n}")
+        tokens.facts(session.model)  # read the vocabulary's facts now, not in the first long request
         name = alias or model.stem
         metrics = Metrics(parallel)
         sched = Scheduler(session, metrics)
         st = ServerState(session=session, scheduler=sched, metrics=metrics, model_name=name,
                          model_aliases=frozenset({name, model.name, model.stem, str(model)}),
-                         defaults=Defaults(temp=temp, top_k=top_k, top_p=top_p, seed=seed, n_predict=n_predict),
+                         defaults=Defaults(temp=sampling.temp, top_k=sampling.top_k, top_p=sampling.top_p, seed=seed,
+                                           n_predict=n_predict),
                          created=int(time.time()), api_key=api_key or None)
         app = build_app(st)
         h, p = sock.getsockname()[:2]

@@ -4,7 +4,8 @@ The template is code from the model file, so it runs in jinja2's immutable sandb
 takes longer than ``RENDER_SECONDS`` or produces more than ``MAX_OUTPUT`` characters is stopped, and every
 failure (syntax, undefined names, sandbox violations, runaway recursion) becomes one :class:`GgufMtpError` line.
 The time limit is a timer signal when rendering on the main thread (it interrupts any Python loop) and checks at
-every call, attribute access and operator elsewhere.
+every call, attribute access and operator elsewhere; the same checks ask the caller's ``cancelled`` (a server
+shutting down). Limits are per thread: a server renders several requests at once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Sized
+from collections.abc import Callable, Sized
 from typing import Any, cast
 
 from ..errors import GgufMtpError
@@ -69,16 +70,25 @@ def _env(limits: _Limits) -> Any:
     return LimitedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
 
 
-class _Limits:
+class _Limits(threading.local):
+    """The running render's deadline and cancel check (each thread renders with its own)."""
+
     def __init__(self) -> None:
         self.deadline = float("inf")
+        self.cancelled: Callable[[], bool] | None = None
 
-    def start(self, seconds: float) -> None:
+    def start(self, seconds: float, cancelled: Callable[[], bool] | None = None) -> None:
         self.deadline = time.monotonic() + seconds
+        self.cancelled = cancelled
+
+    def stop(self) -> None:
+        self.deadline, self.cancelled = float("inf"), None
 
     def tick(self) -> None:
         if time.monotonic() > self.deadline:
             raise _Stop(f"it ran longer than {RENDER_SECONDS:g} s")
+        if self.cancelled is not None and self.cancelled():
+            raise _Stop("it was cancelled")
 
 
 class ChatTemplate:
@@ -120,10 +130,13 @@ class ChatTemplate:
             raise _Stop(f"range() of {len(r)} items")
         return _Range(r, self._limits)
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **kw: Any) -> str:
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, *,
+               cancelled: Callable[[], bool] | None = None, **kw: Any) -> str:
+        """The conversation as the template writes it; ``cancelled`` is asked as the template runs (True stops it
+        with a :class:`GgufMtpError`)."""
         template = self._compile()
         budget = MAX_OUTPUT + sum(len(str(m.get("content", ""))) for m in messages)
-        self._limits.start(RENDER_SECONDS)
+        self._limits.start(RENDER_SECONDS, cancelled)
         out: list[str] = []
         size = 0
         timer = _Alarm(RENDER_SECONDS)
@@ -142,7 +155,7 @@ class ChatTemplate:
         except Exception as e:  # noqa: BLE001 - the template is code from the model file: any failure is its own
             raise GgufMtpError(f"chat template failed ({_short(e)}); use -p for plain completion") from None
         finally:
-            self._limits.deadline = float("inf")
+            self._limits.stop()
         return "".join(out)
 
 

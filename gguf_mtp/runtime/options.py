@@ -3,9 +3,13 @@
 llama.cpp takes these as C integers and floats: a value out of range wraps silently (``-c 4294967360`` becomes
 64) or aborts the process (``-t 100000``, a batch smaller than a verify step). Each bad value is refused with a
 one-line :class:`GgufMtpError` naming the option as llama.cpp spells it, or clamped with a note where a
-clamped value is what the user meant (more threads than CPUs). Meanings follow llama.cpp: ``--seed -1`` is a
-random seed, ``--temp`` <= 0 is greedy, ``--top-k 0`` and ``--top-p 1`` turn those filters off, ``-c 0`` is the
-model's own context length, ``-ngl -1`` offloads every layer.
+clamped value is what the user meant (more threads than CPUs, a top-k above the vocabulary). Meanings follow
+llama.cpp: ``--seed -1`` is a random seed, ``--temp`` <= 0 is greedy, ``--top-k 0`` and ``--top-p 1`` turn those
+filters off, ``-c 0`` is the model's own context length, ``-ngl -1`` offloads every layer.
+
+Sampling options reach llama.cpp through :func:`check_sampling` whichever front end sets them (``run``, ``serve``,
+``MTPSession.generate``/``chat``): llama.cpp's samplers take single-precision floats and 32-bit integers, and its
+top-k inside the decode graph aborts the process when k is larger than the vocabulary.
 """
 
 from __future__ import annotations
@@ -31,6 +35,12 @@ MAX_CTX = (1 << 31) - 1
 MAX_THREADS = 512
 SEED_RANDOM = -1
 U32_MAX = (1 << 32) - 1
+#: the largest single-precision float: llama.cpp's samplers take floats, and a larger temperature becomes inf
+F32_MAX = 3.4028234663852886e38
+#: temperatures above 0 and below this are greedy: llama.cpp divides the logits by the temperature in single
+#: precision, and below it the quotient overflows to inf and the probabilities become NaN (greedy is the limit of
+#: sampling as the temperature goes to 0)
+MIN_TEMP = 1e-30
 
 
 def _fail(option: str, value: object, why: str) -> GgufMtpError:
@@ -111,23 +121,37 @@ def check_session(cfg: SessionConfig, *, speculative: bool = True) -> tuple[Sess
     return replace(cfg, n_threads=threads), notes
 
 
-def check_sampling(cfg: SamplerConfig) -> tuple[SamplerConfig, list[str]]:
-    """Refuse sampling options llama.cpp would misread; ``--seed -1`` becomes a random seed (said in a note)."""
-    _float("--temp", cfg.temp)
+def check_sampling(cfg: SamplerConfig, n_vocab: int | None = None) -> tuple[SamplerConfig, list[str]]:
+    """Refuse sampling options llama.cpp would misread or abort on, and clamp those it gives a meaning beyond their
+    range (said in notes): ``--seed -1`` becomes a random seed; with ``n_vocab``, a top-k above the vocabulary keeps
+    every token, as llama.cpp's host sampler does (its device sampler would abort); a temperature below
+    :data:`MIN_TEMP` is greedy."""
+    temp = _float("--temp", cfg.temp)
+    notes: list[str] = []
+    if temp > F32_MAX:
+        raise _fail("--temp", temp, f"must be at most {F32_MAX:.6g} (llama.cpp samples in single precision)")
+    if 0 < temp < MIN_TEMP:
+        notes.append(f"--temp {temp:g} is below {MIN_TEMP:g}: greedy, as --temp 0 (a smaller temperature overflows "
+                     "llama.cpp's single-precision sampler)")
+        temp = 0.0
     top_p = _float("--top-p", cfg.top_p)
     if not 0 <= top_p <= 1:
         raise _fail("--top-p", top_p, "must be between 0 and 1 (1: off)")
-    if _int("--top-k", cfg.top_k) < 0:
-        raise _fail("--top-k", cfg.top_k, "must be 0 (off) or more")
+    top_k = _int("--top-k", cfg.top_k)
+    if top_k < 0:
+        raise _fail("--top-k", top_k, "must be 0 (off) or more")
+    if n_vocab is not None and top_k > n_vocab:
+        if temp > 0:
+            notes.append(f"--top-k {top_k} is more than the model's {n_vocab} tokens; using {n_vocab} (every token)")
+        top_k = n_vocab
     seed = _int("--seed", cfg.seed)
-    notes: list[str] = []
     if seed == SEED_RANDOM:
         seed = secrets.randbelow(U32_MAX)
-        if cfg.temp > 0:
+        if temp > 0:
             notes.append(f"--seed -1: random seed {seed}")
     elif not 0 <= seed <= U32_MAX:
         raise _fail("--seed", seed, f"must be between 0 and {U32_MAX}, or -1 for a random seed")
-    return replace(cfg, seed=seed), notes
+    return replace(cfg, temp=temp, top_p=top_p, top_k=top_k, seed=seed), notes
 
 
 __all__ = ["check_session", "check_sampling", "check_threads", "cpu_count", "MAX_DRAFT"]

@@ -7,6 +7,10 @@ the device, llama.cpp's ``dist`` sampler draws them from a copy of its generator
 only for the rows that are accepted (``llama_sampler_accept``), so the n-th emitted token always uses the
 n-th draw, as plain decoding does. Where the back-end cannot run a chain (or logits are asked for), the same
 chain runs on the host from the logits: same draws, same rule.
+
+Every configuration passes :func:`~gguf_mtp.runtime.options.check_sampling` against the model's vocabulary right
+before its chain is made (:meth:`ContextSampler.use`), whoever built it: llama.cpp's top-k inside the decode graph
+aborts the process for a k above the vocabulary. The MTP head's drafts are greedy (no top-k, no temperature).
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class ContextSampler:
             on_logits: Callable[[np.ndarray], None] | None = None) -> None:
         """Sample with ``cfg`` (None: greedy) from the next decode on; a seeded chain starts from its seed again."""
         device = device and on_logits is None
+        if cfg is not None:  # the one gate to llama.cpp: the vocabulary bounds top-k (Sampler checked the rest)
+            cfg = check_sampling(cfg, self.ctx.model.n_vocab)[0]
         key = (cfg if cfg is not None and cfg.temp > 0 else None, device)
         self.on_logits = on_logits
         if key == self.key and self.chain is not None:

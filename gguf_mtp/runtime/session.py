@@ -19,7 +19,7 @@ from gguf import Keys
 
 from ..errors import GgufMtpError
 from ..head import find_head, plan_graft
-from . import devices, placement
+from . import devices, placement, tokens
 from .chat import ChatTemplate
 from .llama import Context, Model
 from .options import check_session
@@ -261,6 +261,7 @@ class MTPSession:
     def _run(self, new_tokens: list[int], max_tokens: int, sampling: SamplerConfig | None,
              on_text: Callable[[str], None] | None, reuse: bool) -> Generation:
         e = self.engine
+        sampler = Sampler(sampling or SamplerConfig())  # a bad configuration fails before the context changes
         before = e.stats.copy()
         if reuse:
             self._sync(new_tokens)
@@ -272,7 +273,7 @@ class MTPSession:
         pieces: list[str] = []
         stopped = "length"
         try:
-            for t in e.generate(Sampler(sampling or SamplerConfig()), max_tokens, self.model.is_eog):
+            for t in e.generate(sampler, max_tokens, self.model.is_eog):
                 out.append(t)
                 if self.model.is_eog(t):
                     stopped = "eog"
@@ -301,10 +302,24 @@ class MTPSession:
             self._dirty = False
         self.engine.sync(tokens)
 
+    @property
+    def prompt_room(self) -> int:
+        """The most tokens a prompt may have: the context less one verify step (the engine's own rule)."""
+        return self.engine.n_ctx - self.engine.n_draft_max
+
+    def _too_long(self, n: int, exact: bool) -> tokens.PromptTooLong:
+        return tokens.PromptTooLong(n, self.prompt_room, self.engine.n_ctx, exact)
+
     def generate(self, prompt: str | list[int], *, max_tokens: int = 256, sampling: SamplerConfig | None = None,
                  on_text: Callable[[str], None] | None = None) -> Generation:
-        """Complete ``prompt`` (text or tokens) from a fresh context."""
-        toks = self.model.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        """Complete ``prompt`` (text or tokens) from a fresh context. A prompt the context cannot hold raises
+        :class:`~gguf_mtp.runtime.tokens.PromptTooLong` before it is all tokenized."""
+        if isinstance(prompt, str):
+            toks = tokens.tokenize(self.model, prompt, limit=self.prompt_room, n_ctx=self.engine.n_ctx)
+        else:
+            toks = list(prompt)
+            if len(toks) > self.prompt_room:
+                raise self._too_long(len(toks), True)
         if not toks:
             raise GgufMtpError("empty prompt")
         return self._run(toks, max_tokens, sampling, on_text, reuse=False)
@@ -312,8 +327,11 @@ class MTPSession:
     def chat(self, messages: list[dict[str, Any]], *, max_tokens: int = 512, sampling: SamplerConfig | None = None,
              on_text: Callable[[str], None] | None = None) -> Generation:
         """Answer the last message of ``messages``; the shared prefix with the previous turn is not recomputed."""
+        if len(messages) > self.prompt_room:  # each message takes a token or more: refused before rendering
+            raise self._too_long(len(messages), False)
         text = self.template.render(messages, add_generation_prompt=True)
-        toks = self.model.tokenize(text, add_special=False, parse_special=True)
+        toks = tokens.tokenize(self.model, text, add_special=False, parse_special=True, limit=self.prompt_room,
+                               n_ctx=self.engine.n_ctx)
         return self._run(toks, max_tokens, sampling, on_text, reuse=True)
 
     def close(self) -> None:

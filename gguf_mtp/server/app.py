@@ -22,6 +22,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from .. import __version__
+from ..errors import GgufMtpError
+from ..runtime import tokens
+from ..runtime.options import check_sampling
 from ..runtime.sampling import SamplerConfig
 from ..runtime.session import MTPSession
 from .engine import Defaults, Job, Scheduler, random_seed
@@ -64,51 +67,76 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def _sampling(req: GenRequest, d: Defaults) -> SamplerConfig:
+def _sampling(req: GenRequest, d: Defaults, n_vocab: int) -> SamplerConfig:
     seed = req.seed if req.seed is not None else (d.seed if d.seed >= 0 else random_seed())
-    return SamplerConfig(temp=d.temp if req.temperature is None else req.temperature,
-                         top_k=d.top_k if req.top_k is None else req.top_k,
-                         top_p=d.top_p if req.top_p is None else req.top_p,
-                         seed=seed % (1 << 32))  # llama.cpp seeds are 32-bit (runtime.options)
+    cfg = SamplerConfig(temp=d.temp if req.temperature is None else req.temperature,
+                        top_k=d.top_k if req.top_k is None else req.top_k,
+                        top_p=d.top_p if req.top_p is None else req.top_p,
+                        seed=seed % (1 << 32))  # llama.cpp seeds are 32-bit (runtime.options)
+    try:  # what run and the Python API check too: top_k above the vocabulary is clamped to it, ...
+        return check_sampling(cfg, n_vocab)[0]
+    except GgufMtpError as e:  # the schema's ranges keep every request inside these; a server default may not be
+        raise APIError(422, f"sampling: {e}", code="invalid_value") from None
+
+
+def _too_long(st: ServerState, chat: bool, n_tokens: int, exact: bool) -> APIError:
+    sched = st.scheduler
+    room = sched.n_ctx_seq - sched.n_draft_max - 1
+    has = f"{n_tokens} tokens" if exact else f"at least {n_tokens} tokens"
+    extra = {"n_prompt_tokens": n_tokens} if exact else {}  # llama-server's fields; a lower bound is not a count
+    return APIError(400, f"the prompt has {has}; a slot's context holds {sched.n_ctx_seq} (at most {room} for the "
+                    "prompt): shorten it, or raise -c (or lower -np)", param="messages" if chat else "prompt",
+                    code="context_length_exceeded", extra=extra | {"n_ctx": sched.n_ctx_seq})
 
 
 def _tokenize(st: ServerState, req: GenRequest) -> list[int]:
-    """Prompt tokens, exactly as ``gguf-mtp run`` makes them (-p: tokenize with BOS; chat: the template)."""
-    s = st.session
-    if req.messages:
-        try:
-            text = s.template.render(req.messages, add_generation_prompt=True)
-        except Exception as e:  # noqa: BLE001 - the template's raise_exception, or a template that cannot take these messages
-            raise APIError(400, f"the chat template cannot render these messages: {e}", param="messages",
-                           code="chat_template_error") from None
-        return s.model.tokenize(text, add_special=False, parse_special=True)
+    """Prompt tokens, exactly as ``gguf-mtp run`` makes them (-p: tokenize with BOS; chat: the template), with
+    bounded work: what cannot fit a slot is refused before the template or the tokenizer see all of it."""
+    s, sched = st.session, st.scheduler
+    room = sched.n_ctx_seq - sched.n_draft_max - 1  # a prompt must leave room for one verify step
+    closing = sched.closing
+    chat = bool(req.messages)
     if isinstance(req.prompt, list):
+        if len(req.prompt) > room:
+            raise _too_long(st, False, len(req.prompt), True)
         return list(req.prompt)
-    return s.model.tokenize(req.prompt or "")
+    try:
+        if chat:
+            if len(req.messages) > room:  # every template gives each message a token or more (its role, at least)
+                raise _too_long(st, True, len(req.messages), False)
+            try:
+                text = s.template.render(req.messages, add_generation_prompt=True, cancelled=closing)
+            except GgufMtpError as e:  # the template's raise_exception, or a template that cannot take these
+                if closing():
+                    raise tokens.Cancelled(str(e)) from None
+                raise APIError(400, f"the chat template cannot render these messages: {e}", param="messages",
+                               code="chat_template_error") from None
+            return tokens.tokenize(s.model, text, add_special=False, parse_special=True, limit=room,
+                                   n_ctx=sched.n_ctx_seq, cancelled=closing)
+        return tokens.tokenize(s.model, req.prompt or "", limit=room, n_ctx=sched.n_ctx_seq, cancelled=closing)
+    except tokens.PromptTooLong as e:
+        raise _too_long(st, chat, e.n_tokens, e.exact) from None
+    except tokens.Cancelled:
+        raise APIError(503, "the server is shutting down", type="unavailable_error", code="shutting_down") from None
 
 
 async def _prepare(request: Request, chat: bool) -> tuple[ServerState, GenRequest, Job]:
     st: ServerState = request.app.state.server
     body = parse_json(await _read_body(request))
     sched = st.scheduler
-    req = chat_request(body, sched.n_ctx_seq) if chat else completion_request(body, sched.n_ctx_seq,
-                                                                              st.session.model.n_vocab)
+    n_vocab = st.session.model.n_vocab
+    req = chat_request(body, sched.n_ctx_seq) if chat else completion_request(body, sched.n_ctx_seq, n_vocab)
     if req.model is not None and req.model not in st.model_aliases:
         raise APIError(404, f"model {req.model!r} is not served here; GET /v1/models lists {st.model_name!r}",
                        type="invalid_request_error", param="model", code="model_not_found")
-    tokens = await run_in_threadpool(_tokenize, st, req)
-    if not tokens:
+    sampling = _sampling(req, st.defaults, n_vocab)
+    ids = await run_in_threadpool(_tokenize, st, req)
+    if not ids:
         raise APIError(400, "the prompt is empty after tokenization", param="prompt", code="empty_prompt")
-    room = sched.n_ctx_seq - sched.n_draft_max - 1  # a prompt must leave room for one verify step
-    if len(tokens) > room:
-        raise APIError(400, f"the prompt has {len(tokens)} tokens; a slot's context holds {sched.n_ctx_seq} "
-                       f"(at most {room} for the prompt): shorten it, or raise -c (or lower -np)",
-                       param="messages" if chat else "prompt", code="context_length_exceeded",
-                       extra={"n_prompt_tokens": len(tokens), "n_ctx": sched.n_ctx_seq})
     max_tokens = req.max_tokens if req.max_tokens is not None else st.defaults.n_predict
     if max_tokens is None or max_tokens < 0:
         max_tokens = sched.n_ctx_seq
-    job = Job(tokens=tokens, sampling=_sampling(req, st.defaults), max_tokens=max_tokens, stops=req.stop,
+    job = Job(tokens=ids, sampling=sampling, max_tokens=max_tokens, stops=req.stop,
               loop=asyncio.get_running_loop(), events=asyncio.Queue(), ignore_eos=req.ignore_eos)
     return st, req, job
 

@@ -108,6 +108,10 @@ class Scheduler:
             self._pending.append(job)
             self._cv.notify()
 
+    def closing(self) -> bool:
+        """Whether shutdown has begun (asked by requests being prepared, so that they stop early)."""
+        return self._closing
+
     def cancel_all(self) -> None:
         """Shutdown: refuse new work, cancel what is queued or running (the thread then exits)."""
         with self._cv:

@@ -2,18 +2,22 @@
 with OpenAI's error shape and names the field, never an exception deep in the engine.
 
 Fields OpenAI defines that we accept but do not act on (``presence_penalty``, ``user``, ...) are still type-checked;
-fields nobody defines are ignored, as OpenAI-compatible servers do (clients send their own extras).
+fields nobody defines are ignored, as OpenAI-compatible servers do (clients send their own extras). Values are shown
+back in messages through :func:`_show`, which never recurses into what the client sent and never quotes more than a
+few characters of it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 MAX_STOP_LEN = 256
+INT32_MAX = (1 << 31) - 1
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
@@ -54,14 +58,89 @@ class GenRequest:
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object; malformed JSON, nesting deeper than Python's parser goes and lone UTF-16
+    surrogates (``"\\ud800"``: not text, llama-server's JSON parser refuses them too) are a 400."""
     try:
         body = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise APIError(400, f"the request body is not valid JSON ({e}); send a JSON object",
                        code="invalid_json") from None
+    except RecursionError:
+        raise APIError(400, "the request body nests arrays or objects too deeply; send a flatter JSON object",
+                       code="invalid_json") from None
     if not isinstance(body, dict):
         raise APIError(400, f"the request body must be a JSON object, not {type(body).__name__}", code="invalid_json")
+    if _SURROGATE_ESCAPE.search(raw):  # only a \\uD800-\\uDFFF escape can make one: the walk is for those bodies only
+        where = _lone_surrogate(body)
+        if where is not None:
+            raise APIError(400, f"{where or 'a key'}: the request body holds a lone UTF-16 surrogate (\\ud800 to "
+                           "\\udfff without its pair), which is not text; send valid Unicode", param=where or None,
+                           code="invalid_json")
     return body
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+
+
+def _lone_surrogate(body: dict[str, Any]) -> str | None:
+    """Where a lone surrogate is (``messages[3].content``: two levels are named; "" for a key), else None."""
+    for k, v in body.items():
+        if _bad_text(k):
+            return ""
+        if not _holds_lone(v):
+            continue
+        where = k if _printable(k) else ""
+        if isinstance(v, list):
+            i = next(i for i, x in enumerate(v) if _holds_lone(x))
+            where += f"[{i}]"
+            v = v[i]
+        if isinstance(v, dict):
+            kk = next(kk for kk, x in v.items() if _bad_text(kk) or _holds_lone(x))
+            where += f".{kk}" if _printable(kk) else ""
+        return where
+    return None
+
+
+def _bad_text(v: str) -> bool:
+    if v.isascii():
+        return False
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _holds_lone(v: Any) -> bool:
+    """Whether ``v`` or anything inside it is a string (or key) with a lone surrogate; iterative, as the body may
+    nest as deep as the parser allowed, and scalars are never put on the stack (a list may hold millions)."""
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        items = x.items() if isinstance(x, dict) else ((None, y) for y in x) if isinstance(x, list) else [(None, x)]
+        for k, y in items:
+            if k is not None and _bad_text(k):
+                return True
+            if isinstance(y, str):
+                if _bad_text(y):
+                    return True
+            elif isinstance(y, (dict, list)):
+                stack.append(y)
+    return False
+
+
+def _printable(k: str) -> bool:
+    return len(k) <= 64 and k.isascii() and k.isprintable()
+
+
+def _show(v: Any) -> str:
+    """A short, safe rendering of a client's value for a message (containers by kind only, never recursed)."""
+    if isinstance(v, str):
+        return json.dumps(v[:40]) + ("..." if len(v) > 40 else "")
+    if isinstance(v, (dict, list)):
+        return "an object" if isinstance(v, dict) else "an array"
+    text = json.dumps(v) if isinstance(v, float) or v is None or isinstance(v, bool) else str(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _is_int(v: Any) -> bool:
@@ -72,10 +151,12 @@ def _number(body: dict[str, Any], name: str, lo: float, hi: float) -> float | No
     v = body.get(name)
     if v is None:
         return None
-    if not (_is_int(v) or isinstance(v, float)) or not math.isfinite(v):
-        raise invalid(name, f"expected a number, got {json.dumps(v)[:40]}", "invalid_type")
-    if not lo <= v <= hi:
-        raise invalid(name, f"{v} is out of range [{lo:g}, {hi:g}]")
+    if not (_is_int(v) or isinstance(v, float)):
+        raise invalid(name, f"expected a number, got {_show(v)}", "invalid_type")
+    if isinstance(v, float) and not math.isfinite(v):  # NaN, Infinity: Python's parser accepts them
+        raise invalid(name, f"{v} is not a finite number")
+    if not lo <= v <= hi:  # before float(): a 400-digit integer does not fit a float
+        raise invalid(name, f"{_show(v)} is out of range [{lo:g}, {hi:g}]")
     return float(v)
 
 
@@ -84,16 +165,16 @@ def _integer(body: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
     if v is None:
         return None
     if not _is_int(v):
-        raise invalid(name, f"expected an integer, got {json.dumps(v)[:40]}", "invalid_type")
+        raise invalid(name, f"expected an integer, got {_show(v)}", "invalid_type")
     if not lo <= v <= hi:
-        raise invalid(name, f"{v} is out of range [{lo}, {hi}]")
+        raise invalid(name, f"{_show(v)} is out of range [{lo}, {hi}]")
     return int(v)
 
 
 def _check_type(body: dict[str, Any], name: str, types: tuple[type, ...], what: str) -> None:
     v = body.get(name)
     if v is not None and (not isinstance(v, types) or (isinstance(v, bool) and bool not in types)):
-        raise invalid(name, f"expected {what}, got {json.dumps(v)[:40]}", "invalid_type")
+        raise invalid(name, f"expected {what}, got {_show(v)}", "invalid_type")
 
 
 def _common(body: dict[str, Any], n_ctx: int) -> dict[str, Any]:
@@ -105,7 +186,11 @@ def _common(body: dict[str, Any], n_ctx: int) -> dict[str, Any]:
     max_tokens = _integer(body, name, 1, n_ctx)  # more than a slot's context could never be produced
     temperature = _number(body, "temperature", 0.0, 2.0)
     top_p = _number(body, "top_p", 0.0, 1.0)
-    top_k = _integer(body, "top_k", 0, 1 << 30)
+    # llama-server's reading: top_k is a 32-bit integer, and one below 0 means 0 (off); one above the vocabulary
+    # keeps every token (runtime.options.check_sampling clamps it to the vocabulary for llama.cpp)
+    top_k = _integer(body, "top_k", -INT32_MAX - 1, INT32_MAX)
+    if top_k is not None and top_k < 0:
+        top_k = 0
     seed = _integer(body, "seed", -(1 << 63), (1 << 64) - 1)
     stop = body.get("stop")
     if stop is None:
@@ -135,10 +220,13 @@ def _common(body: dict[str, Any], n_ctx: int) -> dict[str, Any]:
     n = _integer(body, "n", 1, 1 << 30)
     if n not in (None, 1):
         raise invalid("n", "only n = 1 is supported", "unsupported_value")
-    # accepted and ignored, but a wrong type is still the client's mistake
+    # accepted and ignored, but a wrong type or a value out of range is still the client's mistake
     for k, lo, hi in (("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0), ("repeat_penalty", 0.0, 10.0),
-                      ("min_p", 0.0, 1.0)):
+                      ("min_p", 0.0, 1.0), ("typical_p", 0.0, 1.0)):
         _number(body, k, lo, hi)
+    _integer(body, "repeat_last_n", -1, INT32_MAX)
+    if _integer(body, "n_probs", 0, INT32_MAX):
+        raise invalid("n_probs", "token probabilities are not supported by this server", "unsupported_value")
     _check_type(body, "user", (str,), "a string")
     _check_type(body, "logit_bias", (dict,), "an object")
     for k in ("logprobs", "top_logprobs", "echo"):
@@ -204,7 +292,7 @@ def chat_request(body: dict[str, Any], n_ctx: int) -> GenRequest:
             raise invalid(f"messages[{i}]", "expected an object with role and content", "invalid_type")
         role = m.get("role")
         if role not in ROLES:
-            raise invalid(f"messages[{i}].role", f"expected one of {', '.join(ROLES)}, got {json.dumps(role)[:40]}")
+            raise invalid(f"messages[{i}].role", f"expected one of {', '.join(ROLES)}, got {_show(role)}")
         entry: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": _content(m, i)}
         if isinstance(m.get("name"), str):
             entry["name"] = m["name"]
