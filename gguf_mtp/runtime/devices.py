@@ -32,13 +32,12 @@ def used(n_gpu_layers: int, devices: list[B.Device] | None = None) -> list[B.Dev
     return (gpus if n_gpu_layers > 0 else []) + [d for d in devs if d.type in ("CPU", "ACCEL")]
 
 
-def _short(d: B.Device) -> str:
+def _short(d: B.Device, amx_off: bool = False) -> str:
     if d.type not in ("CPU", "ACCEL"):
         return d.label()
-    amx = ""
-    if d.type == "CPU" and L.amx_off():
-        amx = f" (AMX kernels off: ggml-org/llama.cpp#20824; {L.AMX_ENV}=1 keeps them)"
-    return f"{d.name}: {d.description}{amx}"
+    if d.type == "CPU" and amx_off:
+        return f"{d.name}: {d.description} (AMX kernels off: ggml-org/llama.cpp#20824; {L.AMX_ENV}=1 keeps them)"
+    return f"{d.name}: {d.description}"
 
 
 def startup_line(n_gpu_layers: int, devices: list[B.Device] | None = None) -> str:
@@ -46,7 +45,8 @@ def startup_line(n_gpu_layers: int, devices: list[B.Device] | None = None) -> st
     (-ngl 99)``."""
     devs = available() if devices is None else devices
     use = used(n_gpu_layers, devs)
-    line = "devices: " + ", ".join(map(_short, use))
+    amx_off = devices is None and L.amx_off()  # a fact of this machine's build: said of its own devices only
+    line = "devices: " + ", ".join(_short(d, amx_off) for d in use)
     idle = [d.name for d in devs if d.type in ("GPU", "IGPU") and d not in use]
     if n_gpu_layers > 0 and len(use) > 1:
         line += f" (-ngl {n_gpu_layers})"
