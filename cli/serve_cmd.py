@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -19,7 +21,7 @@ from .run_cmd import _draft_n, _list_devices
 if TYPE_CHECKING:  # imported in serve() at run time, after llama.cpp (see gguf_mtp.runtime)
     import uvicorn
 
-    from gguf_mtp.server.engine import Scheduler
+    from gguf_mtp.server.loader import Loader
 
 
 def serve(
@@ -62,9 +64,17 @@ def serve(
     top_p: float = typer.Option(0.95, "--top-p", help="Default top-p."),
     seed: int = typer.Option(-1, "--seed", "-s", help="Default seed (-1: a random seed per request)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every request (uvicorn's access log)."),
+    cors_origins: str = typer.Option("*", "--cors-origins",
+                                     help="Origins browsers may call from: * (any, as llama-server), localhost, or "
+                                          "a comma-separated list of origins."),
+    cors_credentials: bool = typer.Option(True, "--cors-credentials/--no-cors-credentials",
+                                          help="Let browsers send credentials (the Origin is echoed back)."),
+    log_disable: bool = typer.Option(False, "--log-disable",
+                                     help="No log line per request on stderr (start-up lines stay)."),
 ) -> None:
-    """Serve the model over HTTP with OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models),
-    /health and Prometheus /metrics.
+    """Serve the model over HTTP with OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models) and
+    llama-server's (/completion, /tokenize, /detokenize, /apply-template, /props, /slots, /health, /metrics).
+    The port opens first: requests get 503 "Loading model" until the model is loaded.
 
     Examples:
 
@@ -75,13 +85,16 @@ def serve(
     # imported here: the runtime loads llama.cpp's libraries before numpy (see gguf_mtp.runtime), and the CLI's
     # other commands must not need them (nor the serve extra)
     from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices, placement, tokens
-    from gguf_mtp.runtime.options import check_sampling
+    from gguf_mtp.runtime.options import check_sampling, check_session
+    from gguf_mtp.runtime.pairing import resolve
 
     try:
         import uvicorn
 
         from gguf_mtp.server.app import ServerState, build_app
+        from gguf_mtp.server.cors import CorsPolicy
         from gguf_mtp.server.engine import Defaults, Scheduler
+        from gguf_mtp.server.loader import Loader
         from gguf_mtp.server.metrics import Metrics
     except ImportError as e:
         raise GgufMtpError(f"gguf-mtp serve needs the serve extra ({e}): pip install \"gguf-mtp[serve]\"") from None
@@ -108,49 +121,85 @@ def serve(
                         split_mode=split_mode,
                         tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
                         main_gpu=main_gpu, rpc=placement.parse_endpoints(rpc) if rpc else None)
+    head = False if no_mtp else (mtp or "auto")
+    # what can be refused without loading is refused before the port opens: options, then the files' headers
+    check_session(cfg, speculative=head is not False)
+    resolve(model, head)
     if cfg.rpc:  # before the start-up line, so that it names their devices
         placement.add_rpc_servers(cfg.rpc)
     sock = _listen(host, port)  # before loading: a busy port fails fast
+    h, p = sock.getsockname()[:2]
+    url = f"http://{_url_host(h)}:{p}"
     err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))
-    session = MTPSession(model, mtp=False if no_mtp else (mtp or "auto"), config=cfg, chat_template=template,
-                         on_notice=lambda s: err(f"note: {s}"))
+    name = alias or model.stem
+    metrics = Metrics(parallel)
+
+    def load() -> ServerState:
+        session = MTPSession(model, mtp=head, config=cfg, chat_template=template, on_notice=lambda s: err(f"note: {s}"))
+        try:
+            applied, notes = check_sampling(sampling, session.model.n_vocab)  # the vocabulary bounds --top-k
+            for n in notes:
+                err(f"note: {n}")
+            tokens.facts(session.model)  # read the vocabulary's facts now, not in the first long request
+            sched = Scheduler(session, metrics)
+        except BaseException:
+            session.close()
+            raise
+        return ServerState(session=session, scheduler=sched, metrics=metrics, model_name=name,
+                           defaults=Defaults(temp=applied.temp, top_k=applied.top_k, top_p=applied.top_p, seed=seed,
+                                             n_predict=n_predict),
+                           created=int(time.time()), api_key=api_key or None, model_path=str(model),
+                           log_requests=not log_disable)
+
+    def loaded() -> None:  # on the load thread, once the load has ended
+        st = loader.ready_state()
+        if st is None:  # failed or cancelled: the server stops (the main thread reports why)
+            server.should_exit = True
+            return
+        s = st.session
+        mtp_desc = f"MTP {s.pairing.source.value}, draft {'auto' if adaptive else k}" if s.mtp_enabled else "no MTP"
+        err(f"gguf-mtp serve: {name} ({mtp_desc}), {parallel} slot(s) of {st.scheduler.n_ctx_seq} tokens")
+        err(f"listening on {url}")
+
+    loader = Loader(load, on_end=loaded)
+    app = build_app(loader, CorsPolicy(cors_origins, cors_credentials))
+    config = uvicorn.Config(app, log_level="info" if verbose else "warning", access_log=verbose,
+                            lifespan="on", timeout_graceful_shutdown=10)
+    server = _Server(config, loader)
+
+    def stop(signum: int, frame: FrameType | None) -> None:  # until uvicorn takes the signals over, and after
+        loader.cancel()
+        server.should_exit = True
+
+    saved = _catch_signals(stop)
     try:
-        sampling, notes = check_sampling(sampling, session.model.n_vocab)  # the vocabulary bounds --top-k
-        for n in notes:
-            err(f"note: {n}")
-        tokens.facts(session.model)  # read the vocabulary's facts now, not in the first long request
-        name = alias or model.stem
-        metrics = Metrics(parallel)
-        sched = Scheduler(session, metrics)
-        st = ServerState(session=session, scheduler=sched, metrics=metrics, model_name=name,
-                         model_aliases=frozenset({name, model.name, model.stem, str(model)}),
-                         defaults=Defaults(temp=sampling.temp, top_k=sampling.top_k, top_p=sampling.top_p, seed=seed,
-                                           n_predict=n_predict),
-                         created=int(time.time()), api_key=api_key or None)
-        app = build_app(st)
-        h, p = sock.getsockname()[:2]
-        mtp_desc = (f"MTP {session.pairing.source.value}, draft {'auto' if adaptive else k}" if session.mtp_enabled
-                    else "no MTP")
-        err(f"gguf-mtp serve: {name} ({mtp_desc}), {parallel} slot(s) of {sched.n_ctx_seq} tokens")
-        err(f"listening on http://{_url_host(h)}:{p}")
-        config = uvicorn.Config(app, log_level="info" if verbose else "warning", access_log=verbose,
-                                lifespan="on", timeout_graceful_shutdown=10)
-        server = _Server(config, sched)
+        err(f"gguf-mtp serve: loading {model.name}; {url} answers 503 until it is loaded")
+        loader.start()
         server.run(sockets=[sock])
     finally:
-        session.close()
+        loader.cancel()  # uvicorn failing: stop the load too
+        loader.join()
+        _restore_signals(saved)
+        if loader.state is not None:
+            loader.state.scheduler.close()
+            loader.state.session.close()
         sock.close()
+    if loader.error is not None and not loader.cancelled.is_set():
+        raise loader.error
     err("gguf-mtp serve: stopped")
 
 
-def _Server(config: uvicorn.Config, sched: Scheduler) -> uvicorn.Server:
-    """uvicorn's server, with the signal handler also cancelling every generation, so that open streams end
-    now instead of holding the graceful shutdown until their last token."""
+def _Server(config: uvicorn.Config, loader: Loader) -> uvicorn.Server:
+    """uvicorn's server, with the signal handler also cancelling every generation (so that open streams end now
+    instead of holding the graceful shutdown until their last token), or the load in progress."""
     import uvicorn
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            sched.cancel_all()
+            st = loader.state
+            if st is not None:
+                st.scheduler.cancel_all()
+            loader.cancel()
             super().handle_exit(sig, frame)
             # uvicorn re-raises the signal once shut down (death by SIGTERM, KeyboardInterrupt for SIGINT);
             # we have shut down cleanly and close the model ourselves, so the process exits with status 0
@@ -159,6 +208,23 @@ def _Server(config: uvicorn.Config, sched: Scheduler) -> uvicorn.Server:
                 captured.clear()
 
     return Server(config)
+
+
+def _catch_signals(handler: Callable[[int, FrameType | None], None]) -> list[tuple[int, Any]]:
+    """SIGINT and SIGTERM stop the server (and a load in progress) instead of raising in the main thread while
+    uvicorn is not yet running; uvicorn installs its own for the time it serves, then puts these back."""
+    saved: list[tuple[int, Any]] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            saved.append((sig, signal.signal(sig, handler)))
+        except ValueError:  # not the main thread (an embedding program): it owns the signals
+            break
+    return saved
+
+
+def _restore_signals(saved: list[tuple[int, Any]]) -> None:
+    for sig, old in saved:
+        signal.signal(sig, old)
 
 
 def _listen(host: str, port: int) -> socket.socket:

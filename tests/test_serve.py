@@ -43,7 +43,8 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Server:
     """``gguf-mtp serve`` in a subprocess on a free port (``--port 0``, read back from its start line)."""
 
-    def __init__(self, model: Path, *args: str, api_key: str = "none") -> None:
+    def __init__(self, model: Path, *args: str, api_key: str = "none", ready: bool = True) -> None:
+        """``ready``: return once the model is loaded ("listening on"), else as soon as the port is open."""
         cmd = [sys.executable, "-m", "gguf_mtp_cli.main", "serve", str(model), "--port", "0", "-t", "1", *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
@@ -55,8 +56,8 @@ class Server:
             if not line:
                 break
             self.log.append(line)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
+            m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+            if m and ("listening on" in line or not ready):
                 self.port = int(m.group(1))
                 break
         if not self.port:
@@ -114,7 +115,7 @@ def srv(model: Path):
 
 @pytest.fixture(scope="module")
 def plain(model: Path):
-    s = Server(model, "--no-mtp", "-c", str(CTX), "--api-key", "sekrit", api_key="sekrit")
+    s = Server(model, "--no-mtp", "-c", str(CTX), "--api-key", "sekrit", "--log-disable", api_key="sekrit")
     yield s
     s.stop(signal.SIGINT)
 
@@ -285,22 +286,21 @@ BAD = [  # (body, status, param or code)
     (b"{not json", 400, "invalid_json"),
     (b"[1, 2]", 400, "invalid_json"),
     (b"\xff\xfe", 400, "invalid_json"),
-    ({"prompt": "x", "max_tokens": -5}, 422, "max_tokens"),
-    ({"prompt": "x", "max_tokens": 10 ** 12}, 422, "max_tokens"),
-    ({"prompt": "x", "max_tokens": "many"}, 422, "max_tokens"),
-    ({"prompt": "x", "temperature": "hot"}, 422, "temperature"),
-    ({"prompt": "x", "temperature": 7}, 422, "temperature"),
-    ({"prompt": "x", "top_p": [1]}, 422, "top_p"),
-    ({"prompt": "x", "seed": 1.5}, 422, "seed"),
-    ({"prompt": "x", "stop": 3}, 422, "stop"),
-    ({"prompt": "x", "stream": "yes"}, 422, "stream"),
-    ({"prompt": "x", "n": 2}, 422, "n"),
-    ({"prompt": "x", "ignore_eos": "yes"}, 422, "ignore_eos"),
-    ({"prompt": "x", "presence_penalty": "lots"}, 422, "presence_penalty"),
-    ({"prompt": 42}, 422, "prompt"),
-    ({"prompt": [1, 2, 99999]}, 422, "prompt"),
-    ({"max_tokens": 3}, 422, "prompt"),
-    ({"prompt": "x", "model": "gpt-4o"}, 404, "model"),
+    ({"prompt": "x", "max_tokens": -5}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": 10 ** 12}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": "many"}, 400, "max_tokens"),
+    ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
+    ({"prompt": "x", "temperature": 7}, 400, "temperature"),
+    ({"prompt": "x", "top_p": [1]}, 400, "top_p"),
+    ({"prompt": "x", "seed": 1.5}, 400, "seed"),
+    ({"prompt": "x", "stop": 3}, 400, "stop"),
+    ({"prompt": "x", "stream": "yes"}, 400, "stream"),
+    ({"prompt": "x", "n": 2}, 400, "n"),
+    ({"prompt": "x", "ignore_eos": "yes"}, 400, "ignore_eos"),
+    ({"prompt": "x", "presence_penalty": "lots"}, 400, "presence_penalty"),
+    ({"prompt": 42}, 400, "prompt"),
+    ({"prompt": [1, 2, 99999]}, 400, "prompt"),
+    ({"max_tokens": 3}, 400, "prompt"),
     ({"prompt": "x " * 1200}, 400, "prompt"),  # longer than a slot's context
 ]
 
@@ -316,14 +316,12 @@ def test_bad_completion_requests(srv: Server, body, status: int, what: str) -> N
 
 def test_bad_chat_requests_and_routes(srv: Server) -> None:
     cases = [
-        ("POST", "/v1/chat/completions", {"messages": "hi"}, 422, "messages"),
-        ("POST", "/v1/chat/completions", {}, 422, "messages"),
-        ("POST", "/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, 422, "messages[0].role"),
-        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, 422, "messages[0].content"),
+        ("POST", "/v1/chat/completions", {"messages": "hi"}, 400, "messages"),
+        ("POST", "/v1/chat/completions", {}, 400, "messages"),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, 400, "messages[0].role"),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
         ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-         422, "messages[0].content[0]"),
-        ("POST", "/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "x"}]},
-         404, "model"),
+         400, "messages[0].content[0]"),
         ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "y " * 1200}]}, 400, "messages"),
         ("GET", "/v1/nothing", None, 404, "not_found"),
         ("GET", "/v1/completions", None, 405, "method_not_allowed"),
@@ -334,8 +332,8 @@ def test_bad_chat_requests_and_routes(srv: Server) -> None:
         assert what in (r["error"]["param"], r["error"]["code"]), r
     code, r = srv.http("POST", "/v1/completions", b"x", {"Content-Length": str(1 << 30)})
     assert code == 413 and r["error"]["code"] == "request_too_large"
-    with pytest.raises(openai.NotFoundError):
-        srv.client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError):  # 400, as OpenAI and llama-server answer (a 422 raised another)
+        srv.client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], temperature=7)
     with pytest.raises(openai.BadRequestError):
         srv.client.completions.create(model="tiny", prompt="z " * 1200)
     # still serving after all of that
@@ -414,3 +412,184 @@ def test_text_stream_stops_and_utf8() -> None:
     t = TextStream(["</s>"])
     out = "".join(t.push(b) for b in (b"a<", b"/", b"b")) + t.finish()
     assert out == "a</b" and not t.stopped
+
+
+# -- a drop-in for llama-server (issue 27) ------------------------------------------------------------------------
+
+def test_any_model_name_is_served_and_answers_name_ours(srv: Server) -> None:
+    """llama-server ignores the request's `model`: clients that send "gpt-4o" (their default) are served."""
+    r = srv.client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=3, temperature=0)
+    assert r.model == "tiny" and r.usage.completion_tokens == 3
+    code, c = srv.http("POST", "/v1/completions", {"model": "davinci-002", "prompt": "x", "max_tokens": 2})
+    assert code == 200 and c["model"] == "tiny"
+
+
+def test_out_of_range_is_a_bad_request_for_the_openai_client(srv: Server) -> None:
+    for kw in ({"temperature": 7}, {"top_p": 2}, {"max_tokens": -5}):
+        with pytest.raises(openai.BadRequestError) as e:
+            srv.client.completions.create(model="tiny", prompt="x", **kw)
+        assert e.value.status_code == 400
+        err = e.value.body
+        assert err["type"] == "invalid_request_error" and err["param"] == next(iter(kw)), err
+
+
+def test_usage_reports_cached_prompt_tokens(srv: Server) -> None:
+    msgs = [{"role": "system", "content": "You answer in Python."}, {"role": "user", "content": "Reverse a string."}]
+    r1 = srv.client.chat.completions.create(model="tiny", messages=msgs, max_tokens=8, temperature=0)
+    msgs += [{"role": "assistant", "content": r1.choices[0].message.content}, {"role": "user", "content": "Again."}]
+    r2 = srv.client.chat.completions.create(model="tiny", messages=msgs, max_tokens=8, temperature=0)
+    cached = r2.usage.prompt_tokens_details.cached_tokens
+    assert cached == r2.model_extra["timings"]["cache_n"] >= r1.usage.prompt_tokens
+    msgs += [{"role": "assistant", "content": r2.choices[0].message.content}, {"role": "user", "content": "Once more."}]
+    chunks = list(srv.client.chat.completions.create(model="tiny", messages=msgs, max_tokens=4, temperature=0,
+                                                     stream=True, stream_options={"include_usage": True}))
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens >= r2.usage.prompt_tokens  # streamed usage too
+
+
+def test_cors_preflight_and_origin(srv: Server, plain: Server) -> None:
+    """llama-server's default: any origin, echoed back with credentials; a preflight needs no API key."""
+    for s in (srv, plain):
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+        c.request("OPTIONS", "/v1/chat/completions", headers={
+            "Origin": "http://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        r = c.getresponse()
+        r.read()
+        assert r.status == 200
+        assert r.getheader("Access-Control-Allow-Origin") == "http://app.example"
+        assert r.getheader("Access-Control-Allow-Credentials") == "true"
+        assert "POST" in r.getheader("Access-Control-Allow-Methods", "")
+        assert "authorization" in r.getheader("Access-Control-Allow-Headers", "").lower()
+        c.close()
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+    c.request("GET", "/v1/models", headers={"Origin": "http://app.example"})
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200 and r.getheader("Access-Control-Allow-Origin") == "http://app.example"
+    c.close()
+
+
+def test_llama_server_native_completion(srv: Server) -> None:
+    """POST /completion as llama-server's README shows it: prompt, n_predict, stream; content, stop, timings."""
+    p = PROMPTS[0]
+    want = srv.client.completions.create(model="tiny", prompt=p, max_tokens=12, temperature=0).choices[0].text
+    code, r = srv.http("POST", "/completion", {"prompt": p, "n_predict": 12, "temperature": 0})
+    assert code == 200, r
+    assert r["content"] == want and r["stop"] is True and r["tokens_predicted"] == 12
+    assert r["stop_type"] == "limit" and r["truncated"] is False and r["model"] == "tiny"
+    assert r["timings"]["predicted_n"] == 12 and r["tokens_evaluated"] == r["timings"]["prompt_n"] + r["tokens_cached"]
+    assert r["generation_settings"]["n_predict"] == 12 and r["generation_settings"]["temperature"] == 0
+    stop = want[3:6]
+    code, r = srv.http("POST", "/completion", {"prompt": p, "n_predict": 12, "temperature": 0, "stop": [stop]})
+    assert r["content"] == want[: want.index(stop)] and r["stop_type"] == "word" and r["stopping_word"] == stop
+    # streaming: data events with content and stop, the last one with the timings, and no [DONE] (llama-server's)
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+    c.request("POST", "/completion", json.dumps({"prompt": p, "n_predict": 12, "temperature": 0, "stream": True}),
+              {"Content-Type": "application/json"})
+    events = [e for e in c.getresponse().read().decode().split("\n\n") if e.strip()]
+    c.close()
+    data = [json.loads(e.removeprefix("data: ")) for e in events]
+    assert all(isinstance(d["stop"], bool) for d in data) and [d["stop"] for d in data][-1] is True
+    assert "".join(d["content"] for d in data) == want and data[-1]["timings"]["predicted_n"] == 12
+    code, r = srv.http("POST", "/completion", {"prompt": p, "n_predict": 0})
+    assert code == 400 and r["error"]["param"] == "n_predict"
+
+
+def test_tokenize_detokenize_apply_template(srv: Server, model: Path) -> None:
+    text = "def fibonacci(n):\n    return n"
+    code, r = srv.http("POST", "/tokenize", {"content": text})
+    assert code == 200
+    with MTPSession(model, mtp=False, n_ctx=256, n_threads=1) as s:
+        assert r["tokens"] == s.model.tokenize(text, add_special=False)
+    code, d = srv.http("POST", "/detokenize", {"tokens": r["tokens"]})
+    assert code == 200 and d == {"content": text}
+    code, w = srv.http("POST", "/tokenize", {"content": text, "with_pieces": True})
+    assert [t["id"] for t in w["tokens"]] == r["tokens"] and "".join(t["piece"] for t in w["tokens"]) == text
+    code, e = srv.http("POST", "/detokenize", {"tokens": [1, 10 ** 9]})
+    assert code == 400 and e["error"]["param"] == "tokens"
+    msgs = [{"role": "user", "content": "hi"}]
+    code, t = srv.http("POST", "/apply-template", {"messages": msgs})
+    assert code == 200 and "hi" in t["prompt"]
+    assert t["prompt"].endswith("assistant\n")  # the generation prompt, as /v1/chat/completions renders it
+
+
+def test_props_slots_and_embeddings(srv: Server) -> None:
+    code, p = srv.http("GET", "/props")
+    assert code == 200
+    assert p["total_slots"] == 2 and p["model_alias"] == "tiny" and p["model_path"].endswith("tiny.gguf")
+    assert p["default_generation_settings"]["n_ctx"] == CTX and p["chat_template"]
+    assert p["default_generation_settings"]["params"]["temperature"] == pytest.approx(0.8)
+    code, sl = srv.http("GET", "/slots")
+    assert code == 200 and [x["id"] for x in sl] == [0, 1] and all(x["n_ctx"] == CTX for x in sl)
+    assert all(x["speculative"] is True and x["is_processing"] is False for x in sl)
+    with pytest.raises(openai.APIStatusError) as e:  # llama-server's answer without --embeddings: 501
+        srv.client.embeddings.create(model="tiny", input="hello")
+    assert e.value.status_code == 501 and "does not support embeddings" in e.value.message
+
+
+def test_one_log_line_per_request(srv: Server, plain: Server) -> None:
+    n = len(srv.log)
+    srv.client.completions.create(model="tiny", prompt=PROMPTS[1], max_tokens=6, temperature=0)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any("POST /v1/completions 200" in x for x in srv.log[n:]):
+        time.sleep(0.05)
+    lines = [x for x in srv.log[n:] if "POST /v1/completions" in x]
+    assert len(lines) == 1, srv.log[n:]
+    assert re.search(r"prompt \d+ tokens \(\d+ cached.*generated 6 in .* t/s, first token [\d.]+ ms \| "
+                     r"drafted \d+, accepted \d+", lines[0]), lines[0]
+    m = len(plain.log)
+    plain.client.completions.create(model="x", prompt=PROMPTS[1], max_tokens=2)
+    time.sleep(0.3)
+    assert not [x for x in plain.log[m:] if "POST" in x]  # --log-disable
+
+
+def test_loading_answers_503_then_serves(model: Path) -> None:
+    """The port opens before the model loads: llama-server's 503 "Loading model" on every route, then ready.
+    The load is held back here by the test (it loads the real model once released)."""
+    from starlette.testclient import TestClient
+
+    from gguf_mtp.server.app import LOADING, ServerState, build_app
+    from gguf_mtp.server.cors import CorsPolicy
+    from gguf_mtp.server.engine import Defaults, Scheduler
+    from gguf_mtp.server.loader import Loader
+    from gguf_mtp.server.metrics import Metrics
+
+    go = threading.Event()
+
+    def load() -> ServerState:
+        assert go.wait(60)
+        s = MTPSession(model, n_draft=2, n_ctx=CTX, n_threads=1)
+        m = Metrics(1)
+        return ServerState(session=s, scheduler=Scheduler(s, m), metrics=m, model_name="tiny", defaults=Defaults(),
+                           created=0, log_requests=False)
+
+    loader = Loader(load)
+    with TestClient(build_app(loader, CorsPolicy())) as c:
+        loader.start()
+        for method, path in (("GET", "/health"), ("GET", "/v1/models"), ("POST", "/v1/chat/completions"),
+                             ("POST", "/completion"), ("GET", "/props")):
+            r = c.request(method, path, json={"prompt": "x"} if method == "POST" else None)
+            assert r.status_code == 503 and r.json() == LOADING, (path, r.text)
+        assert c.options("/v1/completions", headers={"Origin": "http://a.b",
+                                                     "Access-Control-Request-Method": "POST"}).status_code == 200
+        go.set()
+        assert loader.done.wait(60) and loader.error is None
+        assert c.get("/health").json() == {"status": "ok"}
+        r = c.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 3, "temperature": 0})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+    assert loader.state is not None
+    loader.state.session.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_while_loading_exits_cleanly(model: Path, sig: int) -> None:
+    """A signal as soon as the port is open (the load under way, or just done: both must end the same way)."""
+    s = Server(model, "-c", str(CTX), ready=False)
+    assert any("answers 503 until it is loaded" in x for x in s.log), s.log
+    t0 = time.monotonic()
+    rc = s.stop(sig, timeout=30)
+    assert time.monotonic() - t0 < 10
+    time.sleep(0.2)
+    log = "".join(s.log)
+    assert rc == 0 and "Traceback" not in log and "Warning" not in log and log.rstrip().endswith("stopped"), log

@@ -1,12 +1,15 @@
-"""The HTTP side (Starlette): OpenAI's routes, llama-server's extras (``timings``, ``/health``, ``/metrics``),
-errors in OpenAI's shape. Generation happens on the engine thread (:mod:`.engine`); a handler tokenizes and
-checks its request, queues a job, then relays the job's events as JSON or server-sent events."""
+"""The HTTP side (Starlette): OpenAI's routes, llama-server's own (``/completion``, ``/tokenize``, ``/detokenize``,
+``/apply-template``, ``/props``, ``/slots``, ``/health``, ``/metrics``, ``timings``), errors in OpenAI's shape.
+Generation happens on the engine thread (:mod:`.engine`); a handler tokenizes and checks its request, queues a
+job, then relays the job's events as JSON or server-sent events. While the model loads (:mod:`.loader`) every
+route answers llama-server's 503 "Loading model"."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
 import json
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,11 +30,24 @@ from ..runtime import tokens
 from ..runtime.options import check_sampling
 from ..runtime.sampling import SamplerConfig
 from ..runtime.session import MTPSession
+from .cors import CorsMiddleware, CorsPolicy
 from .engine import Defaults, Job, Scheduler, random_seed
+from .loader import Loader
 from .metrics import Metrics
-from .schemas import APIError, GenRequest, chat_request, completion_request, parse_json
+from .schemas import (
+    APIError,
+    GenRequest,
+    chat_request,
+    completion_request,
+    detokenize_request,
+    native_completion_request,
+    parse_json,
+    template_request,
+    tokenize_request,
+)
 
 MAX_BODY = 16 << 20  # bytes; a request body larger than this is refused with 413 before it is read whole
+MAX_TOKENIZE = 1 << 20  # tokens one /tokenize answers at most
 FINGERPRINT = f"gguf-mtp-{__version__}"
 
 
@@ -41,10 +57,22 @@ class ServerState:
     scheduler: Scheduler
     metrics: Metrics
     model_name: str
-    model_aliases: frozenset[str]
     defaults: Defaults
     created: int
     api_key: str | None = None  # --api-key: required as "Authorization: Bearer KEY" everywhere but /health
+    model_path: str = ""
+    log_requests: bool = True  # one line per request on stderr (--log-disable: none)
+
+    def log(self, line: str) -> None:
+        if self.log_requests:
+            try:
+                print(line, file=sys.stderr, flush=True)
+            except (OSError, ValueError):  # stderr closed: the request is still answered
+                pass
+
+
+#: what llama-server answers on every route while the model loads (its exact body)
+LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 
 
 def error_response(err: APIError, metrics: Metrics | None = None) -> JSONResponse:
@@ -76,7 +104,7 @@ def _sampling(req: GenRequest, d: Defaults, n_vocab: int) -> SamplerConfig:
     try:  # what run and the Python API check too: top_k above the vocabulary is clamped to it, ...
         return check_sampling(cfg, n_vocab)[0]
     except GgufMtpError as e:  # the schema's ranges keep every request inside these; a server default may not be
-        raise APIError(422, f"sampling: {e}", code="invalid_value") from None
+        raise APIError(400, f"sampling: {e}", code="invalid_value") from None
 
 
 def _too_long(st: ServerState, chat: bool, n_tokens: int, exact: bool) -> APIError:
@@ -120,15 +148,17 @@ def _tokenize(st: ServerState, req: GenRequest) -> list[int]:
         raise APIError(503, "the server is shutting down", type="unavailable_error", code="shutting_down") from None
 
 
-async def _prepare(request: Request, chat: bool) -> tuple[ServerState, GenRequest, Job]:
-    st: ServerState = request.app.state.server
+async def _prepare(request: Request, st: ServerState, kind: str) -> tuple[GenRequest, Job]:
     body = parse_json(await _read_body(request))
     sched = st.scheduler
     n_vocab = st.session.model.n_vocab
-    req = chat_request(body, sched.n_ctx_seq) if chat else completion_request(body, sched.n_ctx_seq, n_vocab)
-    if req.model is not None and req.model not in st.model_aliases:
-        raise APIError(404, f"model {req.model!r} is not served here; GET /v1/models lists {st.model_name!r}",
-                       type="invalid_request_error", param="model", code="model_not_found")
+    if kind == "chat":
+        req = chat_request(body, sched.n_ctx_seq)
+    elif kind == "native":
+        req = native_completion_request(body, sched.n_ctx_seq, n_vocab)
+    else:
+        req = completion_request(body, sched.n_ctx_seq, n_vocab)
+    # any `model` is served, as llama-server does (clients send "gpt-4o" or their own default); answers name ours
     sampling = _sampling(req, st.defaults, n_vocab)
     ids = await run_in_threadpool(_tokenize, st, req)
     if not ids:
@@ -138,28 +168,51 @@ async def _prepare(request: Request, chat: bool) -> tuple[ServerState, GenReques
         max_tokens = sched.n_ctx_seq
     job = Job(tokens=ids, sampling=sampling, max_tokens=max_tokens, stops=req.stop,
               loop=asyncio.get_running_loop(), events=asyncio.Queue(), ignore_eos=req.ignore_eos)
-    return st, req, job
+    return req, job
 
 
-def _usage(done: dict[str, Any]) -> dict[str, int]:
+def _usage(done: dict[str, Any]) -> dict[str, Any]:
     p, c = done["prompt_tokens"], done["completion_tokens"]
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": done["timings"]["cache_n"]}}
+
+
+def _settings(st: ServerState, job: Job, req: GenRequest) -> dict[str, Any]:
+    """llama-server's ``generation_settings``: the fields we act on, as applied (seed resolved, top_k clamped)."""
+    s = job.sampling
+    n_predict = req.max_tokens if req.max_tokens is not None else st.defaults.n_predict
+    return {"n_predict": n_predict, "max_tokens": n_predict, "seed": s.seed, "temperature": s.temp,
+            "top_k": s.top_k, "top_p": s.top_p, "stop": req.stop, "ignore_eos": req.ignore_eos,
+            "stream": req.stream, "n_ctx": st.scheduler.n_ctx_seq, "model": st.model_name,
+            "speculative.n_max": st.scheduler.n_draft_max}
 
 
 class _Reply:
-    """Builds the JSON objects of one answer, chat or completion, whole or in chunks."""
+    """Builds the JSON objects of one answer, chat, completion or llama-server's native ``/completion``, whole
+    or in chunks."""
 
-    def __init__(self, st: ServerState, chat: bool) -> None:
-        self.chat = chat
-        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+    def __init__(self, st: ServerState, kind: str, req: GenRequest, job: Job) -> None:
+        self.kind, self.chat, self.native = kind, kind == "chat", kind == "native"
+        self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
-        self.model = st.model_name
+        self.model = st.model_name  # ours, whatever the request named (llama-server's choice)
+        self.settings = _settings(st, job, req) if self.native else {}
 
     def _base(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": FINGERPRINT}
 
+    def _native(self, text: str, done: dict[str, Any]) -> dict[str, Any]:
+        t = done["timings"]
+        return {"index": 0, "content": text, "id_slot": done["slot"], "stop": True, "model": self.model,
+                "tokens_predicted": done["completion_tokens"], "tokens_evaluated": done["prompt_tokens"],
+                "generation_settings": self.settings, "has_new_line": "\n" in text, "truncated": done["truncated"],
+                "stop_type": done["stop_type"], "stopping_word": done["stopping_word"], "tokens_cached": t["cache_n"],
+                "timings": t}
+
     def whole(self, text: str, done: dict[str, Any]) -> dict[str, Any]:
+        if self.native:
+            return self._native(text, done)
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "finish_reason": done["finish_reason"], "logprobs": None}
@@ -170,6 +223,8 @@ class _Reply:
         return obj | {"choices": [choice], "usage": _usage(done), "timings": done["timings"]}
 
     def chunk(self, text: str | None, finish: str | None = None, first: bool = False) -> dict[str, Any]:
+        if self.native:
+            return {"index": 0, "content": text or "", "stop": False}
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
             if text is not None:
@@ -180,6 +235,8 @@ class _Reply:
             "choices": [{"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}]}
 
     def final_chunks(self, done: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
+        if self.native:  # the last event: the whole answer's fields, its content already sent
+            return [self._native("", done)]
         last = self.chunk(None, done["finish_reason"]) | {"usage": _usage(done), "timings": done["timings"]}
         out = [last]
         if include_usage:  # OpenAI's form: a last chunk with no choices
@@ -191,27 +248,48 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
 
 
-async def _generate(request: Request, chat: bool) -> Response:
-    st: ServerState = request.app.state.server
+def _log_done(st: ServerState, where: str, done: dict[str, Any]) -> None:
+    """One line per answered request, with what llama-server prints after one (prompt, cache, speed, drafts)."""
+    t = done["timings"]
+    ttft = done["ttft_ms"]
+    drafted, accepted = t["draft_n"], t["draft_n_accepted"]
+    acc = f"{accepted / drafted:.1%}" if drafted else "-"
+    st.log(f"{where} 200 | slot {done['slot']} | prompt {done['prompt_tokens']} tokens ({t['cache_n']} cached, "
+           f"{t['prompt_n']} processed in {t['prompt_ms']:.1f} ms) | generated {done['completion_tokens']} in "
+           f"{t['predicted_ms']:.1f} ms, {t['predicted_per_second']:.1f} t/s, first token "
+           + (f"{ttft:.1f} ms" if ttft is not None else "-")
+           + f" | drafted {drafted}, accepted {accepted} ({acc}) | {done['finish_reason']}")
+
+
+def _log_error(st: ServerState | None, where: str, err: APIError) -> None:
+    if st is not None:
+        st.log(f"{where} {err.status} | {err.code or err.type}: {err.message[:200]}")
+
+
+async def _generate(request: Request, st: ServerState, kind: str) -> Response:
+    where = f"{request.method} {request.url.path}"
     try:
-        st, req, job = await _prepare(request, chat)
+        req, job = await _prepare(request, st, kind)
         st.scheduler.submit(job)
     except APIError as e:
+        _log_error(st, where, e)
         return error_response(e, st.metrics)
-    reply = _Reply(st, chat)
+    reply = _Reply(st, kind, req, job)
     if req.stream:
-        return StreamingResponse(_stream(st, job, reply, req.include_usage), media_type="text/event-stream",
+        return StreamingResponse(_stream(st, job, reply, req.include_usage, where), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     watcher = asyncio.create_task(_watch_disconnect(request, job))
     try:
         parts: list[str] = []
         while True:
-            kind, value = await job.events.get()
-            if kind == "text":
+            ev, value = await job.events.get()
+            if ev == "text":
                 parts.append(value)
-            elif kind == "done":
+            elif ev == "done":
+                _log_done(st, where, value)
                 return JSONResponse(reply.whole("".join(parts), value))
             else:
+                _log_error(st, where, value)
                 return error_response(value)
     finally:
         job.cancelled.set()  # no-op once done; stops the generation if this handler is cancelled
@@ -227,74 +305,212 @@ async def _watch_disconnect(request: Request, job: Job) -> None:
             return
 
 
-async def _stream(st: ServerState, job: Job, reply: _Reply, include_usage: bool) -> AsyncIterator[bytes]:
+async def _stream(st: ServerState, job: Job, reply: _Reply, include_usage: bool, where: str) -> AsyncIterator[bytes]:
     try:
         if reply.chat:
             yield _sse(reply.chunk(None, first=True))
         while True:
-            kind, value = await job.events.get()
-            if kind == "text":
+            ev, value = await job.events.get()
+            if ev == "text":
                 yield _sse(reply.chunk(value))
-            elif kind == "done":
+            elif ev == "done":
+                _log_done(st, where, value)
                 for c in reply.final_chunks(value, include_usage):
                     yield _sse(c)
                 break
             else:
+                _log_error(st, where, value)
                 yield _sse(value.body())
                 break
-        yield b"data: [DONE]\n\n"
+        if not reply.native:  # llama-server ends only its OpenAI streams with [DONE]
+            yield b"data: [DONE]\n\n"
     finally:
         job.cancelled.set()  # the client went away (or we are done): stop generating at the next step
 
 
+StateHandler = Callable[[Request, ServerState], Awaitable[Response]]
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _keyed(fn: Handler) -> Handler:
+def _loader(request: Request) -> Loader:
+    loader: Loader = request.app.state.loader
+    return loader
+
+
+def _route(fn: StateHandler, keyed: bool = True) -> Handler:
+    """The loading check (503, llama-server's body, before the key as llama-server does), then the API key."""
+
     async def check(request: Request) -> Response:
-        st: ServerState = request.app.state.server
-        if st.api_key:
+        st = _loader(request).ready_state()
+        if st is None:
+            return JSONResponse(LOADING, status_code=503)
+        if keyed and st.api_key:
             auth = request.headers.get("authorization", "")
             given = auth[7:] if auth[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
             if not hmac.compare_digest(given.encode(), st.api_key.encode()):
                 return error_response(APIError(401, "invalid or missing API key; send Authorization: Bearer KEY",
                                                type="authentication_error", code="invalid_api_key"), st.metrics)
-        return await fn(request)
+        return await fn(request, st)
 
     return check
 
 
-async def chat_completions(request: Request) -> Response:
-    return await _generate(request, chat=True)
+async def chat_completions(request: Request, st: ServerState) -> Response:
+    return await _generate(request, st, "chat")
 
 
-async def completions(request: Request) -> Response:
-    return await _generate(request, chat=False)
+async def completions(request: Request, st: ServerState) -> Response:
+    return await _generate(request, st, "completion")
 
 
-async def models(request: Request) -> Response:
-    st: ServerState = request.app.state.server
+async def native_completion(request: Request, st: ServerState) -> Response:
+    return await _generate(request, st, "native")
+
+
+async def models(request: Request, st: ServerState) -> Response:
     s = st.session
     meta = {"mtp": s.pairing.source.value, "n_draft_max": st.scheduler.n_draft_max, "n_slots": len(st.scheduler.slots),
-            "n_ctx_slot": st.scheduler.n_ctx_seq, "n_vocab": s.model.n_vocab}
+            "n_ctx_slot": st.scheduler.n_ctx_seq, "n_vocab": s.model.n_vocab, "n_embd": s.model.n_embd}
     return JSONResponse({"object": "list", "data": [{"id": st.model_name, "object": "model", "created": st.created,
                                                       "owned_by": "gguf-mtp", "meta": meta}]})
 
 
-async def health(request: Request) -> Response:
+async def health(request: Request, st: ServerState) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-async def metrics(request: Request) -> Response:
-    st: ServerState = request.app.state.server
+async def metrics(request: Request, st: ServerState) -> Response:
     return PlainTextResponse(st.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+def _default_params(st: ServerState) -> dict[str, Any]:
+    d = st.defaults
+    return {"n_predict": d.n_predict, "max_tokens": d.n_predict, "seed": d.seed % (1 << 32), "temperature": d.temp,
+            "top_k": d.top_k, "top_p": d.top_p, "stop": [], "ignore_eos": False,
+            "speculative.n_max": st.scheduler.n_draft_max}
+
+
+async def props(request: Request, st: ServerState) -> Response:
+    """``GET /props``: llama-server's global properties, the fields we can fill truthfully."""
+    s = st.session
+    return JSONResponse({
+        "default_generation_settings": {"params": _default_params(st), "n_ctx": st.scheduler.n_ctx_seq},
+        "total_slots": len(st.scheduler.slots),
+        "model_alias": st.model_name,
+        "model_path": st.model_path,
+        "modalities": {"vision": False, "video": False, "audio": False},
+        "endpoint_slots": True, "endpoint_props": False, "endpoint_metrics": True,
+        "chat_template": s.template.source or "",
+        "bos_token": s.template.bos, "eos_token": s.template.eos,
+        "build_info": FINGERPRINT,
+        "is_sleeping": False,
+        "mtp": s.pairing.source.value,
+    })
+
+
+async def slots(request: Request, st: ServerState) -> Response:
+    """``GET /slots``: each slot's state, read without stopping the engine thread (a snapshot of its fields)."""
+    out = []
+    for sl in st.scheduler.slots:
+        job = sl.job
+        entry: dict[str, Any] = {"id": sl.index, "n_ctx": st.scheduler.n_ctx_seq,
+                                 "speculative": st.session.mtp_enabled, "is_processing": job is not None}
+        if job is not None:
+            n = sl.n
+            entry |= {"n_prompt_tokens": len(job.tokens), "n_prompt_tokens_cache": sl.cached,
+                      "params": {"seed": job.sampling.seed, "temperature": job.sampling.temp,
+                                 "top_k": job.sampling.top_k, "top_p": job.sampling.top_p,
+                                 "n_predict": job.max_tokens, "stop": job.stops, "ignore_eos": job.ignore_eos},
+                      "next_token": [{"has_next_token": True, "n_remain": max(0, job.max_tokens - n),
+                                      "n_decoded": n}]}
+        else:
+            entry["next_token"] = [{"has_next_token": False, "n_remain": 0, "n_decoded": sl.n_decoded_last}]
+        out.append(entry)
+    if request.query_params.get("fail_on_no_slot") and all(e["is_processing"] for e in out):
+        return error_response(APIError(503, "no slot available", type="unavailable_error", code="no_slot"),
+                              st.metrics)
+    return JSONResponse(out)
+
+
+async def tokenize(request: Request, st: ServerState) -> Response:
+    """``POST /tokenize``: ``content`` (a string, or strings and token ids mixed), ``add_special`` (default
+    false), ``parse_special`` (default true), ``with_pieces``."""
+    try:
+        req = tokenize_request(parse_json(await _read_body(request)), st.session.model.n_vocab)
+        model = st.session.model
+
+        def run() -> list[int]:
+            ids: list[int] = []
+            for i, part in enumerate(req.content):
+                if isinstance(part, int):
+                    ids.append(part)
+                else:  # bounded, as a prompt is: tokenizing stops once the answer would pass MAX_TOKENIZE
+                    ids += tokens.tokenize(model, part, add_special=req.add_special and i == 0,
+                                           parse_special=req.parse_special, limit=MAX_TOKENIZE - len(ids),
+                                           n_ctx=MAX_TOKENIZE, cancelled=st.scheduler.closing)
+            return ids
+
+        ids = await run_in_threadpool(run)
+    except tokens.PromptTooLong:
+        return error_response(APIError(400, f"content: more than {MAX_TOKENIZE} tokens; send less text at once",
+                                       param="content", code="content_too_long"), st.metrics)
+    except tokens.Cancelled:
+        return error_response(APIError(503, "the server is shutting down", type="unavailable_error",
+                                       code="shutting_down"), st.metrics)
+    except APIError as e:
+        return error_response(e, st.metrics)
+    if not req.with_pieces:
+        return JSONResponse({"tokens": ids})
+    out = []
+    for t in ids:
+        b = model.piece(t)
+        try:
+            piece: str | list[int] = b.decode("utf-8")
+        except UnicodeDecodeError:  # a part of a character: its bytes, as llama-server gives them
+            piece = list(b)
+        out.append({"id": t, "piece": piece})
+    return JSONResponse({"tokens": out})
+
+
+async def detokenize(request: Request, st: ServerState) -> Response:
+    """``POST /detokenize``: ``tokens`` back to ``content``."""
+    try:
+        ids = detokenize_request(parse_json(await _read_body(request)), st.session.model.n_vocab)
+    except APIError as e:
+        return error_response(e, st.metrics)
+    model = st.session.model
+    text = b"".join(model.piece(t) for t in ids).decode("utf-8", "replace")
+    return JSONResponse({"content": text})
+
+
+async def apply_template(request: Request, st: ServerState) -> Response:
+    """``POST /apply-template``: the chat template's prompt for ``messages``, without generating."""
+    try:
+        msgs = template_request(parse_json(await _read_body(request)))
+        if len(msgs) > st.scheduler.n_ctx_seq:
+            raise _too_long(st, True, len(msgs), False)
+        try:
+            text = await run_in_threadpool(st.session.template.render, msgs, True)
+        except GgufMtpError as e:
+            raise APIError(400, f"the chat template cannot render these messages: {e}", param="messages",
+                           code="chat_template_error") from None
+    except APIError as e:
+        return error_response(e, st.metrics)
+    return JSONResponse({"prompt": text})
+
+
+async def embeddings(request: Request, st: ServerState) -> Response:
+    """Embeddings cannot come from this server; answered as llama-server answers without ``--embeddings``."""
+    return error_response(APIError(
+        501, "This server does not support embeddings: gguf-mtp serves generation only (use llama-server "
+        "--embeddings with an embedding model)", type="not_supported_error", code="not_supported"), st.metrics)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         err = APIError(404, f"no route {request.method} {request.url.path}; see GET /v1/models, "
-                       "POST /v1/chat/completions, POST /v1/completions", code="not_found")
+                       "POST /v1/chat/completions, POST /v1/completions, POST /completion", code="not_found")
     elif exc.status_code == 405:
         err = APIError(405, f"{request.url.path} does not accept {request.method}", code="method_not_allowed")
     else:
@@ -307,29 +523,38 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
                                    code="internal_error"))
 
 
-def build_app(st: ServerState) -> Starlette:
-    """The ASGI app; its lifespan starts the engine thread and, at shutdown, cancels every job and joins it."""
+def build_app(loader: Loader, cors: CorsPolicy | None = None) -> Any:
+    """The ASGI app. The port answers while ``loader`` loads the model (503 until it is ready); the lifespan's
+    end cancels every job (or the load) and joins the engine thread."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        st.scheduler.start()
         try:
             yield
         finally:
-            await run_in_threadpool(st.scheduler.close)
+            loader.cancel()
+            await run_in_threadpool(loader.join)
+            st = loader.state
+            if st is not None:
+                await run_in_threadpool(st.scheduler.close)
 
-    routes = [
-        Route("/health", health, methods=["GET"]),
-        Route("/v1/health", health, methods=["GET"]),
-        Route("/metrics", _keyed(metrics), methods=["GET"]),
-        Route("/v1/models", _keyed(models), methods=["GET"]),
-        Route("/models", _keyed(models), methods=["GET"]),
-        Route("/v1/chat/completions", _keyed(chat_completions), methods=["POST"]),
-        Route("/chat/completions", _keyed(chat_completions), methods=["POST"]),
-        Route("/v1/completions", _keyed(completions), methods=["POST"]),
-        Route("/completions", _keyed(completions), methods=["POST"]),
-    ]
+    get, post = ["GET"], ["POST"]
+    routes = [Route("/health", _route(health, keyed=False), methods=get),
+              Route("/v1/health", _route(health, keyed=False), methods=get),
+              Route("/metrics", _route(metrics), methods=get),
+              Route("/props", _route(props), methods=get),
+              Route("/slots", _route(slots), methods=get),
+              Route("/completion", _route(native_completion), methods=post),
+              Route("/tokenize", _route(tokenize), methods=post),
+              Route("/detokenize", _route(detokenize), methods=post),
+              Route("/apply-template", _route(apply_template), methods=post)]
+    for prefix in ("/v1", ""):  # the OpenAI paths, with /v1 and without, as llama-server has them
+        routes += [Route(f"{prefix}/models", _route(models), methods=get),
+                   Route(f"{prefix}/chat/completions", _route(chat_completions), methods=post),
+                   Route(f"{prefix}/completions", _route(completions), methods=post),
+                   Route(f"{prefix}/embeddings", _route(embeddings), methods=post)]
+    routes.append(Route("/embedding", _route(embeddings), methods=post))
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error, Exception: _internal_error})
-    app.state.server = st
-    return app
+    app.state.loader = loader
+    return CorsMiddleware(app, cors) if cors is not None else app

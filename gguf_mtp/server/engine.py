@@ -64,7 +64,8 @@ class Job:
 
 
 class _Slot:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, index: int = 0) -> None:
+        self.index = index
         self.engine = engine
         self.job: Job | None = None
         self.dirty = False  # a failed step left the engine mid-way: start the next request afresh
@@ -74,7 +75,9 @@ class _Slot:
         self.before: Stats | None = None
         self.n = 0
         self.cached = 0
-        self.t_prompt = self.t_gen0 = 0.0
+        self.t_prompt = self.t_gen0 = self.t_first = 0.0
+        self.stop_type = "none"  # llama-server's: eos | word | limit
+        self.n_decoded_last = 0  # tokens the last request generated (GET /slots)
 
     def common_prefix(self, tokens: list[int]) -> int:
         return 0 if self.dirty else self.engine.matching_prefix(tokens)
@@ -86,7 +89,7 @@ class Scheduler:
     def __init__(self, session: MTPSession, metrics: Metrics) -> None:
         self.session = session
         self.metrics = metrics
-        self.slots = [_Slot(e) for e in session.engines]
+        self.slots = [_Slot(e, i) for i, e in enumerate(session.engines)]
         self.multi = MultiStep(session.engines)
         self.n_ctx_seq = session.engine.n_ctx
         self.n_draft_max = session.engine.n_draft_max
@@ -159,7 +162,8 @@ class Scheduler:
                 if slot.job.cancelled.is_set():
                     self._finish(slot, "cancelled")
                 elif slot.engine.n_ctx - len(slot.engine.tokens) - 1 < 1:
-                    self._finish(slot, "length")  # the slot's context is full
+                    slot.stop_type = "limit"
+                    self._finish(slot, "length", truncated=True)  # the slot's context is full
                 else:
                     stepping.append(slot)
             if stepping:
@@ -224,20 +228,25 @@ class Scheduler:
         for t in emitted:
             slot.n += 1
             e.stats.emitted += 1
+            if slot.n == 1:
+                slot.t_first = time.perf_counter()
             if self._is_eog(t) and not job.ignore_eos:
+                slot.stop_type = "eos"
                 self._finish(slot, "stop")
                 return
             delta = text.push(self._piece(t))
             if delta or slot.n == 1:  # the first token always makes an event: clients see generation start (TTFT)
                 job.emit("text", delta)  # even where its text is held back (a split character, a stop's prefix)
             if text.stopped:
+                slot.stop_type = "word"
                 self._finish(slot, "stop")
                 return
             if slot.n >= job.max_tokens:
+                slot.stop_type = "limit"
                 self._finish(slot, "length")
                 return
 
-    def _finish(self, slot: _Slot, reason: str) -> None:
+    def _finish(self, slot: _Slot, reason: str, truncated: bool = False) -> None:
         job, e = slot.job, slot.engine
         assert job is not None
         cancelled = reason == "cancelled"
@@ -266,8 +275,11 @@ class Scheduler:
         if cancelled:
             job.emit("error", _shutdown_error() if self._closing else APIError(499, "request cancelled"))
         else:
+            first = (slot.t_first - job.t_arrival) * 1e3 if slot.t_first else None
             job.emit("done", {"finish_reason": reason, "prompt_tokens": len(job.tokens), "completion_tokens": slot.n,
-                              "timings": timings, "stats": stats})
+                              "timings": timings, "stats": stats, "slot": slot.index, "ttft_ms": first,
+                              "stop_type": slot.stop_type, "truncated": truncated,
+                              "stopping_word": slot.text.word if slot.text is not None else ""})
         self._release(slot)
 
     def _fail(self, slot: _Slot, err: APIError) -> None:
@@ -278,8 +290,10 @@ class Scheduler:
 
     def _release(self, slot: _Slot) -> None:
         slot.job, slot.text, slot.sampler, slot.before = None, None, None, None
-        slot.t_gen0 = slot.t_prompt = 0.0
+        slot.t_gen0 = slot.t_prompt = slot.t_first = 0.0
+        slot.n_decoded_last = slot.n
         slot.n = slot.cached = 0
+        slot.stop_type = "none"
         slot.last_used = time.perf_counter()
 
 

@@ -36,7 +36,9 @@ class APIError(Exception):
 
 
 def invalid(param: str, message: str, code: str = "invalid_value") -> APIError:
-    return APIError(422, f"{param}: {message}", param=param, code=code)
+    """A field of the wrong type or out of range: 400, as OpenAI and llama-server answer (the ``openai`` client
+    raises ``BadRequestError``; a 422 would be its ``UnprocessableEntityError``)."""
+    return APIError(400, f"{param}: {message}", param=param, code=code)
 
 
 @dataclass
@@ -304,3 +306,75 @@ def chat_request(body: dict[str, Any], n_ctx: int) -> GenRequest:
     if rf is not None and (not isinstance(rf, dict) or rf.get("type") not in (None, "text")):
         raise invalid("response_format", "only {\"type\": \"text\"} is supported", "unsupported_value")
     return GenRequest(messages=clean, **_common(body, n_ctx))
+
+
+# -- llama-server's own endpoints --------------------------------------------------------------------------------
+
+def native_completion_request(body: dict[str, Any], n_ctx: int, n_vocab: int) -> GenRequest:
+    """``POST /completion`` (llama-server's native API): the fields of ``/v1/completions`` plus ``n_predict``
+    (-1: no limit; it wins over ``max_tokens``, as in llama-server)."""
+    n_predict = _integer(body, "n_predict", -1, INT32_MAX)
+    if n_predict == 0:
+        raise invalid("n_predict", "0 (evaluate the prompt only) is not supported; ask for 1 token or more, or -1 for "
+                      "no limit", "unsupported_value")
+    if n_predict is not None:
+        body = {k: v for k, v in body.items() if k not in ("max_tokens", "max_completion_tokens")}
+    req = completion_request(body, n_ctx, n_vocab)
+    if n_predict is not None:
+        req.max_tokens = n_predict  # above the slot's context it stops there, as a negative one does
+    return req
+
+
+@dataclass
+class TokenizeRequest:
+    content: list[str | int]
+    add_special: bool
+    parse_special: bool
+    with_pieces: bool
+
+
+def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    v = body.get(name, default)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise invalid(name, "expected true or false", "invalid_type")
+    return v
+
+
+def _token_ids(v: Any, name: str, n_vocab: int) -> list[int]:
+    if not isinstance(v, list) or not all(_is_int(t) for t in v):
+        raise invalid(name, "expected a list of token ids", "invalid_type")
+    bad = next((t for t in v if not 0 <= t < n_vocab), None)
+    if bad is not None:
+        raise invalid(name, f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
+    return list(v)
+
+
+def tokenize_request(body: dict[str, Any], n_vocab: int) -> TokenizeRequest:
+    """``POST /tokenize``: ``content`` a string, or strings and token ids mixed (no ``content``: no tokens, as
+    llama-server answers); ``add_special`` false, ``parse_special`` true by default."""
+    c = body.get("content")
+    parts: list[str | int]
+    if c is None:
+        parts = []
+    elif isinstance(c, str):
+        parts = [c]
+    elif isinstance(c, list) and all(isinstance(x, str) or _is_int(x) for x in c):
+        parts = list(c)
+        _token_ids([x for x in parts if not isinstance(x, str)], "content", n_vocab)
+    else:
+        raise invalid("content", "expected a string, or a list of strings and token ids", "invalid_type")
+    return TokenizeRequest(parts, _flag(body, "add_special", False), _flag(body, "parse_special", True),
+                           _flag(body, "with_pieces", False))
+
+
+def detokenize_request(body: dict[str, Any], n_vocab: int) -> list[int]:
+    """``POST /detokenize``: ``tokens`` (none: empty text, as llama-server answers)."""
+    t = body.get("tokens")
+    return [] if t is None else _token_ids(t, "tokens", n_vocab)
+
+
+def template_request(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """``POST /apply-template``: ``messages`` as ``/v1/chat/completions`` takes them."""
+    return chat_request(body, INT32_MAX).messages

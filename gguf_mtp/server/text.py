@@ -15,6 +15,7 @@ class TextStream:
         self.text = ""  # decoded so far (cut at a stop sequence once one is seen)
         self.sent = 0  # characters of ``text`` already released
         self.stopped = False  # a stop sequence was found: generation should end
+        self.word = ""  # the stop sequence found
 
     def push(self, data: bytes) -> str:
         """Add a token's bytes; returns the text that can be released now ('' if none)."""
@@ -33,9 +34,10 @@ class TextStream:
         end = len(self.text)
         if self.stops and not self.stopped:
             start = max(0, self.sent - self._longest)  # a stop cannot lie wholly inside released text
-            hits = [i for i in (self.text.find(s, start) for s in self.stops) if i >= 0]
+            hits = [(i, s) for i, s in ((self.text.find(s, start), s) for s in self.stops) if i >= 0]
             if hits:
-                self.text = self.text[: min(hits)]
+                at, self.word = min(hits, key=lambda h: h[0])
+                self.text = self.text[:at]
                 self.stopped = True
                 end = len(self.text)
             elif not final:
