@@ -593,3 +593,22 @@ def test_signal_while_loading_exits_cleanly(model: Path, sig: int) -> None:
     time.sleep(0.2)
     log = "".join(s.log)
     assert rc == 0 and "Traceback" not in log and "Warning" not in log and log.rstrip().endswith("stopped"), log
+
+
+def test_a_model_llama_cpp_refuses_ends_serve_after_the_port_opened(model: Path, tmp_path: Path) -> None:
+    """The header passes the checks made before the port opens; llama.cpp then refuses a tensor's shape: the
+    load thread's error ends the server with one line and exit status 2."""
+    from gguf import GGUFReader
+
+    bad = tmp_path / "badshape.gguf"
+    bad.write_bytes(model.read_bytes())
+    r = GGUFReader(bad, "r+")
+    field = next(v for k, v in r.fields.items() if k.endswith(".feed_forward_length"))
+    field.parts[-1][0] += 8
+    del r
+    p = subprocess.run([sys.executable, "-m", "gguf_mtp_cli.main", "serve", str(bad), "--port", "0", "-t", "1"],
+                       capture_output=True, text=True, timeout=120)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert any("answers 503 until it is loaded" in x for x in lines), p.stderr
+    assert lines[-1].startswith("error: ") and "wrong shape" in lines[-1], p.stderr
