@@ -236,3 +236,68 @@ def test_random_completion_bodies_never_end_the_server(srv: Server, case: tuple[
 @given(case=_chat)
 def test_random_chat_bodies_never_end_the_server(srv: Server, case: tuple[dict, dict]) -> None:
     _send(srv, "/v1/chat/completions", case[0] | case[1])
+
+
+# -- llama-server's endpoints (issue 27) ---------------------------------------------------------------------------
+
+LLAMA_HOSTILE = [  # (path, body, status, param or code)
+    ("/tokenize", b'{"content": 5}', 400, "content"),
+    ("/tokenize", b'{"content": ["a", 1.5]}', 400, "content"),
+    ("/tokenize", b'{"content": ["a", 99999999]}', 400, "content"),
+    ("/tokenize", b'{"content": "a", "with_pieces": "yes"}', 400, "with_pieces"),
+    ("/tokenize", b'{"content": "a\\ud800"}', 400, "content"),
+    ("/detokenize", b'{"tokens": "abc"}', 400, "tokens"),
+    ("/detokenize", b'{"tokens": [-1]}', 400, "tokens"),
+    ("/detokenize", b'{"tokens": [' + b"[" * 800 + b"]" * 800 + b"]}", 400, "tokens"),
+    ("/completion", b'{"prompt": "x", "n_predict": -2}', 400, "n_predict"),
+    ("/completion", b'{"prompt": "x", "n_predict": "many"}', 400, "n_predict"),
+    ("/completion", b'{"prompt": [1, "x"]}', 400, "prompt"),
+    ("/completion", b'{"n_predict": 3}', 400, "prompt"),
+    ("/apply-template", b'{"messages": "hi"}', 400, "messages"),
+    ("/v1/embeddings", b'{"input": "x"}', 501, "not_supported"),
+]
+
+
+@pytest.mark.parametrize("path,body,status,what", LLAMA_HOSTILE,
+                         ids=[f"{i}-{h[0]}-{h[3]}" for i, h in enumerate(LLAMA_HOSTILE)])
+def test_llama_server_endpoints_refuse_bad_bodies(srv: Server, path: str, body: bytes, status: int, what: str) -> None:
+    code, data = _raw(srv, path, body)
+    err = json.loads(data)["error"]
+    assert code == status and what in (err["param"], err["code"]), (code, err)
+    assert "\n" not in err["message"] and "Traceback" not in err["message"], err
+    _alive(srv)
+
+
+def test_tokenize_a_huge_text_is_bounded(srv: Server) -> None:
+    """15 MiB of text has millions of tokens: /tokenize stops at its bound and says so."""
+    body = json.dumps({"content": "hello world " * (15 * (1 << 20) // 12)}).encode()
+    t0 = time.monotonic()
+    code, data = _raw(srv, "/tokenize", body, timeout=300)
+    err = _one_line_4xx(code, data)
+    assert code == 400 and err["code"] == "content_too_long", err
+    assert time.monotonic() - t0 < 60
+    _alive(srv)
+
+
+_native = st.tuples(st.fixed_dictionaries({"prompt": _prompt}, optional=_sampling),
+                    st.one_of(st.fixed_dictionaries({"n_predict": st.sampled_from([-1, 1, 2, 5])}),
+                              st.fixed_dictionaries({"n_predict": st.integers(1, 5), "max_tokens": st.integers(1, 5)})))
+
+
+@settings(max_examples=25, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=_native)
+def test_random_native_completion_bodies_never_end_the_server(srv: Server, case: tuple[dict, dict]) -> None:
+    body = case[0] | case[1]
+    if body["n_predict"] == -1:
+        body["stop"] = ["\n"]  # -1 is no limit: let a line end it (a full slot context also does, only slower)
+    code, data = _raw(srv, "/completion", json.dumps(body).encode())
+    if body.get("stream"):
+        events = [e for e in data.split(b"\n\n") if e.strip()]
+        assert code == 200 and json.loads(events[-1][6:])["stop"] is True, data[-300:]
+    else:
+        r = json.loads(data)
+        assert code == 200 and r["stop"] is True, r
+        if body["n_predict"] > 0:
+            assert r["tokens_predicted"] <= body["n_predict"]
+    _alive(srv)
