@@ -612,3 +612,21 @@ def test_a_model_llama_cpp_refuses_ends_serve_after_the_port_opened(model: Path,
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert any("answers 503 until it is loaded" in x for x in lines), p.stderr
     assert lines[-1].startswith("error: ") and "wrong shape" in lines[-1], p.stderr
+
+
+def test_cors_policies() -> None:
+    """--cors-origins as llama-server reads it: * (the Origin echoed, with credentials), localhost, or a list."""
+    from gguf_mtp.server.cors import CorsPolicy
+
+    anyone = CorsPolicy()
+    assert anyone.allow_origin("https://x.example") == "https://x.example" and anyone.allow_origin("") is None
+    assert CorsPolicy(credentials=False).allow_origin("https://x.example") == "*"
+    local = CorsPolicy("localhost")
+    assert local.allow_origin("http://localhost:3000") == "http://localhost:3000"
+    assert local.allow_origin("http://127.0.0.1:5173") == "http://127.0.0.1:5173"
+    assert local.allow_origin("http://[::1]:8000") == "http://[::1]:8000"
+    assert local.allow_origin("https://evil.example") is None and local.allow_origin("http://localhost.evil") is None
+    assert local.allow_origin("http://[bad") is None
+    listed = CorsPolicy("https://a.example, https://b.example/")
+    assert listed.allow_origin("https://b.example") == "https://b.example"
+    assert listed.allow_origin("https://c.example") is None

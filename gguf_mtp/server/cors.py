@@ -56,13 +56,14 @@ class CorsMiddleware:
         extra: list[tuple[bytes, bytes]] = []
         if allow is not None:
             extra.append((b"access-control-allow-origin", allow.encode("latin-1")))
-            if allow != "*":
-                extra.append((b"vary", b"Origin"))
+            if allow != "*":  # a browser reading a credentialed answer needs this on the answer itself too
+                extra += [(b"vary", b"Origin"), (b"access-control-allow-credentials", b"true")]
         if scope["method"] == "OPTIONS":
             # the headers asked for are allowed: a literal "*" would not cover Authorization in a browser
             asked = headers.get("access-control-request-headers", "") or "*"
-            extra += [(b"access-control-allow-credentials", b"true" if self.policy.credentials else b"false"),
-                      (b"access-control-allow-methods", METHODS.encode()),
+            if allow is None or allow == "*":
+                extra.append((b"access-control-allow-credentials", b"false"))
+            extra += [(b"access-control-allow-methods", METHODS.encode()),
                       (b"access-control-allow-headers", asked.encode("latin-1")),
                       (b"access-control-max-age", b"600"),
                       (b"content-length", b"0")]
