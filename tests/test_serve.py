@@ -249,6 +249,7 @@ def test_metrics_match_the_responses(srv: Server) -> None:
 
 
 def test_disconnect_stops_generation(srv: Server) -> None:
+    n_log = len(srv.log)
     before = srv.metrics()
     # streaming: read a few events, then hang up
     c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
@@ -280,6 +281,10 @@ def test_disconnect_stops_generation(srv: Server) -> None:
     assert m["requests_processing"] == 0
     assert m["tokens_predicted_total"] - before["tokens_predicted_total"] < 900  # both stopped early
     assert srv.http("GET", "/health")[0] == 200
+    deadline = time.monotonic() + 10  # the request log says so, one line each
+    while time.monotonic() < deadline and sum(" 499 | " in x for x in srv.log[n_log:]) < 2:
+        time.sleep(0.05)
+    assert sum("POST /v1/completions 499 | " in x for x in srv.log[n_log:]) == 2, srv.log[n_log:]
 
 
 BAD = [  # (body, status, param or code)

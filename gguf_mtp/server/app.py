@@ -306,6 +306,7 @@ async def _watch_disconnect(request: Request, job: Job) -> None:
 
 
 async def _stream(st: ServerState, job: Job, reply: _Reply, include_usage: bool, where: str) -> AsyncIterator[bytes]:
+    ended = False
     try:
         if reply.chat:
             yield _sse(reply.chunk(None, first=True))
@@ -314,11 +315,13 @@ async def _stream(st: ServerState, job: Job, reply: _Reply, include_usage: bool,
             if ev == "text":
                 yield _sse(reply.chunk(value))
             elif ev == "done":
+                ended = True
                 _log_done(st, where, value)
                 for c in reply.final_chunks(value, include_usage):
                     yield _sse(c)
                 break
             else:
+                ended = True
                 _log_error(st, where, value)
                 yield _sse(value.body())
                 break
@@ -326,6 +329,8 @@ async def _stream(st: ServerState, job: Job, reply: _Reply, include_usage: bool,
             yield b"data: [DONE]\n\n"
     finally:
         job.cancelled.set()  # the client went away (or we are done): stop generating at the next step
+        if not ended:
+            st.log(f"{where} 499 | the client went away; generation cancelled")
 
 
 StateHandler = Callable[[Request, ServerState], Awaitable[Response]]
@@ -348,6 +353,7 @@ def _route(fn: StateHandler, keyed: bool = True) -> Handler:
             auth = request.headers.get("authorization", "")
             given = auth[7:] if auth[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
             if not hmac.compare_digest(given.encode(), st.api_key.encode()):
+                st.log(f"{request.method} {request.url.path} 401 | invalid or missing API key")
                 return error_response(APIError(401, "invalid or missing API key; send Authorization: Bearer KEY",
                                                type="authentication_error", code="invalid_api_key"), st.metrics)
         return await fn(request, st)
