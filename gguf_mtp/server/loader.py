@@ -69,9 +69,9 @@ class Loader:
         dropped here, so that it is not raised later in an unrelated call."""
         if self._thread.is_alive():
             self._thread.join()
-        if self.error is not None:  # a load stopped half-way leaves llama.cpp objects to the collector: now,
-            self.error.__traceback__ = None  # while the runtime still owns llama.cpp's log (not at exit)
-            gc.collect()
+        if self.error is not None and self.cancelled.is_set():  # a load stopped half-way leaves llama.cpp objects
+            self.error.__traceback__ = None  # to the collector: free them now, while the runtime still owns
+            gc.collect()  # llama.cpp's log (at exit, their messages would reach stderr)
         if self.cancelled.is_set() and self._thread.ident is not None:
             from ..runtime import llama
 
