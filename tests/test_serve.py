@@ -595,7 +595,9 @@ def test_signal_while_loading_exits_cleanly(model: Path, sig: int) -> None:
     t0 = time.monotonic()
     rc = s.stop(sig, timeout=30)
     assert time.monotonic() - t0 < 10
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10  # the reader thread has the last lines once it has seen the pipe close
+    while time.monotonic() < deadline and "stopped" not in "".join(s.log):
+        time.sleep(0.05)
     log = "".join(s.log)
     assert rc == 0 and "Traceback" not in log and "Warning" not in log and log.rstrip().endswith("stopped"), log
 
