@@ -499,6 +499,12 @@ def test_llama_server_native_completion(srv: Server) -> None:
     assert "".join(d["content"] for d in data) == want and data[-1]["timings"]["predicted_n"] == 12
     code, r = srv.http("POST", "/completion", {"prompt": p, "n_predict": 0})
     assert code == 400 and r["error"]["param"] == "n_predict"
+    # token ids: with return_tokens, and in every streamed event; they are the tokens of the text
+    code, r = srv.http("POST", "/completion", {"prompt": p, "n_predict": 12, "temperature": 0, "return_tokens": True})
+    streamed = [t for d in data for t in d["tokens"]]
+    assert len(r["tokens"]) == 12 and streamed == r["tokens"] and data[-1]["tokens"] == []
+    code, d = srv.http("POST", "/detokenize", {"tokens": r["tokens"]})
+    assert d["content"] == want
 
 
 def test_tokenize_detokenize_apply_template(srv: Server, model: Path) -> None:

@@ -167,7 +167,8 @@ async def _prepare(request: Request, st: ServerState, kind: str) -> tuple[GenReq
     if max_tokens is None or max_tokens < 0:
         max_tokens = sched.n_ctx_seq
     job = Job(tokens=ids, sampling=sampling, max_tokens=max_tokens, stops=req.stop,
-              loop=asyncio.get_running_loop(), events=asyncio.Queue(), ignore_eos=req.ignore_eos)
+              loop=asyncio.get_running_loop(), events=asyncio.Queue(), ignore_eos=req.ignore_eos,
+              ids=[] if kind == "native" else None)
     return req, job
 
 
@@ -197,14 +198,16 @@ class _Reply:
         self.created = int(time.time())
         self.model = st.model_name  # ours, whatever the request named (llama-server's choice)
         self.settings = _settings(st, job, req) if self.native else {}
+        self.job = job
+        self.return_tokens = req.return_tokens
 
     def _base(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": FINGERPRINT}
 
-    def _native(self, text: str, done: dict[str, Any]) -> dict[str, Any]:
+    def _native(self, text: str, done: dict[str, Any], ids: list[int]) -> dict[str, Any]:
         t = done["timings"]
-        return {"index": 0, "content": text, "id_slot": done["slot"], "stop": True, "model": self.model,
+        return {"index": 0, "content": text, "tokens": ids, "id_slot": done["slot"], "stop": True, "model": self.model,
                 "tokens_predicted": done["completion_tokens"], "tokens_evaluated": done["prompt_tokens"],
                 "generation_settings": self.settings, "has_new_line": "\n" in text, "truncated": done["truncated"],
                 "stop_type": done["stop_type"], "stopping_word": done["stopping_word"], "tokens_cached": t["cache_n"],
@@ -212,7 +215,7 @@ class _Reply:
 
     def whole(self, text: str, done: dict[str, Any]) -> dict[str, Any]:
         if self.native:
-            return self._native(text, done)
+            return self._native(text, done, (self.job.ids or []) if self.return_tokens else [])
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "finish_reason": done["finish_reason"], "logprobs": None}
@@ -222,9 +225,10 @@ class _Reply:
             obj = self._base("text_completion")
         return obj | {"choices": [choice], "usage": _usage(done), "timings": done["timings"]}
 
-    def chunk(self, text: str | None, finish: str | None = None, first: bool = False) -> dict[str, Any]:
+    def chunk(self, text: str | None, finish: str | None = None, first: bool = False,
+              ids: list[int] | None = None) -> dict[str, Any]:
         if self.native:
-            return {"index": 0, "content": text or "", "stop": False}
+            return {"index": 0, "content": text or "", "tokens": ids or [], "stop": False}
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
             if text is not None:
@@ -236,7 +240,7 @@ class _Reply:
 
     def final_chunks(self, done: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
         if self.native:  # the last event: the whole answer's fields, its content already sent
-            return [self._native("", done)]
+            return [self._native("", done, [])]
         last = self.chunk(None, done["finish_reason"]) | {"usage": _usage(done), "timings": done["timings"]}
         out = [last]
         if include_usage:  # OpenAI's form: a last chunk with no choices
@@ -285,6 +289,8 @@ async def _generate(request: Request, st: ServerState, kind: str) -> Response:
             ev, value = await job.events.get()
             if ev == "text":
                 parts.append(value)
+            elif ev == "ids":
+                continue  # gathered in job.ids
             elif ev == "done":
                 _log_done(st, where, value)
                 return JSONResponse(reply.whole("".join(parts), value))
@@ -310,10 +316,14 @@ async def _stream(st: ServerState, job: Job, reply: _Reply, include_usage: bool,
     try:
         if reply.chat:
             yield _sse(reply.chunk(None, first=True))
+        ids: list[int] = []
         while True:
             ev, value = await job.events.get()
-            if ev == "text":
-                yield _sse(reply.chunk(value))
+            if ev == "ids":
+                ids = value
+            elif ev == "text":
+                yield _sse(reply.chunk(value, ids=ids))
+                ids = []
             elif ev == "done":
                 ended = True
                 _log_done(st, where, value)

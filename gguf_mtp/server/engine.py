@@ -51,8 +51,9 @@ class Job:
     max_tokens: int
     stops: list[str]
     loop: asyncio.AbstractEventLoop
-    events: asyncio.Queue  # ("text", str) | ("done", dict) | ("error", APIError)
+    events: asyncio.Queue  # ("text", str) | ("ids", list[int]) | ("done", dict) | ("error", APIError)
     ignore_eos: bool = False
+    ids: list[int] | None = None  # llama-server's /completion "tokens": generated ids, each batch sent before its text
     cancelled: threading.Event = field(default_factory=threading.Event)
     t_arrival: float = field(default_factory=time.perf_counter)
 
@@ -77,6 +78,7 @@ class _Slot:
         self.cached = 0
         self.t_prompt = self.t_gen0 = self.t_first = 0.0
         self.stop_type = "none"  # llama-server's: eos | word | limit
+        self.unsent: list[int] = []  # ids generated since the last text event (jobs that want ids)
         self.n_decoded_last = 0  # tokens the last request generated (GET /slots)
 
     def common_prefix(self, tokens: list[int]) -> int:
@@ -234,8 +236,14 @@ class Scheduler:
                 slot.stop_type = "eos"
                 self._finish(slot, "stop")
                 return
+            if job.ids is not None:
+                job.ids.append(t)
+                slot.unsent.append(t)
             delta = text.push(self._piece(t))
             if delta or slot.n == 1:  # the first token always makes an event: clients see generation start (TTFT)
+                if slot.unsent:
+                    job.emit("ids", slot.unsent)
+                    slot.unsent = []
                 job.emit("text", delta)  # even where its text is held back (a split character, a stop's prefix)
             if text.stopped:
                 slot.stop_type = "word"
@@ -252,7 +260,9 @@ class Scheduler:
         cancelled = reason == "cancelled"
         if slot.text is not None and not cancelled:
             tail = slot.text.finish()
-            if tail:
+            if slot.unsent:
+                job.emit("ids", slot.unsent)
+            if tail or slot.unsent:
                 job.emit("text", tail)
         stats = e.stats.since(slot.before) if slot.before is not None else Stats()
         self.metrics.record(stats, slot.cached, cancelled=cancelled)
@@ -294,6 +304,7 @@ class Scheduler:
         slot.n_decoded_last = slot.n
         slot.n = slot.cached = 0
         slot.stop_type = "none"
+        slot.unsent = []
         slot.last_used = time.perf_counter()
 
 

@@ -56,6 +56,7 @@ class GenRequest:
     include_usage: bool
     ignore_eos: bool = False  # llama-server's extension: generate through end-of-generation tokens
     prompt: str | list[int] | None = None  # /v1/completions
+    return_tokens: bool = False  # /completion: the generated ids in "tokens"
     messages: list[dict[str, Any]] = field(default_factory=list)  # /v1/chat/completions
 
 
@@ -320,6 +321,7 @@ def native_completion_request(body: dict[str, Any], n_ctx: int, n_vocab: int) ->
     if n_predict is not None:
         body = {k: v for k, v in body.items() if k not in ("max_tokens", "max_completion_tokens")}
     req = completion_request(body, n_ctx, n_vocab)
+    req.return_tokens = _flag(body, "return_tokens", False)
     if n_predict is not None:
         req.max_tokens = n_predict  # above the slot's context it stops there, as a negative one does
     return req
