@@ -21,7 +21,7 @@ import typer
 from gguf_mtp.errors import GgufMtpError, Terminated
 from gguf_mtp.files import describe_os_error
 
-from . import convert_cmd, extract_cmd, inspect_cmd, quantize_cmd, rpc_server_cmd, run_cmd, serve_cmd
+from . import convert_cmd, extract_cmd, inspect_cmd, plot_cmd, quantize_cmd, rpc_server_cmd, run_cmd, serve_cmd
 
 app = typer.Typer(
     name="gguf-mtp",
@@ -55,7 +55,8 @@ app.command("run", no_args_is_help=True)(run_cmd.run)
 app.command("quantize", no_args_is_help=True)(quantize_cmd.quantize)
 app.command("serve", no_args_is_help=True)(serve_cmd.serve)
 app.command("rpc-server")(rpc_server_cmd.rpc_server)
-_COMMANDS = ("convert", "inspect", "extract", "run", "quantize", "serve", "rpc-server")
+app.command("plot", no_args_is_help=True)(plot_cmd.plot)
+_COMMANDS = ("convert", "inspect", "extract", "run", "quantize", "serve", "rpc-server", "plot")
 
 #: signals that unwind like Ctrl-C (temp files removed), then exit with 128 + the signal
 _TERMINATING = ("SIGTERM", "SIGHUP")
