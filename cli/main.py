@@ -29,6 +29,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help, not rich's tables: those cut option names to fit the terminal
+    # (`--spec-draft-prompt-w…` at 80 columns); plain help keeps every name whole and wraps the text
+    rich_markup_mode=None,
 )
 _debug = False
 #: click's usage-error base (recent typer releases vendor click as typer._click, older ones use click)
