@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import typer
-
 from gguf_mtp_cli.main import app
 
 from .reliability import sub
