@@ -6,14 +6,16 @@ from pathlib import Path
 
 import typer
 
+from .options import text
+
 
 def plot(
     files: list[Path] = typer.Argument(..., metavar="STATS.json...",
                                        help="What `gguf-mtp run --stats-json` wrote (one file per draft length to "
                                             "see speed against it), or bench/oneshot.py / bench/side_by_side.py "
                                             "output."),
-    out: Path | None = typer.Option(None, "--outfile", "-o", metavar="PATH",
-                                    help="The PNG to write. Default: the first file's name with .png."),
+    out: str | None = typer.Option(None, "--outfile", "-o", metavar="PATH", callback=text(4096),
+                                   help="The PNG to write. Default: the first file's name with .png."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing PNG."),
 ) -> None:
     """Draw acceptance by draft position and decode speed by draft length as a PNG (needs matplotlib).

@@ -254,7 +254,7 @@ def plot(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] | 
         raise GgufMtpError("name at least one statistics file")
     dst = Path(out) if out is not None else Path(paths[0]).with_suffix(".png")
     check_output(dst, force=force, inputs=list(map(Path, paths)))  # before the work
-    _pyplot()  # a missing matplotlib before reading anything
+    series = load(paths)  # a bad file is named whether matplotlib is there or not
     title = ", ".join(Path(p).name for p in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-    data = draw(load(paths), title)
+    data = draw(series, title)
     return write_bytes(dst, data, force=force, inputs=list(map(Path, paths)))

@@ -171,8 +171,6 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
     head_names = {t.name for t in head.tensors} if head is not None else set()
     overrides: list[tuple[str, int]] = []
     keep: set[str] = set()  # float targets: head tensors put back as they are after llama.cpp's pass
-    if key not in FLOAT_TARGETS and not allow_requantize:
-        _check_trunk_requantize(m, key, head_names)
     if key in FLOAT_TARGETS:
         keep = _float_target_keeps(m, key, head_names, mt)
     elif head is not None:
@@ -196,6 +194,8 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
                                    "needs; keep the head at --mtp-type q8_0")
     if im is None and key in NEEDS_IMATRIX:
         raise GgufMtpError(f"{ftype} needs an importance matrix: pass --imatrix FILE (from llama-imatrix)")
+    if key not in FLOAT_TARGETS and not allow_requantize:  # every input read: before the long pass
+        _check_trunk_requantize(m, key, head_names)
     dst = Path(dst)
     # float targets: only the head's quantized tensors (checked above), which the next pass puts back
     allow = allow_requantize or key in FLOAT_TARGETS
