@@ -213,15 +213,15 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
                                                      label=dst.name), dst)
             if keep and dt is None:
                 with atomic_paths([dst], force=force) as (tmp,):
-                    _write_keeping(out, m, keep, tmp, f"head {dst.name}", progress)
+                    _write_keeping(out, m, keep, tmp, f"head {dst.name}", show)
                 out = dst
             elif keep:
                 kept = stack.enter_context(scratch_path(dst))
-                _into_scratch(lambda: _write_keeping(out, m, keep, kept, f"head {dst.name}", progress), dst)
+                _into_scratch(lambda: _write_keeping(out, m, keep, kept, f"head {dst.name}", show), dst)
                 out = kept
             if dt is not None:
                 out = add_draft_head(out, dst, dt.name, made_from=m.path, force=force, inputs=inputs,
-                                     progress=progress).paths[0]
+                                     progress=show).paths[0]
     report = inspect_file(out)
     before = inspect_file(m.path)
     if report.layout != before.layout:
