@@ -70,6 +70,7 @@ def test_progress_on_a_terminal_and_none_in_a_log(converted, tmp_path: Path) -> 
     assert "100.0%" in last, shown
     rc, shown = _on_a_terminal(["quantize", src, tmp_path / "b.gguf", "Q4_K_M", "--quiet"])
     assert rc == 0 and "tensors" not in shown, shown
-    for qtype in ("Q4_K_M", "F16"):  # F16: a second pass puts the Q8_0 head back, silent in a log too
-        r = sub(["quantize", src, tmp_path / f"c-{qtype}.gguf", qtype])
+    q8_head = converted("qwen35", "bundled", "bf16", **WIDE)
+    for model, qtype in ((src, "Q4_K_M"), (q8_head, "F16")):  # F16: a second pass puts the Q8_0 head back
+        r = sub(["quantize", model, tmp_path / f"c-{qtype}.gguf", qtype])
         assert r.returncode == 0 and "tensors" not in r.stderr and "ETA" not in r.stderr, r.stderr
