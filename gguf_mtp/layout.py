@@ -155,6 +155,18 @@ def default_name(stem: str, layout: Layout, trunk_type: str | None = None, head_
     return f"{stem}{tag}{'-' + shown if shown else ''}.gguf"
 
 
+_SIDECAR_TAG = re.compile(r"-MTP(?:-head)?(?:-[A-Za-z0-9_]+)?$", re.I)
+
+
+def sidecar_owner(stem: str) -> str:
+    """The stem of the model a sidecar named ``stem`` belongs to: ``X-BF16-MTP-head-Q8_0`` -> ``X-BF16``,
+    ``mtp-X`` -> ``X`` (a sidecar made from a sidecar is named for the same model)."""
+    if stem.lower().startswith("mtp-") and len(stem) > 4:
+        return stem[4:]
+    owner = _SIDECAR_TAG.sub("", stem)
+    return owner or stem
+
+
 def pairing_stems(model_stem: str) -> list[str]:
     """The stems whose sidecars belong to a model of this stem (without ``.gguf``): its own, and for a trunk
     (``<stem>-trunk``) the stem it was made under, which :func:`default_name` gives its sidecars."""

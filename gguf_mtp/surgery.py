@@ -46,6 +46,7 @@ from .layout import (
     Layout,
     borrowed_tensors,
     default_name,
+    sidecar_owner,
 )
 from .progress import Progress as Bar
 
@@ -143,8 +144,9 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
     kvs = [kv for kv in m.model_kvs() if kv.key != marker]
     if head_only:
         kvs.append(KV.array(marker, GGUFValueType.STRING, borrowed_tensors(m.tensors)))
+    stem = model_stem(m.path) if has_trunk(m, head.n_trunk) else sidecar_owner(model_stem(m.path))
     out = Path(outfile) if outfile else Path.cwd() / default_name(
-        model_stem(m.path), Layout.HEAD_ONLY if head_only else Layout.MTP_ONLY,
+        stem, Layout.HEAD_ONLY if head_only else Layout.MTP_ONLY,
         file_type_name(m.get("general.file_type")), mt.name if mt else _head_type(head.tensors))
     paths, written = _write(out, kvs, [tensors], alignment=m.alignment, force=force,
                             inputs=m.files, label=f"extract {out.name}", progress=progress)

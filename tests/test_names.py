@@ -54,6 +54,12 @@ def test_default_names_never_collide_and_sidecars_pair_by_name(checkpoint, tmp_p
     for layout, p in got.items():
         # a name is shared only by the same file: same layout, same tensors at the same types
         assert p.name == made[layout].name and _kind(p) == _kind(made[layout]), (layout, p.name)
+    again = tmp_path / "from-sidecar"  # a head-only sidecar made from the self-contained one: named for the model
+    again.mkdir()
+    r = sub(["extract", made["mtp-only"], "--head-only", "-q"], cwd=again)
+    assert r.returncode == 0, r.stderr
+    (p,) = again.glob("*.gguf")
+    assert p.name == made["head-only"].name and _kind(p) == _kind(made["head-only"])
     names = [p.name for p in made.values()]
     assert len(set(names)) == len(names)
     # each sidecar pairs with the trunk by name alone, and self-contained before head-only when both are there
