@@ -78,6 +78,17 @@ def plot_side_by_side(path: str | Path) -> Path:
     return out
 
 
-if __name__ == "__main__":
-    for p in sys.argv[1:]:
+def main(argv: list[str]) -> int:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("error: bench/plot.py needs matplotlib: pip install matplotlib (or pip install -e '.[plot]'); "
+              "`gguf-mtp plot FILE` draws the same files", file=sys.stderr)
+        return 2
+    for p in argv:
         print(plot_side_by_side(p))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

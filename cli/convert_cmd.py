@@ -13,7 +13,9 @@ def convert(
     model: str = typer.Argument(..., callback=text(4096),
                                 help="Checkpoint folder, or a Hugging Face repo id (org/name)."),
     outfile: str | None = typer.Option(None, "--outfile", "-o", callback=text(4096), metavar="PATH",
-                                       help="Output file (or folder). Default: ./<model>-<OUTTYPE>[-MTP].gguf"),
+                                       help="Output file (or folder). Default: ./<model>-<OUTTYPE>.gguf, -trunk with "
+                                            "--no-mtp, -MTP[-head][-<MTP TYPE>] with --mtp: never the same name "
+                                            "for another layout or type; a sidecar's name pairs it with the trunk."),
     outtype: str = typer.Option("bf16", "--outtype", callback=TYPE_NAME, help="Trunk tensor type: f32, f16, bf16, "
                                 "q8_0."),
     mtp: bool | None = typer.Option(
@@ -44,9 +46,11 @@ def convert(
 
       gguf-mtp convert ./Qwen3.5-9B --outtype q8_0            # bundled: model + head
 
-      gguf-mtp convert ./Qwen3.5-9B --outtype q8_0 --no-mtp   # trunk only
+      gguf-mtp convert ./Qwen3.5-9B --outtype q8_0 --no-mtp   # Qwen3.5-9B-Q8_0-trunk.gguf
 
       gguf-mtp convert ./Qwen3.5-9B --outtype q8_0 --mtp      # Qwen3.5-9B-Q8_0-MTP.gguf sidecar
+
+      gguf-mtp convert ./Qwen3.5-9B --mtp --head-only         # Qwen3.5-9B-BF16-MTP-head-Q8_0.gguf
     """
     from gguf_mtp.convert import convert as _convert
     from gguf_mtp.layout import Layout

@@ -20,7 +20,9 @@ def extract(
                                      help="Graft: put SOURCE's head onto this model (a quant without a head)."),
     strip: bool = typer.Option(False, "--strip", help="Write SOURCE without its head (trunk-only)."),
     out: str | None = typer.Option(None, "--outfile", "-o", callback=text(4096), metavar="PATH",
-                                       help="Output file; a split output gets -0000i-of-0000N suffixes."),
+                                       help="Output file; a split output gets -0000i-of-0000N suffixes. Default: "
+                                            "./<SOURCE>-MTP[-head][-<head type>].gguf, ./<SOURCE>-trunk.gguf "
+                                            "with --strip, ./<TARGET>-with-MTP.gguf with --onto."),
     head_only: bool = typer.Option(False, "--head-only",
                                    help="Sidecar without token_embd/output (borrows the target's)."),
     mtp_type: str | None = typer.Option(None, "--mtp-type", callback=TYPE_NAME,
@@ -47,7 +49,7 @@ def extract(
 
       gguf-mtp extract Qwen3.5-27B-Q8_0.gguf                          # -> Qwen3.5-27B-Q8_0-MTP.gguf
 
-      gguf-mtp extract Qwen3.5-27B-Q8_0.gguf --head-only              # small sidecar, no embeddings
+      gguf-mtp extract Qwen3.5-27B-Q8_0.gguf --head-only              # -> Qwen3.5-27B-Q8_0-MTP-head.gguf
 
       gguf-mtp extract Qwen3.5-27B-Q8_0.gguf --strip                  # -> Qwen3.5-27B-Q8_0-trunk.gguf
 

@@ -21,7 +21,7 @@ import typer
 from gguf_mtp.errors import GgufMtpError, Terminated
 from gguf_mtp.files import describe_os_error
 
-from . import convert_cmd, extract_cmd, inspect_cmd, quantize_cmd, rpc_server_cmd, run_cmd, serve_cmd
+from . import convert_cmd, extract_cmd, inspect_cmd, plot_cmd, quantize_cmd, rpc_server_cmd, run_cmd, serve_cmd
 
 app = typer.Typer(
     name="gguf-mtp",
@@ -29,6 +29,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help, not rich's tables: those cut option names to fit the terminal
+    # (`--spec-draft-prompt-w…` at 80 columns); plain help keeps every name whole and wraps the text
+    rich_markup_mode=None,
 )
 _debug = False
 #: click's usage-error base (recent typer releases vendor click as typer._click, older ones use click)
@@ -55,7 +58,8 @@ app.command("run", no_args_is_help=True)(run_cmd.run)
 app.command("quantize", no_args_is_help=True)(quantize_cmd.quantize)
 app.command("serve", no_args_is_help=True)(serve_cmd.serve)
 app.command("rpc-server")(rpc_server_cmd.rpc_server)
-_COMMANDS = ("convert", "inspect", "extract", "run", "quantize", "serve", "rpc-server")
+app.command("plot", no_args_is_help=True)(plot_cmd.plot)
+_COMMANDS = ("convert", "inspect", "extract", "run", "quantize", "serve", "rpc-server", "plot")
 
 #: signals that unwind like Ctrl-C (temp files removed), then exit with 128 + the signal
 _TERMINATING = ("SIGTERM", "SIGHUP")

@@ -11,7 +11,8 @@ from .options import TYPE_NAME
 
 def quantize(
     src: Path = typer.Argument(...,
-                               help="Input GGUF (bundled model, trunk-only model or MTP sidecar; f32/f16/bf16/q8_0)."),
+                               help="Input GGUF (bundled model, trunk-only model or MTP sidecar) in F32, F16 or BF16; "
+                                    "an already quantized one (Q8_0, ...) needs --allow-requantize."),
     dst: Path = typer.Argument(..., help="Output GGUF."),
     qtype: str = typer.Argument(..., callback=TYPE_NAME, metavar="TYPE",
                                 help="Any llama-quantize type: Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, Q4_0, ... (F32, F16 and "
@@ -24,7 +25,12 @@ def quantize(
              "the input's LM head. Default: a draft head the input has keeps its type; none is added."),
     imatrix: Path | None = typer.Option(None, "--imatrix", help="Importance matrix from llama-imatrix (GGUF or .dat)."),
     threads: int = typer.Option(0, "--threads", "-t", help="Quantization threads (0: all cores)."),
+    allow_requantize: bool = typer.Option(False, "--allow-requantize",
+                                          help="Quantize tensors that are already quantized (e.g. a Q8_0 model to "
+                                               "Q4_K_M), as llama-quantize: lower quality than from the original."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite an existing output."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line (there is none when stderr is not a "
+                                                            "terminal)."),
 ) -> None:
     """Quantize with llama.cpp's quantizer, keeping the MTP head at Q8_0.
 
@@ -39,7 +45,8 @@ def quantize(
     from gguf_mtp.quantize import quantize_model
 
     r = quantize_model(src, dst, qtype, mtp_type=None if mtp_type.lower() == "same" else mtp_type,
-                       imatrix=imatrix, threads=threads, force=force, draft_head_type=draft_head_type)
+                       imatrix=imatrix, threads=threads, force=force, draft_head_type=draft_head_type,
+                       allow_requantize=allow_requantize, progress=not quiet)
     for n in r.notes:
         typer.echo(f"note: {n}", err=True)
     drafts = {t.name for t in r.report.draft_heads}

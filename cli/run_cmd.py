@@ -75,7 +75,8 @@ def run(
     top_p: float = typer.Option(0.95, "--top-p"),
     seed: int = typer.Option(0, "--seed", "-s"),
     stats_json: Path | None = typer.Option(None, "--stats-json",
-                                           help="Write statistics as JSON to this file ('-' for stdout)."),
+                                           help="Statistics as JSON to this file ('-': stdout's last line, "
+                                                "after the text)."),
     draft_profile: Path | None = typer.Option(
         None, "--spec-draft-profile", help="With --spec-draft-n-max auto: start from the step times and acceptance "
         "an earlier run on this model and machine measured (a file --spec-draft-profile-out wrote), instead of "
@@ -192,11 +193,10 @@ def run(
             payload = session.stats.to_dict() | {"mtp": session.pairing.source.value, "notices": session.notices,
                                                  "rollback": session.engine.rollback.name,
                                                  "placement": session.placement}
-            text = json.dumps(payload, indent=2)
-            if stats_file is None:
-                typer.echo(text)
+            if stats_file is None:  # "-": stdout's last line, one JSON object after the text (| tail -n 1)
+                typer.echo(json.dumps(payload))
             else:
-                write_bytes(stats_file, (text + "\n").encode(), force=force, inputs=inputs)
+                write_bytes(stats_file, (json.dumps(payload, indent=2) + "\n").encode(), force=force, inputs=inputs)
         if draft_profile_out is not None and session.mtp_enabled:
             draft_profile_mod.save(session, draft_profile_out, force=force, inputs=inputs)
 

@@ -32,7 +32,7 @@ from .ggufio.atomic import atomic_paths, check_output
 from .ggufio.format import KV
 from .ggufio.names import MT, w
 from .ggufio.writer import OutTensor, write_all, write_gguf
-from .layout import MTP_SUFFIX, OUTPUT, TOKEN_EMBD, Layout, borrowed_tensors
+from .layout import OUTPUT, TOKEN_EMBD, Layout, borrowed_tensors, default_name
 from .progress import Progress
 
 QUANT_VERSION = 2
@@ -59,9 +59,9 @@ def model_name(model: str | os.PathLike[str]) -> str:
     return str(model).rstrip("/").split("/")[-1] if looks_like_repo_id(str(model)) else Path(model).resolve().name
 
 
-def default_outfile(model: str | os.PathLike[str], outtype: str, layout: Layout) -> Path:
-    suffix = MTP_SUFFIX if layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY) else ""
-    return Path.cwd() / f"{model_name(model)}-{outtype.upper()}{suffix}.gguf"
+def default_outfile(model: str | os.PathLike[str], outtype: str, layout: Layout, mtp_type: str = "q8_0") -> Path:
+    """``./<model>-<OUTTYPE>[...].gguf``, named by :func:`gguf_mtp.layout.default_name`."""
+    return Path.cwd() / default_name(f"{model_name(model)}-{outtype.upper()}", layout, outtype, mtp_type)
 
 
 def general_kvs(arch: str, name: str, file_type: GGMLQuantizationType) -> list[KV]:
@@ -175,9 +175,9 @@ def convert(
         raise UnsupportedError(f"{DRAFT_OPTION} is for the MTP head, which --no-mtp leaves out")
     notes: list[str] = []
     sidecar = layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY)
-    out = Path(outfile) if outfile else default_outfile(model, outtype, layout)
+    out = Path(outfile) if outfile else default_outfile(model, outtype, layout, mtp_type)
     if out.is_dir():
-        out = out / default_outfile(model, outtype, layout).name
+        out = out / default_outfile(model, outtype, layout, mtp_type).name
     check_output(out, force=force)  # before any download or reading; inputs are checked once known
     if sidecar and looks_like_repo_id(str(model)):
         # a sidecar from the Hub: fetch only the head's bytes (and the embeddings for a self-contained one)

@@ -1,4 +1,4 @@
-"""The four file layouts, how each is recognised from metadata and tensors, and sidecar naming.
+"""The four file layouts, how each is recognised from metadata and tensors, and the default file names.
 
 - ``bundled``: trunk blocks ``blk.0..n-1`` plus MTP blocks ``blk.n..n+k-1``; ``nextn_predict_layers = k``.
 - ``trunk-only``: trunk blocks only; no ``nextn_predict_layers`` key (an arch that can carry a head).
@@ -17,7 +17,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 
 from gguf import Keys
 
@@ -126,7 +125,52 @@ def detect(kv: Mapping[str, object], tensor_names: Iterable[str], mtp_archs: Ite
     return LayoutInfo(layout, arch, block_count, n_mtp, n_trunk, has_emb, mtp_names, tuple(problems + soft))
 
 
-def sidecar_name(model_path: Path) -> Path:
-    """``model-Q4_K_M.gguf`` -> ``model-Q4_K_M-MTP.gguf`` (split sets: the first shard's prefix)."""
-    stem = re.sub(r"-\d{5}-of-\d{5}$", "", model_path.stem)
-    return model_path.with_name(f"{stem}{MTP_SUFFIX}.gguf")
+#: the tag of a file without its head (``convert --no-mtp``, ``extract --strip``)
+TRUNK_SUFFIX = "-trunk"
+#: the tag of a head-only sidecar, after :data:`MTP_SUFFIX`
+HEAD_ONLY_SUFFIX = "-head"
+
+
+def default_name(stem: str, layout: Layout, trunk_type: str | None = None, head_type: str | None = None) -> str:
+    """The file name a command writes without ``-o``, from the layout and the types; the one naming rule of
+    ``convert`` and ``extract``.
+
+    ``stem`` names the model the file belongs to: ``<model>-<OUTTYPE>`` for ``convert``, the source's stem for
+    ``extract``. Files of other layouts or types get other names, and a sidecar's name starts with the stem of the
+    model it pairs with (:func:`pairing_stems`)::
+
+        bundled     Qwen3.5-9B-BF16.gguf
+        trunk-only  Qwen3.5-9B-BF16-trunk.gguf
+        mtp-only    Qwen3.5-9B-BF16-MTP-Q8_0.gguf       (the head's type, when it is not the trunk's)
+        head-only   Qwen3.5-9B-BF16-MTP-head-Q8_0.gguf
+    """
+    if layout == Layout.BUNDLED:
+        return f"{stem}.gguf"
+    if layout == Layout.TRUNK_ONLY:
+        return f"{stem}{TRUNK_SUFFIX}.gguf"
+    if layout not in (Layout.MTP_ONLY, Layout.HEAD_ONLY):
+        raise ValueError(f"no file name for layout {layout.value!r}")
+    tag = MTP_SUFFIX + (HEAD_ONLY_SUFFIX if layout == Layout.HEAD_ONLY else "")
+    shown = head_type.upper() if head_type and head_type.upper() != (trunk_type or "").upper() else ""
+    return f"{stem}{tag}{'-' + shown if shown else ''}.gguf"
+
+
+_SIDECAR_TAG = re.compile(r"-MTP(?:-head)?(?:-[A-Za-z0-9_]+)?$", re.I)
+
+
+def sidecar_owner(stem: str) -> str:
+    """The stem of the model a sidecar named ``stem`` belongs to: ``X-BF16-MTP-head-Q8_0`` -> ``X-BF16``,
+    ``mtp-X`` -> ``X`` (a sidecar made from a sidecar is named for the same model)."""
+    if stem.lower().startswith("mtp-") and len(stem) > 4:
+        return stem[4:]
+    owner = _SIDECAR_TAG.sub("", stem)
+    return owner or stem
+
+
+def pairing_stems(model_stem: str) -> list[str]:
+    """The stems whose sidecars belong to a model of this stem (without ``.gguf``): its own, and for a trunk
+    (``<stem>-trunk``) the stem it was made under, which :func:`default_name` gives its sidecars."""
+    stems = [model_stem]
+    if model_stem.lower().endswith(TRUNK_SUFFIX) and len(model_stem) > len(TRUNK_SUFFIX):
+        stems.append(model_stem[: -len(TRUNK_SUFFIX)])
+    return stems

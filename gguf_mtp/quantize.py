@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -77,14 +78,14 @@ def _check_ftype(ftype: str) -> str:
 def llama_quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *, threads: int = 0,
                    force: bool = False, tensor_types: list[tuple[str, int]] | None = None,
                    imatrix: dict[str, np.ndarray] | None = None,
-                   inputs: list[Path] | None = None, allow_requantize: bool = False) -> Path:
+                   inputs: list[Path] | None = None, allow_requantize: bool = False, progress: bool = False) -> Path:
     """Quantize ``src`` into ``dst`` as ``ftype`` (e.g. ``"Q4_K_M"``) with llama.cpp's quantizer, atomically.
 
     ``tensor_types``: ``(regex, ggml type)`` pairs that override the type of matching tensors (as
     llama-quantize's ``--tensor-type``); ``imatrix``: per-tensor importance (see :mod:`gguf_mtp.imatrix`);
     ``inputs``: every file the caller read (default ``[src]``), none of which ``dst`` may be;
-    ``allow_requantize``: as llama-quantize's ``--allow-requantize``. Runs in a child process: Ctrl-C and
-    SIGTERM stop it and leave nothing behind.
+    ``allow_requantize``: as llama-quantize's ``--allow-requantize``; ``progress``: a progress line on stderr,
+    tensor by tensor. Runs in a child process: Ctrl-C and SIGTERM stop it and leave nothing behind.
     """
     from .runtime import quantizer
 
@@ -93,7 +94,7 @@ def llama_quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
     check_output(dst, force=force, inputs=inputs if inputs is not None else [Path(src)])
     with atomic_paths([dst], force=force) as (tmp,):
         quantizer.quantize(src, tmp, key, threads=threads, tensor_types=tensor_types or (), imatrix=imatrix,
-                           allow_requantize=allow_requantize)
+                           allow_requantize=allow_requantize, progress=progress, label=dst.name)
     return dst
 
 
@@ -126,8 +127,12 @@ def _into_scratch(write: Callable[[], object], dst: Path) -> None:
 def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *,
                    mtp_type: str | None = "q8_0", imatrix: str | os.PathLike[str] | None = None,
                    threads: int = 0, force: bool = False, draft_head_type: str | None = None,
-                   progress: bool = True) -> QuantizeResult:
+                   progress: bool = True, allow_requantize: bool = False) -> QuantizeResult:
     """Quantize a model or sidecar to ``ftype`` with its MTP head at ``mtp_type`` (None: as the trunk).
+
+    An input whose tensors are already quantized (a Q8_0 model) is refused unless ``allow_requantize`` (as
+    llama-quantize's ``--allow-requantize``: quantizing twice loses more than quantizing the original once).
+    ``progress``: a progress line on stderr while llama.cpp quantizes, when stderr is a terminal.
 
     A quantized draft LM head (:mod:`gguf_mtp.draft_head`) keeps its type. ``draft_head_type`` writes one of that
     type, made from the input's LM head in a second pass over the quantized file (llama.cpp's quantizer cannot add
@@ -173,7 +178,8 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
         # (with --draft-head-type too: the second pass replaces it, and llama.cpp refuses to requantize)
         overrides += [(rf"^{re.escape(t.name)}$", t.info.ggml_type) for t in head.tensors if keeps_type(t)]
         if mt is not None:
-            _check_requantize(m, head.tensors, mt.name)
+            if not allow_requantize:
+                _check_requantize(m, head.tensors, mt.name)
             layers = "|".join(str(head.n_trunk + i) for i in range(head.n_mtp))
             overrides.append((rf"^blk\.({layers})\.", int(mt)))
     if head is None:
@@ -188,29 +194,34 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
                                    "needs; keep the head at --mtp-type q8_0")
     if im is None and key in NEEDS_IMATRIX:
         raise GgufMtpError(f"{ftype} needs an importance matrix: pass --imatrix FILE (from llama-imatrix)")
+    if key not in FLOAT_TARGETS and not allow_requantize:  # every input read: before the long pass
+        _check_trunk_requantize(m, key, head_names)
     dst = Path(dst)
-    allow = key in FLOAT_TARGETS  # only the head's quantized tensors (checked above), which the next pass puts back
+    # float targets: only the head's quantized tensors (checked above), which the next pass puts back
+    allow = allow_requantize or key in FLOAT_TARGETS
+    show = progress and _on_terminal()
     if not keep and dt is None:
         out = llama_quantize(m.path, dst, key, threads=n_threads or 0, force=force, tensor_types=overrides,
-                             imatrix=im, inputs=inputs, allow_requantize=allow)
+                             imatrix=im, inputs=inputs, allow_requantize=allow, progress=show)
     else:
         from .runtime import quantizer
 
         with ExitStack() as stack:  # intermediates are scratch files beside dst, removed on any exit
             out = stack.enter_context(scratch_path(dst))
             _into_scratch(lambda: quantizer.quantize(m.path, out, key, threads=n_threads or 0, tensor_types=overrides,
-                                                     imatrix=im, allow_requantize=allow), dst)
+                                                     imatrix=im, allow_requantize=allow, progress=show,
+                                                     label=dst.name), dst)
             if keep and dt is None:
                 with atomic_paths([dst], force=force) as (tmp,):
-                    _write_keeping(out, m, keep, tmp, f"head {dst.name}", progress)
+                    _write_keeping(out, m, keep, tmp, f"head {dst.name}", show)
                 out = dst
             elif keep:
                 kept = stack.enter_context(scratch_path(dst))
-                _into_scratch(lambda: _write_keeping(out, m, keep, kept, f"head {dst.name}", progress), dst)
+                _into_scratch(lambda: _write_keeping(out, m, keep, kept, f"head {dst.name}", show), dst)
                 out = kept
             if dt is not None:
                 out = add_draft_head(out, dst, dt.name, made_from=m.path, force=force, inputs=inputs,
-                                     progress=progress).paths[0]
+                                     progress=show).paths[0]
     report = inspect_file(out)
     before = inspect_file(m.path)
     if report.layout != before.layout:
@@ -232,6 +243,25 @@ def _float_target_keeps(m: GGUFModel, key: str, head_names: set[str], mt: object
                                    "model (llama.cpp does not turn a quantized model back into floats): quantize "
                                    "the F32/F16/BF16 original")
     return {n for n in head_names if _quantized(m.tensors[n]) and (mt is not None or is_draft_head(n))}
+
+
+def _on_terminal() -> bool:
+    """Progress is for a person watching: not in a log, where the final ``wrote ...`` line says it all."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # stderr closed or replaced
+        return False
+
+
+def _check_trunk_requantize(m: GGUFModel, key: str, head_names: set[str]) -> None:
+    """Already quantized tensors that llama.cpp would quantize again: refused before the long pass, naming the
+    option that allows it (llama.cpp would stop halfway with "requantizing from type ... is disabled")."""
+    for name, t in m.tensors.items():
+        have = type_name(t.info.ggml_type)
+        if name not in head_names and _quantized(t) and have != key:
+            raise UnsupportedError(f"{m.path}: {name} is already {have}; quantizing it again to {key} loses more "
+                                   "than quantizing the F32/F16/BF16 original: quantize the original, or pass "
+                                   "--allow-requantize (as llama-quantize)")
 
 
 def _check_requantize(m: GGUFModel, tensors: list[Tensor], pin: str) -> None:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from gguf import GGUFValueType, Keys
 
-from .draft_head import draft_head_tensors, parse_draft_type
+from .draft_head import draft_head_tensors, is_draft_head, parse_draft_type
 from .errors import GgufMtpError, MissingTensorError
-from .ggml_types import parse_type, type_name
+from .ggml_types import file_type_name, parse_type, type_name
 from .ggufio import keys as K
 from .ggufio.atomic import atomic_paths, check_output, scratch_path
 from .ggufio.format import KV
@@ -38,7 +38,16 @@ from .head import (
     require_head,
     with_array,
 )
-from .layout import EMBEDDING_TENSORS, MODEL_TENSORS, OUTPUT_NORM, TOKEN_EMBD, borrowed_tensors
+from .layout import (
+    EMBEDDING_TENSORS,
+    MODEL_TENSORS,
+    OUTPUT_NORM,
+    TOKEN_EMBD,
+    Layout,
+    borrowed_tensors,
+    default_name,
+    sidecar_owner,
+)
 from .progress import Progress as Bar
 
 
@@ -111,7 +120,7 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
     ``draft_head_type`` adds a draft LM head of that type (see :mod:`gguf_mtp.draft_head`).
 
     Example:
-        >>> extract("Qwen3.5-27B-Q4_K_M.gguf")     # -> Qwen3.5-27B-Q4_K_M-MTP.gguf   # doctest: +SKIP
+        >>> extract("Qwen3.5-27B-Q4_K_M.gguf")     # -> Qwen3.5-27B-Q4_K_M-MTP-Q8_0.gguf   # doctest: +SKIP
     """
     t0 = time.perf_counter()
     m = _open(source)
@@ -135,11 +144,20 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
     kvs = [kv for kv in m.model_kvs() if kv.key != marker]
     if head_only:
         kvs.append(KV.array(marker, GGUFValueType.STRING, borrowed_tensors(m.tensors)))
-    out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(m.path)}-MTP.gguf"
+    stem = model_stem(m.path) if has_trunk(m, head.n_trunk) else sidecar_owner(model_stem(m.path))
+    out = Path(outfile) if outfile else Path.cwd() / default_name(
+        stem, Layout.HEAD_ONLY if head_only else Layout.MTP_ONLY,
+        file_type_name(m.get("general.file_type")), mt.name if mt else _head_type(head.tensors))
     paths, written = _write(out, kvs, [tensors], alignment=m.alignment, force=force,
                             inputs=m.files, label=f"extract {out.name}", progress=progress)
     return SurgeryResult("extract", paths, len(tensors), _header_bytes(m) + written,
                          sum(p.stat().st_size for p in paths), time.perf_counter() - t0)
+
+
+def _head_type(tensors: list[Tensor]) -> str | None:
+    """The type of most of the head's matrices (a draft LM head aside): the one its sidecar's name shows."""
+    types = [type_name(t.info.ggml_type) for t in tensors if len(t.info.shape) > 1 and not is_draft_head(t.name)]
+    return max(sorted(set(types)), key=types.count) if types else None
 
 
 def strip(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None = None, *,
@@ -167,7 +185,7 @@ def strip(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None
         kvs.append(kv)
     drop = {t.name for t in head.tensors}
     groups = [[copy_tensor(Tensor(i, s)) for i in s.tensors.values() if i.name not in drop] for s in m.shards]
-    out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(m.path)}-trunk.gguf"
+    out = Path(outfile) if outfile else Path.cwd() / default_name(model_stem(m.path), Layout.TRUNK_ONLY)
     paths, written = _write(out, kvs, groups, alignment=m.alignment, force=force,
                             inputs=m.files, label=f"strip {out.name}", progress=progress)
     return SurgeryResult("strip", paths, sum(len(g) for g in groups), _header_bytes(m) + written,

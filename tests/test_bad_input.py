@@ -159,6 +159,9 @@ def test_interrupted_write_leaves_nothing(checkpoint, tmp_path: Path, monkeypatc
     (["convert", "{ck}", "--head-only"], "--head-only"),
     (["inspect", "{ck}/config.json"], "bad magic"),
     (["inspect", "/nonexistent.gguf"], "no such file"),
+    (["plot", "/nonexistent.json"], "no such file"),
+    (["plot", "{ck}/config.json", "-o", "/nonexistent/x.png"], "/nonexistent"),
+    (["plot", "{ck}/model.safetensors.index.json"], "neither run statistics"),
 ])
 def test_cli_errors_are_one_line(checkpoint, capsys, argv: list[str], needle: str) -> None:
     ck = str(checkpoint("qwen35"))
@@ -204,6 +207,7 @@ LONG = "9" * 5000
     ["run", "{gguf}", "-p", "x", "-n", "2", "--rpc", ""],  # ran without the servers
     ["run", "{gguf}", "-p", "x", "-n", "2", "--tensor-split", LONG],
     ["run", "{gguf}", "-p", "x", "-n", "2", "--spec-draft-n-max", LONG],
+    ["plot", "{gguf}", "-o", ""],
 ], ids=lambda a: " ".join(x[:12] or "''" for x in a[2:]))
 def test_empty_and_overlong_option_values_are_one_short_line(checkpoint, converted, tmp_path: Path, capsys,
                                                              monkeypatch, argv: list[str]) -> None:

@@ -126,8 +126,8 @@ def _run_p(model: Path, prompt: str, *extra: str) -> tuple[str, dict]:
                                  *extra])
     assert r.exit_code == 0, r.output
     out = r.stdout
-    j = out.index("\n{\n", len(out) - 4000 if len(out) > 4000 else 0)  # the JSON follows the answer's newline
-    return out[:j], json.loads(out[j + 1:])
+    text, _, stats = out.rstrip("\n").rpartition("\n")  # the JSON is stdout's last line, after the answer's newline
+    return text, json.loads(stats)
 
 
 def test_health_and_models(srv: Server) -> None:

@@ -12,7 +12,7 @@ from ..errors import GgufMtpError
 from ..ggufio.model import GGUFModel, model_stem
 from ..ggufio.validate import check_tensor_types
 from ..head import check_compatible, find_head
-from ..layout import Layout
+from ..layout import HEAD_ONLY_SUFFIX, Layout, pairing_stems
 
 
 class HeadSource(str, Enum):
@@ -33,12 +33,21 @@ class Pairing:
 
 
 def sidecar_candidates(model_path: Path) -> list[Path]:
-    """``<stem>-MTP.gguf`` and ``mtp-<stem>.gguf`` first, then any other ``*-MTP*.gguf`` / ``mtp-*.gguf`` beside it."""
+    """The sidecars a model may pair with, best first: for each of its :func:`~gguf_mtp.layout.pairing_stems`
+    (``X`` and, for ``X-trunk``, ``X`` too), ``<stem>-MTP.gguf`` and ``mtp-<stem>.gguf`` (earlier versions' names
+    and llama.cpp users'), then ``<stem>-MTP-*.gguf`` (the default names, self-contained before head-only); then any
+    other ``*-MTP*.gguf`` / ``mtp-*.gguf`` beside it."""
     d, stem = model_path.parent, model_stem(model_path)
-    exact = [d / f"{stem}-MTP.gguf", d / f"mtp-{stem}.gguf"]
-    others = sorted(p for p in d.glob("*.gguf") if p not in exact and p.resolve() != model_path.resolve()
+    named: list[Path] = []
+    for s in pairing_stems(stem):
+        named += [d / f"{s}-MTP.gguf", d / f"mtp-{s}.gguf"]
+        variants = [p for p in d.glob("*.gguf") if p.name.lower().startswith(f"{s}-MTP-".lower())]
+        named += sorted(variants, key=lambda p: (HEAD_ONLY_SUFFIX.lower() in p.name.lower(), p.name))
+    me = model_path.resolve()
+    named = [p for i, p in enumerate(named) if p.exists() and p not in named[:i] and p.resolve() != me]
+    others = sorted(p for p in d.glob("*.gguf") if p not in named and p.resolve() != me
                     and ("-mtp" in p.name.lower() or p.name.lower().startswith("mtp-")))
-    return [p for p in exact if p.exists()] + others
+    return named + others
 
 
 def _sidecar_layout(m: GGUFModel) -> Layout | None:
