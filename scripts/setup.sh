@@ -131,6 +131,6 @@ fi
 "$VENV/bin/python" -m pip install -q "$WHEEL"
 backends check-installed "$VENV/bin/python" --cmake-args="$CMAKE_ARGS" ||
     { echo "setup: error: the llama-cpp-python installed in $VENV is not the wheel just checked (see above)" >&2; exit 1; }
-"$VENV/bin/python" -m pip install -q -e ".[test,serve,lint]"
+"$VENV/bin/python" -m pip install -q -e ".[test,serve,lint,plot]"
 touch "$VENV/.gguf-mtp-installed"
 echo "setup: ready ($VENV)" >&2
