@@ -74,6 +74,8 @@ class SessionConfig:
     # offloaded, where a shape's first use costs kernel loads and graph captures; on the CPU it costs more than
     # it saves)
     warmup: bool | None = None
+    # llama.cpp's flash attention (-fa): True on, False off, None auto (llama.cpp decides)
+    flash_attn: bool | None = None
 
 
 class MTPSession:
@@ -200,7 +202,7 @@ class MTPSession:
         def make(n_rs_seq: int, n_seq_max: int, kv_unified: bool) -> Context:
             # n_seq_max > n_seq: rollback's spare sequences (rollback.SeqStore), in one shared KV stream
             return Context(target, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, n_rs_seq=n_rs_seq,
-                           embeddings_nextn=mtp_on, n_seq_max=n_seq_max, kv_unified=kv_unified,
+                           embeddings_nextn=mtp_on, flash_attn=c.flash_attn, n_seq_max=n_seq_max, kv_unified=kv_unified,
                            n_outputs_max=n_seq * per_seq, n_outputs_per_seq=per_seq)
 
         rollbacks: list[Rollback | None] = [None] * n_seq  # one per sequence (server slot)
@@ -220,6 +222,7 @@ class MTPSession:
                 draft_model = Model(p.sidecar.path, load_mtp=True, placement=dparams)
                 self._models.append(draft_model)
             mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, mtp=True,
+                           flash_attn=c.flash_attn,
                            n_seq_max=n_seq, n_outputs_max=n_seq, n_outputs_per_seq=1)  # one draft per sequence
             self._contexts.append(mctx)
         #: one engine per sequence; ``engine`` (sequence 0) is the one generate() and chat() use
