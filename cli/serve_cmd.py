@@ -22,12 +22,17 @@ if TYPE_CHECKING:  # imported in serve() at run time, after llama.cpp (see gguf_
     from gguf_mtp.server.engine import Scheduler
 
 
+@O.llamacpp_options("serve")
 def serve(
-    model: Path = typer.Argument(..., help="GGUF model (bundled, or trunk with a sidecar beside it)."),
+    model_arg: Path | None = typer.Argument(None, metavar="MODEL",
+                                            help="GGUF model (bundled, or trunk with a sidecar beside it)."),
+    model_opt: Path | None = O.MODEL,
     list_devices: bool = typer.Option(False, "--list-devices", is_eager=True, callback=_list_devices,
                                       help="Print the devices this llama.cpp build can use and exit."),
-    mtp: Path | None = O.MTP,
-    no_mtp: bool = O.NO_MTP,
+    mtp_opt: Path | None = O.MTP,
+    model_draft: Path | None = O.MODEL_DRAFT,
+    no_mtp_opt: bool = O.NO_MTP,
+    spec_type: str | None = O.SPEC_TYPE,
     require_mtp: bool = O.REQUIRE_MTP,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8080, "--port", min=0, max=65535,
@@ -55,12 +60,18 @@ def serve(
     ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens, shared by the slots."),
     batch_size: int = O.BATCH_SIZE,
     threads: int | None = O.THREADS,
-    n_predict: int = typer.Option(-1, "--n-predict", "-n",
+    flash_attn: str | None = O.FLASH_ATTN,
+    n_predict: int = typer.Option(-1, "--n-predict", "--predict", "-n",
                                   help="Default max_tokens (-1: until the end or the slot's context is full)."),
     temp: float = typer.Option(0.8, "--temp", help="Default temperature for requests that set none."),
     top_k: int = typer.Option(40, "--top-k", help="Default top-k."),
     top_p: float = typer.Option(0.95, "--top-p", help="Default top-p."),
     seed: int = typer.Option(-1, "--seed", "-s", help="Default seed (-1: a random seed per request)."),
+    min_p: float = O.MIN_P,
+    repeat_penalty: float = O.REPEAT_PENALTY,
+    repeat_last_n: int = O.REPEAT_LAST_N,
+    presence_penalty: float = O.PRESENCE_PENALTY,
+    frequency_penalty: float = O.FREQUENCY_PENALTY,
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every request (uvicorn's access log)."),
 ) -> None:
     """Serve the model over HTTP with OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models),
@@ -69,6 +80,8 @@ def serve(
     Examples:
 
       gguf-mtp serve Qwen3.5-9B-Q8_0.gguf --port 8080
+
+      gguf-mtp serve -m Qwen3.5-9B-Q8_0.gguf --spec-type draft-mtp -fa on --min-p 0.05
 
       gguf-mtp serve Qwen3.5-9B-Q4_K_M.gguf --mtp Qwen3.5-9B-MTP.gguf -ngl 99 -np 4 -c 16384
     """
@@ -85,13 +98,21 @@ def serve(
         from gguf_mtp.server.metrics import Metrics
     except ImportError as e:
         raise GgufMtpError(f"gguf-mtp serve needs the serve extra ({e}): pip install \"gguf-mtp[serve]\"") from None
+    model = O.model_path(model_arg, model_opt)
+    if model is None:
+        raise typer.BadParameter("missing the model: give a GGUF file as the argument or with -m/--model")
+    mtp = O.sidecar(mtp_opt, model_draft)
+    no_mtp = O.no_mtp_from_spec_type(spec_type, no_mtp_opt)
+    n_predict = O.n_predict(n_predict)
     if no_mtp and mtp is not None:
-        raise typer.BadParameter("--mtp and --no-mtp exclude each other")
+        raise typer.BadParameter("a sidecar (--mtp/-md) and --no-mtp (--spec-type none) exclude each other")
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
     # the request defaults pass the checks every request's sampling passes (the seed: -1 stays "random per request")
     if seed != -1:
         check_sampling(SamplerConfig(seed=seed))
-    sampling, notes = check_sampling(SamplerConfig(temp=temp, top_k=top_k, top_p=top_p, seed=0))
+    sampling, notes = check_sampling(SamplerConfig(
+        temp=temp, top_k=top_k, top_p=top_p, seed=0, min_p=min_p, repeat_penalty=repeat_penalty,
+        repeat_last_n=repeat_last_n, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty))
     for n in notes:
         err(f"note: {n}")
     template = None
@@ -107,7 +128,8 @@ def serve(
                         if device_draft is not None else None,
                         split_mode=split_mode,
                         tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
-                        main_gpu=main_gpu, rpc=placement.parse_endpoints(rpc) if rpc else None)
+                        main_gpu=main_gpu, rpc=placement.parse_endpoints(rpc) if rpc else None,
+                        flash_attn=O.flash_attn(flash_attn))
     if cfg.rpc:  # before the start-up line, so that it names their devices
         placement.add_rpc_servers(cfg.rpc)
     sock = _listen(host, port)  # before loading: a busy port fails fast
@@ -125,7 +147,11 @@ def serve(
         st = ServerState(session=session, scheduler=sched, metrics=metrics, model_name=name,
                          model_aliases=frozenset({name, model.name, model.stem, str(model)}),
                          defaults=Defaults(temp=sampling.temp, top_k=sampling.top_k, top_p=sampling.top_p, seed=seed,
-                                           n_predict=n_predict),
+                                           n_predict=n_predict, min_p=sampling.min_p,
+                                           repeat_penalty=sampling.repeat_penalty,
+                                           repeat_last_n=sampling.repeat_last_n,
+                                           presence_penalty=sampling.presence_penalty,
+                                           frequency_penalty=sampling.frequency_penalty),
                          created=int(time.time()), api_key=api_key or None)
         app = build_app(st)
         h, p = sock.getsockname()[:2]
