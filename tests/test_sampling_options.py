@@ -11,7 +11,6 @@ from gguf_mtp import convert
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.runtime import MTPSession, SamplerConfig
 from gguf_mtp.runtime.options import check_sampling
-from gguf_mtp.runtime.sampling import chain_names
 from tests.lossless import Reference
 
 TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
@@ -67,19 +66,19 @@ def test_min_p_changes_seeded_sampling(model: Path) -> None:
     assert free != cut
 
 
-CONFIGS = {
-    "min_p": SamplerConfig(temp=0.9, top_k=0, top_p=1.0, min_p=0.1, seed=3),
-    "repeat_penalty": SamplerConfig(temp=0.8, seed=11, repeat_penalty=1.3, repeat_last_n=16),
-    "all": SamplerConfig(temp=1.1, seed=5, min_p=0.05, repeat_penalty=1.2, presence_penalty=0.3,
-                         frequency_penalty=0.2, repeat_last_n=-1),
-    "greedy+penalties": SamplerConfig(repeat_penalty=1.5, frequency_penalty=0.5),
+CONFIGS: dict[str, dict] = {
+    "min_p": dict(temp=0.9, top_k=0, top_p=1.0, min_p=0.1, seed=3),
+    "repeat_penalty": dict(temp=0.8, seed=11, repeat_penalty=1.3, repeat_last_n=16),
+    "all": dict(temp=1.1, seed=5, min_p=0.05, repeat_penalty=1.2, presence_penalty=0.3, frequency_penalty=0.2,
+                repeat_last_n=-1),
+    "greedy+penalties": dict(repeat_penalty=1.5, frequency_penalty=0.5),
 }
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_speculative_equals_plain(model: Path, name: str) -> None:
     """Seeded sampling with min-p and the penalties: speculative output equals plain decoding at k = 1..3."""
-    cfg = CONFIGS[name]
+    cfg = SamplerConfig(**CONFIGS[name])
     ref = Reference(lambda: _session(model, False), _gen(cfg))
     for k in (1, 2, 3):
         with _session(model, True, k) as s:
@@ -104,6 +103,8 @@ def test_speculative_chat_with_penalties_equals_plain(model: Path) -> None:
 
 def test_ignore_eos_biases_every_eog_token(model: Path) -> None:
     """--ignore-eos puts llama.cpp's logit bias (-inf on each end-of-generation token) in the target's chain."""
+    from gguf_mtp.runtime.sampling import chain_names
+
     with _session(model, True, 2) as s:
         g = s.generate(PROMPT, max_tokens=N, sampling=SamplerConfig(ignore_eos=True))
         names = chain_names(s.engine.tsampler.chain)
