@@ -72,6 +72,7 @@ def serve(
     repeat_last_n: int = O.REPEAT_LAST_N,
     presence_penalty: float = O.PRESENCE_PENALTY,
     frequency_penalty: float = O.FREQUENCY_PENALTY,
+    ignore_eos: bool = O.IGNORE_EOS,
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every request (uvicorn's access log)."),
 ) -> None:
     """Serve the model over HTTP with OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models),
@@ -151,7 +152,8 @@ def serve(
                                            repeat_penalty=sampling.repeat_penalty,
                                            repeat_last_n=sampling.repeat_last_n,
                                            presence_penalty=sampling.presence_penalty,
-                                           frequency_penalty=sampling.frequency_penalty),
+                                           frequency_penalty=sampling.frequency_penalty,
+                                           ignore_eos=ignore_eos),
                          created=int(time.time()), api_key=api_key or None)
         app = build_app(st)
         h, p = sock.getsockname()[:2]

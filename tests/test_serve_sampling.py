@@ -52,9 +52,11 @@ def test_request_fields_are_applied(model: Path) -> None:
 
 
 def test_serve_defaults_are_applied(model: Path) -> None:
-    s = Server(model, "-c", "1024", "--no-mtp", "--repeat-penalty", "1.8", "--temp", "0")
+    s = Server(model, "-c", "1024", "--no-mtp", "--repeat-penalty", "1.8", "--temp", "0", "--ignore-eos")
     try:
         assert _complete(s) == _plain_text(model, SamplerConfig(repeat_penalty=1.8))
         assert _complete(s, repeat_penalty=1.0) == _plain_text(model, SamplerConfig())
+        status, body = s.http("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": N, "ignore_eos": True})
+        assert status == 200 and isinstance(body, dict) and body["usage"]["completion_tokens"] == N, body
     finally:
         assert s.stop(signal.SIGINT) == 0, "".join(s.log)

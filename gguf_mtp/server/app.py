@@ -29,7 +29,7 @@ from ..runtime.sampling import SamplerConfig
 from ..runtime.session import MTPSession
 from .engine import Defaults, Job, Scheduler, random_seed
 from .metrics import Metrics
-from .schemas import SAMPLING_FIELDS, APIError, GenRequest, chat_request, completion_request, parse_json
+from .schemas import SAMPLING_NAMES, APIError, GenRequest, chat_request, completion_request, parse_json
 
 MAX_BODY = 16 << 20  # bytes; a request body larger than this is refused with 413 before it is read whole
 FINGERPRINT = f"gguf-mtp-{__version__}"
@@ -73,7 +73,7 @@ def _sampling(req: GenRequest, d: Defaults, n_vocab: int) -> SamplerConfig:
                         top_k=d.top_k if req.top_k is None else req.top_k,
                         top_p=d.top_p if req.top_p is None else req.top_p,
                         seed=seed % (1 << 32),  # llama.cpp seeds are 32-bit (runtime.options)
-                        **{k: req.sampling.get(k, getattr(d, k)) for k, _, _ in SAMPLING_FIELDS})
+                        **{k: req.sampling.get(k, getattr(d, k)) for k in SAMPLING_NAMES})
     try:  # what run and the Python API check too: top_k above the vocabulary is clamped to it, ...
         return check_sampling(cfg, n_vocab)[0]
     except GgufMtpError as e:  # the schema's ranges keep every request inside these; a server default may not be

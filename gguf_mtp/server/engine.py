@@ -46,6 +46,7 @@ class Defaults:
     repeat_last_n: int = 64
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    ignore_eos: bool = False
 
 
 @dataclass

@@ -183,6 +183,9 @@ def _check_type(body: dict[str, Any], name: str, types: tuple[type, ...], what: 
 SAMPLING_FIELDS: tuple[tuple[str, float, float], ...] = (
     ("min_p", 0.0, 1.0), ("repeat_penalty", 0.0, 10.0), ("repeat_last_n", -1, INT32_MAX),
     ("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0))
+#: SamplerConfig's fields a request or the serve command's defaults set (ignore_eos: a -inf bias on every
+#: end-of-generation token, as llama-server's, so none is ever picked)
+SAMPLING_NAMES = tuple(k for k, _, _ in SAMPLING_FIELDS) + ("ignore_eos",)
 
 
 def _common(body: dict[str, Any], n_ctx: int) -> dict[str, Any]:
@@ -234,6 +237,8 @@ def _common(body: dict[str, Any], n_ctx: int) -> dict[str, Any]:
         v = _integer(body, k, int(lo), int(hi)) if k == "repeat_last_n" else _number(body, k, lo, hi)
         if v is not None:
             sampling[k] = v
+    if ignore_eos:
+        sampling["ignore_eos"] = True
     if sampling.get("repeat_penalty") == 0:  # llama.cpp divides by it; 0 is llama-server's "off" as 1 is
         sampling["repeat_penalty"] = 1.0
     # accepted and ignored, but a wrong type or a value out of range is still the client's mistake
