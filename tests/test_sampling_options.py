@@ -118,3 +118,30 @@ def test_ignore_eos_biases_every_eog_token(model: Path) -> None:
 def test_bad_values_are_refused(field: str, value: object) -> None:
     with pytest.raises(GgufMtpError, match="--" + field.replace("_", "-")):
         check_sampling(SamplerConfig(**{field: value}))  # type: ignore[arg-type]
+
+
+def test_server_slots_stepped_together_with_penalties_equal_plain(model: Path) -> None:
+    """The server's path (MultiStep: every slot's verify rows in one batch): each slot's chain keeps its own
+    history, and each answer equals its plain decoding."""
+    from gguf_mtp.runtime.multistep import MultiStep
+    from gguf_mtp.runtime.sampling import Sampler
+
+    cfgs = [SamplerConfig(temp=0.8, seed=4, repeat_penalty=1.3, min_p=0.05),
+            SamplerConfig(repeat_penalty=1.6, presence_penalty=0.4)]
+    prompts = [PROMPT, "import os\nimport sys\n"]
+    with MTPSession(model, n_draft=3, n_parallel=2, n_ctx=1024) as s:
+        toks = [s.model.tokenize(p) for p in prompts]
+        for e, t in zip(s.engines, toks):
+            e.reset()
+            e.feed(t)
+        multi, samplers = MultiStep(s.engines), [Sampler(c) for c in cfgs]
+        outs: list[list[int]] = [[], []]
+        while min(map(len, outs)) < 32:
+            for o, emitted in zip(outs, multi.step(s.engines, samplers)):
+                o.extend(emitted)
+        # as a generation: up to 32 tokens, ending at an end-of-generation token
+        outs = [o[: next((j + 1 for j, x in enumerate(o) if s.model.is_eog(x)), 32)][:32] for o in outs]
+    for t, c, o, i in zip(toks, cfgs, outs, range(2)):
+        ref = Reference(lambda: _session(model, False), lambda p, t=t, c=c: p.generate(list(t), max_tokens=32,
+                                                                                         sampling=c))
+        ref.check(o, f"slot {i}")
