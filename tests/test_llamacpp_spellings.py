@@ -184,3 +184,18 @@ def test_chat_help_and_reset(files: dict[str, Path], capsys: pytest.CaptureFixtu
     monkeypatch.setattr("sys.stdin", io.StringIO("hello\n/reset\n"))
     rc, out, err = _run(capsys, str(files["bundled"]), "-n", "4", "-sys", "be brief")
     assert rc == 0 and "reset: the conversation is cleared (1 turn forgotten; the system message stays)" in err
+
+
+def test_serve_spellings(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """serve reads -m, -md and --spec-type as run does (the errors come before anything loads or listens)."""
+    m = str(files["bundled"])
+    assert main(["serve", m, "-m", m]) == 2
+    assert "given twice" in capsys.readouterr().err
+    assert main(["serve", "-m", m, "--spec-type", "ngram-cache"]) == 2
+    assert "draft-mtp" in capsys.readouterr().err
+    assert main(["serve", "-m", m, "-md", m, "--spec-type", "none"]) == 2
+    assert "exclude each other" in capsys.readouterr().err
+    assert main(["serve", "-m", m, "-fa", "sometimes"]) == 2
+    assert "on, off or auto" in capsys.readouterr().err
+    assert main(["serve", "-m", m, "-n", "-3"]) == 2
+    assert "-n" in capsys.readouterr().err
