@@ -57,6 +57,14 @@ def test_penalties_count_the_prompt(model: Path) -> None:
     assert pen != first
 
 
+def test_a_window_longer_than_the_context_is_the_whole_context(model: Path) -> None:
+    """--repeat-last-n above the context (up to 2^31-1, as a request may ask) means the whole context, as -1."""
+    with _session(model, False) as s:
+        whole = s.generate(PROMPT, max_tokens=N, sampling=SamplerConfig(repeat_penalty=1.3, repeat_last_n=-1))
+        huge = s.generate(PROMPT, max_tokens=N, sampling=SamplerConfig(repeat_penalty=1.3, repeat_last_n=2**31 - 1))
+    assert huge.tokens == whole.tokens
+
+
 def test_min_p_changes_seeded_sampling(model: Path) -> None:
     hot = SamplerConfig(temp=1.5, top_k=0, top_p=1.0, seed=7)
     with _session(model, False) as s:

@@ -100,7 +100,8 @@ def _chain(cfg: SamplerConfig | None, ctx: Context | None = None) -> int:
                 bias = (_ll.llama_logit_bias * len(eog))(*(_ll.llama_logit_bias(t, float("-inf")) for t in eog))
                 add(_ll.llama_sampler_init_logit_bias(ctx.model.n_vocab, len(eog), bias))
         if cfg.penalized:
-            last_n = ctx.n_ctx_seq if cfg.repeat_last_n < 0 else cfg.repeat_last_n
+            # a window longer than the context holds nothing more (llama.cpp would allocate all of it)
+            last_n = ctx.n_ctx_seq if cfg.repeat_last_n < 0 else min(cfg.repeat_last_n, ctx.n_ctx_seq)
             add(_ll.llama_sampler_init_penalties(ctx.model.n_vocab, last_n, cfg.repeat_penalty, cfg.frequency_penalty,
                                                  cfg.presence_penalty))
     if cfg is None or cfg.temp <= 0:
