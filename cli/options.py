@@ -53,14 +53,16 @@ PROMPT_WINDOW = typer.Option(0, "--spec-draft-prompt-window", min=0,
                                   "drafts may be accepted less often.")
 
 # devices and placement (runtime/placement.py)
-N_GPU_LAYERS = typer.Option(0, "--n-gpu-layers", "-ngl", help="Layers to offload to the GPU (CUDA / Vulkan builds).")
-DRAFT_GPU_LAYERS = typer.Option(None, "--n-gpu-layers-draft", "-ngld",
+N_GPU_LAYERS = typer.Option(0, "--n-gpu-layers", "-ngl", "--gpu-layers",
+                            help="Layers to offload to the GPU (CUDA / Vulkan builds).")
+DRAFT_GPU_LAYERS = typer.Option(None, "--n-gpu-layers-draft", "-ngld", "--gpu-layers-draft",
+                                "--spec-draft-ngl",
                                 help="GPU layers for a self-contained sidecar (default: as -ngl; all with "
                                      "--device-draft).")
 DEVICE = typer.Option(None, "--device", "-dev", callback=text(),
                       help="Comma-separated devices to offload the target to (none: no offload; default: every GPU "
                            "and RPC device). See --list-devices.")
-DEVICE_DRAFT = typer.Option(None, "--device-draft", "-devd", callback=text(),
+DEVICE_DRAFT = typer.Option(None, "--device-draft", "-devd", "--spec-draft-device", callback=text(),
                             help="Device(s) for the MTP head. A bundled or head-only head takes one device: its "
                                  "layers and the LM head after them go there, the trunk stays on --device. A "
                                  "self-contained sidecar is placed like its own model (default: as the target).")
@@ -199,8 +201,11 @@ UNSUPPORTED: tuple[tuple[tuple[str, ...], bool, tuple[str, ...], str], ...] = (
     (("-l", "--logit-bias"), True, _BOTH, "logit biases are not supported"),
     (("-ctk", "--cache-type-k"), True, _BOTH, "the KV cache is F16 (llama.cpp's default); leave it out"),
     (("-ctv", "--cache-type-v"), True, _BOTH, "the KV cache is F16 (llama.cpp's default); leave it out"),
-    (("-ctkd", "--cache-type-k-draft"), True, _BOTH, "the KV cache is F16 (llama.cpp's default); leave it out"),
-    (("-ctvd", "--cache-type-v-draft"), True, _BOTH, "the KV cache is F16 (llama.cpp's default); leave it out"),
+    (("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k"), True, _BOTH,
+     "the KV cache is F16 (llama.cpp's default); leave it out"),
+    (("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"), True, _BOTH,
+     "the KV cache is F16 (llama.cpp's default); leave it out"),
+    (("-td", "--threads-draft", "--spec-draft-threads"), True, _BOTH, "the MTP head runs with -t/--threads"),
     (("-nkvo", "--no-kv-offload"), False, _BOTH, "the KV cache follows the layers (-ngl); leave it out"),
     (("--lora",), True, _BOTH, "merge the adapter into the checkpoint before converting it"),
     (("--lora-scaled",), True, _BOTH, "merge the adapter into the checkpoint before converting it"),

@@ -63,7 +63,7 @@ def serve(
     flash_attn: str | None = O.FLASH_ATTN,
     n_predict: int = typer.Option(-1, "--n-predict", "--predict", "-n",
                                   help="Default max_tokens (-1: until the end or the slot's context is full)."),
-    temp: float = typer.Option(0.8, "--temp", help="Default temperature for requests that set none."),
+    temp: float = typer.Option(0.8, "--temp", "--temperature", help="Default temperature for requests that set none."),
     top_k: int = typer.Option(40, "--top-k", help="Default top-k."),
     top_p: float = typer.Option(0.95, "--top-p", help="Default top-p."),
     seed: int = typer.Option(-1, "--seed", "-s", help="Default seed (-1: a random seed per request)."),

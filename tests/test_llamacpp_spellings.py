@@ -199,3 +199,13 @@ def test_serve_spellings(files: dict[str, Path], capsys: pytest.CaptureFixture[s
     assert "on, off or auto" in capsys.readouterr().err
     assert main(["serve", "-m", m, "-n", "-3"]) == 2
     assert "-n" in capsys.readouterr().err
+
+
+def test_llamacpp_long_aliases(files: dict[str, Path], capsys: pytest.CaptureFixture[str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    m = str(files["bundled"])
+    rc, _, err = _run(capsys, m, "--temperature", "0", "--gpu-layers", "0", "--predict", "2", "-p", "def f(x):")
+    assert rc == 0, err
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\n"))
+    rc, _, err = _run(capsys, m, "--system-prompt", "be brief", "-n", "2")
+    assert rc == 0, err
