@@ -153,3 +153,17 @@ def test_server_slots_stepped_together_with_penalties_equal_plain(model: Path) -
         ref = Reference(lambda: _session(model, False), lambda p, t=t, c=c: p.generate(list(t), max_tokens=32,
                                                                                          sampling=c))
         ref.check(o, f"slot {i}")
+
+
+@pytest.mark.parametrize("extra", [dict(repeat_penalty=1e-46), dict(repeat_penalty=3e38),
+                                   dict(temp=0.5, repeat_penalty=1e-30, min_p=1.0),
+                                   dict(frequency_penalty=-3e38), dict(temp=2.0, presence_penalty=3e38),
+                                   dict(temp=1.0, min_p=1.0, ignore_eos=True, repeat_last_n=1)])
+def test_extreme_values_never_end_the_process(model: Path, extra: dict) -> None:
+    """Values at the edges of what check_sampling lets through (infinite logits after a penalty, min-p 1):
+    llama.cpp's chain still picks a token, in plain and speculative decoding (an abort would end the test run)."""
+    cfg = SamplerConfig(**extra)
+    for mtp in (False, True):
+        with _session(model, mtp, 2) as s:
+            g = s.generate("import os\nimport sys\nimport", max_tokens=12, sampling=cfg)
+            assert g.tokens and all(0 <= t < s.model.n_vocab for t in g.tokens)
