@@ -76,11 +76,24 @@ def test_help_short_option(capsys: pytest.CaptureFixture[str]) -> None:
         assert "--min-p" in out and "--model" in out and "--mlock" not in out
 
 
-def test_flash_attn(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_flash_attn(files: dict[str, Path], capsys: pytest.CaptureFixture[str],
+                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from gguf_mtp.runtime import llama
+
+    said: list[str] = []  # llama.cpp's own line for each context it made
+    init = llama.Context.__init__
+
+    def record(self, *a, **kw):  # type: ignore[no-untyped-def]
+        init(self, *a, **kw)
+        said.extend(" ".join(x.split()) for x in llama._log if "flash_attn" in x)
+
+    monkeypatch.setattr(llama.Context, "__init__", record)
     m = str(files["bundled"])
-    for v in ("on", "off", "auto"):
+    for v, mode in (("on", "enabled"), ("off", "disabled"), ("auto", "auto"), ("1", "enabled")):
+        said.clear()
         rc, _, err = _run(capsys, m, "-fa", v, "-p", "def f(x):", "-n", "4")
         assert rc == 0, err
+        assert said and set(said) == {f"llama_context: flash_attn = {mode}"}, said  # the target's and the head's
     rc, _, err = _run(capsys, m, "--flash-attn", "sometimes", "-p", "x")
     assert rc == 2 and "on, off or auto" in err
     assert O.flash_attn("enabled") is True and O.flash_attn("0") is False and O.flash_attn("-1") is None
