@@ -94,8 +94,9 @@ SPEC_TYPE = typer.Option(None, "--spec-type", callback=text(64),
 FLASH_ATTN = typer.Option(None, "--flash-attn", "-fa", callback=text(16),
                           help="Flash attention: on, off or auto (llama.cpp decides; the default).")
 
-# sampling (llama.cpp's names, defaults and order: penalties, top-k, top-p, min-p, temperature)
+# sampling (llama.cpp's names, defaults and order: penalties, top-k, typical, top-p, min-p, temperature)
 MIN_P = typer.Option(0.0, "--min-p", help="Drop tokens less likely than this times the most likely one (0: off).")
+TYPICAL = typer.Option(1.0, "--typical", "--typical-p", help="Locally typical sampling, parameter p (1: off).")
 REPEAT_PENALTY = typer.Option(1.0, "--repeat-penalty",
                               help="Penalise tokens of the last --repeat-last-n (prompt included) (1: off).")
 REPEAT_LAST_N = typer.Option(64, "--repeat-last-n",
@@ -185,7 +186,6 @@ UNSUPPORTED: tuple[tuple[tuple[str, ...], bool, tuple[str, ...], str], ...] = (
     (("--mirostat",), True, _BOTH, "sample with --temp, --top-k, --top-p and --min-p"),
     (("--mirostat-lr",), True, _BOTH, "sample with --temp, --top-k, --top-p and --min-p"),
     (("--mirostat-ent",), True, _BOTH, "sample with --temp, --top-k, --top-p and --min-p"),
-    (("--typical",), True, _BOTH, "sample with --temp, --top-k, --top-p and --min-p"),
     (("--top-nsigma",), True, _BOTH, "sample with --temp, --top-k, --top-p and --min-p"),
     (("--xtc-probability",), True, _BOTH, "sample with --temp, --top-k, --top-p and --min-p"),
     (("--xtc-threshold",), True, _BOTH, "sample with --temp, --top-k, --top-p and --min-p"),

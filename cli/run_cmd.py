@@ -103,6 +103,7 @@ def run(
     top_p: float = typer.Option(0.95, "--top-p"),
     seed: int = typer.Option(0, "--seed", "-s"),
     min_p: float = O.MIN_P,
+    typical_p: float = O.TYPICAL,
     repeat_penalty: float = O.REPEAT_PENALTY,
     repeat_last_n: int = O.REPEAT_LAST_N,
     presence_penalty: float = O.PRESENCE_PENALTY,
@@ -189,7 +190,8 @@ def run(
     # every option is checked before a file is opened or llama.cpp is reached
     check_session(cfg, speculative=not no_mtp)
     sampling, notes = check_sampling(SamplerConfig(
-        temp=temp, top_k=top_k, top_p=top_p, seed=seed, min_p=min_p, repeat_penalty=repeat_penalty,
+        temp=temp, top_k=top_k, top_p=top_p, seed=seed, min_p=min_p, typical_p=typical_p,
+        repeat_penalty=repeat_penalty,
         repeat_last_n=repeat_last_n, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
         ignore_eos=ignore_eos))
     for n in notes:

@@ -68,6 +68,7 @@ def serve(
     top_p: float = typer.Option(0.95, "--top-p", help="Default top-p."),
     seed: int = typer.Option(-1, "--seed", "-s", help="Default seed (-1: a random seed per request)."),
     min_p: float = O.MIN_P,
+    typical_p: float = O.TYPICAL,
     repeat_penalty: float = O.REPEAT_PENALTY,
     repeat_last_n: int = O.REPEAT_LAST_N,
     presence_penalty: float = O.PRESENCE_PENALTY,
@@ -112,7 +113,7 @@ def serve(
     if seed != -1:
         check_sampling(SamplerConfig(seed=seed))
     sampling, notes = check_sampling(SamplerConfig(
-        temp=temp, top_k=top_k, top_p=top_p, seed=0, min_p=min_p, repeat_penalty=repeat_penalty,
+        temp=temp, top_k=top_k, top_p=top_p, seed=0, min_p=min_p, typical_p=typical_p, repeat_penalty=repeat_penalty,
         repeat_last_n=repeat_last_n, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty))
     for n in notes:
         err(f"note: {n}")
@@ -149,6 +150,7 @@ def serve(
                          model_aliases=frozenset({name, model.name, model.stem, str(model)}),
                          defaults=Defaults(temp=sampling.temp, top_k=sampling.top_k, top_p=sampling.top_p, seed=seed,
                                            n_predict=n_predict, min_p=sampling.min_p,
+                                           typical_p=sampling.typical_p,
                                            repeat_penalty=sampling.repeat_penalty,
                                            repeat_last_n=sampling.repeat_last_n,
                                            presence_penalty=sampling.presence_penalty,

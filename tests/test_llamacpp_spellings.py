@@ -104,7 +104,7 @@ def test_sampling_options_are_accepted_and_checked(files: dict[str, Path],
     m = str(files["bundled"])
     rc, out, err = _run(capsys, m, "-p", "def f(x):", "-n", "8", "--temp", "0.8", "--min-p", "0.1",
                         "--repeat-penalty", "1.1", "--repeat-last-n", "32", "--presence-penalty", "0.1",
-                        "--frequency-penalty", "0.1", "--ignore-eos")
+                        "--frequency-penalty", "0.1", "--ignore-eos", "--typical", "0.9")
     assert rc == 0, err
     rc, _, err = _run(capsys, m, "-p", "x", "--min-p", "2")
     assert rc == 2 and "--min-p" in err

@@ -72,6 +72,10 @@ def test_min_p_changes_seeded_sampling(model: Path) -> None:
         cut = s.generate(PROMPT, max_tokens=N, sampling=SamplerConfig(temp=1.5, top_k=0, top_p=1.0, seed=7,
                                                                       min_p=0.3)).tokens
     assert free != cut
+    with _session(model, False) as s:
+        typ = s.generate(PROMPT, max_tokens=N, sampling=SamplerConfig(temp=1.5, top_k=0, top_p=1.0, seed=7,
+                                                                      typical_p=0.3)).tokens
+    assert typ != free
 
 
 CONFIGS: dict[str, dict] = {
@@ -80,6 +84,7 @@ CONFIGS: dict[str, dict] = {
     "all": dict(temp=1.1, seed=5, min_p=0.05, repeat_penalty=1.2, presence_penalty=0.3, frequency_penalty=0.2,
                 repeat_last_n=-1),
     "greedy+penalties": dict(repeat_penalty=1.5, frequency_penalty=0.5),
+    "typical": dict(temp=1.0, seed=9, typical_p=0.6, min_p=0.02),
 }
 
 
@@ -120,11 +125,11 @@ def test_ignore_eos_biases_every_eog_token(model: Path) -> None:
     assert names == ["logit-bias", "greedy"], names
 
 
-@pytest.mark.parametrize("field,value", [("min_p", 1.5), ("min_p", -0.1), ("repeat_penalty", 0.0),
+@pytest.mark.parametrize("field,value", [("min_p", 1.5), ("min_p", -0.1), ("typical_p", 1.1), ("repeat_penalty", 0.0),
                                          ("repeat_penalty", float("nan")), ("repeat_last_n", -2),
                                          ("presence_penalty", float("inf")), ("frequency_penalty", "x")])
 def test_bad_values_are_refused(field: str, value: object) -> None:
-    with pytest.raises(GgufMtpError, match="--" + field.replace("_", "-")):
+    with pytest.raises(GgufMtpError, match="--" + field.replace("_", "-").replace("typical-p", "typical")):
         check_sampling(SamplerConfig(**{field: value}))  # type: ignore[arg-type]
 
 
@@ -158,7 +163,8 @@ def test_server_slots_stepped_together_with_penalties_equal_plain(model: Path) -
 @pytest.mark.parametrize("extra", [dict(repeat_penalty=1e-46), dict(repeat_penalty=3e38),
                                    dict(temp=0.5, repeat_penalty=1e-30, min_p=1.0),
                                    dict(frequency_penalty=-3e38), dict(temp=2.0, presence_penalty=3e38),
-                                   dict(temp=1.0, min_p=1.0, ignore_eos=True, repeat_last_n=1)])
+                                   dict(temp=1.0, min_p=1.0, ignore_eos=True, repeat_last_n=1),
+                                   dict(presence_penalty=5e-80), dict(repeat_penalty=1 + 1e-12, temp=0.5)])
 def test_extreme_values_never_end_the_process(model: Path, extra: dict) -> None:
     """Values at the edges of what check_sampling lets through (infinite logits after a penalty, min-p 1):
     llama.cpp's chain still picks a token, in plain and speculative decoding (an abort would end the test run)."""

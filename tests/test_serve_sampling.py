@@ -45,6 +45,10 @@ def test_request_fields_are_applied(model: Path) -> None:
         both = _complete(s, presence_penalty=1.0, frequency_penalty=0.5, repeat_last_n=16)
         assert both == _plain_text(model, SamplerConfig(presence_penalty=1.0, frequency_penalty=0.5,
                                                         repeat_last_n=16))
+        hot = dict(temperature=1.5, top_k=0, top_p=1.0, seed=7)
+        typ = _complete(s, typical_p=0.3, **hot)
+        assert typ != _complete(s, **hot)
+        assert typ == _plain_text(model, SamplerConfig(temp=1.5, top_k=0, top_p=1.0, seed=7, typical_p=0.3))
         # llama-server reads repeat_penalty 0 as off, like 1
         assert _complete(s, repeat_penalty=0) == base
     finally:

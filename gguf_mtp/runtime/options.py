@@ -155,6 +155,9 @@ def check_sampling(cfg: SamplerConfig, n_vocab: int | None = None) -> tuple[Samp
     min_p = _float("--min-p", cfg.min_p)
     if not 0 <= min_p <= 1:
         raise _fail("--min-p", min_p, "must be between 0 (off) and 1")
+    typical = _float("--typical", cfg.typical_p)
+    if not 0 <= typical <= 1:
+        raise _fail("--typical", typical, "must be between 0 and 1 (1: off)")
     repeat = _float("--repeat-penalty", cfg.repeat_penalty)
     if not 0 < repeat <= F32_MAX:
         raise _fail("--repeat-penalty", repeat, "must be above 0 (1: off; above 1 makes repeats less likely)")
@@ -168,8 +171,9 @@ def check_sampling(cfg: SamplerConfig, n_vocab: int | None = None) -> tuple[Samp
         raise _fail("--repeat-last-n", last_n, "must be -1 (the whole context), 0 (penalties off) or a token count")
     if not isinstance(cfg.ignore_eos, bool):
         raise _fail("--ignore-eos", repr(cfg.ignore_eos), "expected true or false")
-    return replace(cfg, temp=temp, top_p=top_p, top_k=top_k, seed=seed, min_p=min_p, repeat_penalty=repeat,
-                   presence_penalty=present, frequency_penalty=freq, repeat_last_n=last_n), notes
+    return replace(cfg, temp=temp, top_p=top_p, top_k=top_k, seed=seed, min_p=min_p, typical_p=typical,
+                   repeat_penalty=repeat, presence_penalty=present, frequency_penalty=freq,
+                   repeat_last_n=last_n), notes
 
 
 __all__ = ["check_session", "check_sampling", "check_threads", "cpu_count", "MAX_DRAFT"]

@@ -42,6 +42,7 @@ class SamplerConfig:
     top_p: float = 0.95
     seed: int = 0  # -1: a random seed (llama.cpp's default)
     min_p: float = 0.0  # drop tokens less likely than min_p times the most likely one (0: off)
+    typical_p: float = 1.0  # locally typical sampling (1: off)
     repeat_penalty: float = 1.0  # llama.cpp's penalties (1, 0, 0: off) over the last repeat_last_n tokens
     repeat_last_n: int = 64  # -1: the whole context; 0: penalties off
     presence_penalty: float = 0.0
@@ -50,9 +51,11 @@ class SamplerConfig:
 
     @property
     def penalized(self) -> bool:
-        """Whether the repetition penalties change anything (then the chain keeps a token history)."""
-        return self.repeat_last_n != 0 and (self.repeat_penalty != 1 or self.presence_penalty != 0
-                                            or self.frequency_penalty != 0)
+        """Whether the repetition penalties change anything (then the chain keeps a token history). llama.cpp
+        reads them in single precision, and leaves its penalties out when they round to 1, 0, 0."""
+        f32 = np.float32
+        return self.repeat_last_n != 0 and (f32(self.repeat_penalty) != 1 or f32(self.presence_penalty) != 0
+                                            or f32(self.frequency_penalty) != 0)
 
     @property
     def plain_greedy(self) -> bool:
@@ -89,7 +92,7 @@ def _eog_tokens(ctx: Context) -> list[int]:
 
 def _chain(cfg: SamplerConfig | None, ctx: Context | None = None) -> int:
     """A llama.cpp sampler chain in llama.cpp's order: the EOG bias (``ignore_eos``), the penalties, then greedy
-    (``cfg`` None or temp <= 0), else top-k, top-p, min-p, temperature, dist. ``ctx`` (needed for the bias and
+    (``cfg`` None or temp <= 0), else top-k, typical, top-p, min-p, temperature, dist. ``ctx`` (needed for the bias and
     the penalties) gives the vocabulary and the context length."""
     chain = _ll.llama_sampler_chain_init(_ll.llama_sampler_chain_default_params())
     add = lambda s: _ll.llama_sampler_chain_add(chain, s)  # noqa: E731
@@ -109,6 +112,8 @@ def _chain(cfg: SamplerConfig | None, ctx: Context | None = None) -> int:
         return chain
     if cfg.top_k > 0:
         add(_ll.llama_sampler_init_top_k(cfg.top_k))
+    if cfg.typical_p < 1:
+        add(_ll.llama_sampler_init_typical(cfg.typical_p, 1))
     if 0 < cfg.top_p < 1:
         add(_ll.llama_sampler_init_top_p(cfg.top_p, 1))
     if cfg.min_p > 0:
@@ -140,8 +145,9 @@ class ContextSampler:
             cfg = check_sampling(cfg, self.ctx.model.n_vocab)[0]
         if cfg is not None and cfg.plain_greedy:
             cfg = None
-        # llama.cpp has no device version of the penalties: such a chain runs on the host, all of it
-        device = device and not (cfg is not None and cfg.penalized)
+        # llama.cpp has no device version of the penalties nor of typical sampling: such a chain runs on the
+        # host, all of it
+        device = device and not (cfg is not None and (cfg.penalized or (cfg.temp > 0 and cfg.typical_p < 1)))
         key = (cfg, device)
         self.on_logits = on_logits
         if key == self.key and self.chain is not None:

@@ -42,6 +42,7 @@ class Defaults:
     n_predict: int = -1  # < 0: until end of generation or the slot's context is full
     # the serve command's --min-p, --repeat-penalty, ... (schemas.SAMPLING_FIELDS)
     min_p: float = 0.0
+    typical_p: float = 1.0
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
     presence_penalty: float = 0.0

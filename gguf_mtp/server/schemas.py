@@ -1,7 +1,7 @@
 """Request bodies of the OpenAI endpoints: parsed and checked field by field, so that bad input becomes a 4xx
 with OpenAI's error shape and names the field, never an exception deep in the engine.
 
-Fields OpenAI defines that we accept but do not act on (``user``, ``typical_p``, ...) are still type-checked;
+Fields OpenAI defines that we accept but do not act on (``user``, ``logit_bias``, ...) are still type-checked;
 fields nobody defines are ignored, as OpenAI-compatible servers do (clients send their own extras). Values are shown
 back in messages through :func:`_show`, which never recurses into what the client sent and never quotes more than a
 few characters of it.
@@ -181,7 +181,7 @@ def _check_type(body: dict[str, Any], name: str, types: tuple[type, ...], what: 
 
 #: request fields that set SamplerConfig's fields of the same names, with the ranges llama-server accepts
 SAMPLING_FIELDS: tuple[tuple[str, float, float], ...] = (
-    ("min_p", 0.0, 1.0), ("repeat_penalty", 0.0, 10.0), ("repeat_last_n", -1, INT32_MAX),
+    ("min_p", 0.0, 1.0), ("typical_p", 0.0, 1.0), ("repeat_penalty", 0.0, 10.0), ("repeat_last_n", -1, INT32_MAX),
     ("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0))
 #: SamplerConfig's fields a request or the serve command's defaults set (ignore_eos: a -inf bias on every
 #: end-of-generation token, as llama-server's, so none is ever picked)
@@ -241,8 +241,6 @@ def _common(body: dict[str, Any], n_ctx: int) -> dict[str, Any]:
         sampling["ignore_eos"] = True
     if sampling.get("repeat_penalty") == 0:  # llama.cpp divides by it; 0 is llama-server's "off" as 1 is
         sampling["repeat_penalty"] = 1.0
-    # accepted and ignored, but a wrong type or a value out of range is still the client's mistake
-    _number(body, "typical_p", 0.0, 1.0)
     if _integer(body, "n_probs", 0, INT32_MAX):
         raise invalid("n_probs", "token probabilities are not supported by this server", "unsupported_value")
     _check_type(body, "user", (str,), "a string")
