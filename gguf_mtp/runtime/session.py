@@ -267,6 +267,7 @@ class MTPSession:
         unlimited = max_tokens < 0  # llama.cpp's -n -1: until the end of the text or a full context
         if unlimited:
             max_tokens = e.n_ctx
+        stop = [x for x in stop if x]  # an empty stop text would end every answer at its first piece
         longest = max((len(x) for x in stop), default=0)
         sampler = Sampler(sampling or SamplerConfig())  # a bad configuration fails before the context changes
         before = e.stats.copy()
