@@ -18,7 +18,7 @@ from gguf_mtp.ggufio.atomic import check_output, write_bytes
 from . import options as O
 
 if TYPE_CHECKING:  # at run time they are imported in run(), after llama.cpp (see gguf_mtp.runtime)
-    from gguf_mtp.runtime import MTPSession, SamplerConfig
+    from gguf_mtp.runtime import Generation, MTPSession, SamplerConfig
 
 
 def _draft_n(value: str) -> tuple[int, bool]:
@@ -33,6 +33,24 @@ def _draft_n(value: str) -> tuple[int, bool]:
     return n, False
 
 
+def _texts(values: list[str] | None) -> list[str] | None:
+    """-r/--reverse-prompt: each non-empty (an empty one would stop at once)."""
+    for v in values or []:
+        if not v:
+            raise typer.BadParameter("empty; give the text to stop at")
+        if len(v) > 1000:
+            raise typer.BadParameter(f"{len(v)} characters; a stop text has at most 1000")
+    return values
+
+
+def _ended(g: Generation, session: MTPSession, err: Callable[[str], None]) -> None:
+    """The statistics line after an answer, with why it ended where that is not the usual."""
+    if g.stopped == "context":
+        err(f"note: the context is full ({session.engine.n_ctx} tokens): generation ended there (gguf-mtp does not "
+            "shift the context; raise -c/--ctx-size for more)")
+    err(("[interrupted] " if g.stopped == "interrupted" else "") + g.stats.compact())
+
+
 def _list_devices(value: bool) -> None:
     """Eager --list-devices for commands without --rpc (serve)."""
     if value:
@@ -42,19 +60,28 @@ def _list_devices(value: bool) -> None:
         raise typer.Exit()
 
 
+@O.llamacpp_options("run")
 def run(
-    model: Path | None = typer.Argument(None, help="GGUF model (bundled, or trunk with a sidecar beside it)."),
+    model_arg: Path | None = typer.Argument(None, metavar="MODEL",
+                                            help="GGUF model (bundled, or trunk with a sidecar beside it)."),
+    model_opt: Path | None = O.MODEL,
     list_devices: bool = typer.Option(False, "--list-devices",
                                       help="Print the devices this llama.cpp build can use (with --rpc: the servers' "
                                            "too) and exit."),
-    mtp: Path | None = O.MTP,
-    no_mtp: bool = O.NO_MTP,
+    mtp_opt: Path | None = O.MTP,
+    model_draft: Path | None = O.MODEL_DRAFT,
+    no_mtp_opt: bool = O.NO_MTP,
+    spec_type: str | None = O.SPEC_TYPE,
     require_mtp: bool = O.REQUIRE_MTP,
     prompt: str | None = typer.Option(None, "--prompt", "-p",
                                       help="One-shot completion of this text (no chat template)."),
     prompt_file: Path | None = typer.Option(None, "--file", "-f", help="One-shot completion of the text in this file."),
-    n_predict: int = typer.Option(256, "--n-predict", "-n", help="Tokens to generate (per answer in chat)."),
-    system: str | None = typer.Option(None, "--system", "-sys", help="System message for chat."),
+    n_predict: int = typer.Option(256, "--n-predict", "--predict", "-n",
+                                  help="Tokens to generate (per answer in chat); -1 or -2: until the end of the text "
+                                       "or a full context."),
+    reverse_prompt: list[str] | None = typer.Option(None, "--reverse-prompt", "-r", callback=_texts,
+                                                    help="Stop when the text ends with this (repeatable)."),
+    system: str | None = typer.Option(None, "--system", "-sys", "--system-prompt", help="System message for chat."),
     draft_n_max: str = O.DRAFT_N_MAX,
     p_min: float = O.P_MIN,
     prompt_window: int = O.PROMPT_WINDOW,
@@ -70,10 +97,18 @@ def run(
     ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens."),
     batch_size: int = O.BATCH_SIZE,
     threads: int | None = O.THREADS,
-    temp: float = typer.Option(0.0, "--temp", help="Temperature (0: greedy)."),
+    flash_attn: str | None = O.FLASH_ATTN,
+    temp: float = typer.Option(0.0, "--temp", "--temperature", help="Temperature (0: greedy)."),
     top_k: int = typer.Option(40, "--top-k"),
     top_p: float = typer.Option(0.95, "--top-p"),
     seed: int = typer.Option(0, "--seed", "-s"),
+    min_p: float = O.MIN_P,
+    typical_p: float = O.TYPICAL,
+    repeat_penalty: float = O.REPEAT_PENALTY,
+    repeat_last_n: int = O.REPEAT_LAST_N,
+    presence_penalty: float = O.PRESENCE_PENALTY,
+    frequency_penalty: float = O.FREQUENCY_PENALTY,
+    ignore_eos: bool = O.IGNORE_EOS,
     stats_json: Path | None = typer.Option(None, "--stats-json",
                                            help="Statistics as JSON to this file ('-': stdout's last line, "
                                                 "after the text)."),
@@ -96,6 +131,8 @@ def run(
 
       gguf-mtp run Qwen3.5-9B-Q8_0.gguf -p "def quicksort(xs):" -n 128
 
+      gguf-mtp run -m Qwen3.5-9B-Q4_K_M.gguf -md Qwen3.5-9B-Q8_0-MTP.gguf --spec-type draft-mtp -fa on
+
       gguf-mtp run Qwen3.5-9B-Q4_K_M.gguf --mtp Qwen3.5-9B-Q8_0-MTP.gguf -ngl 99
 
       gguf-mtp run Qwen3.5-9B-Q4_K_M.gguf --spec-draft-n-max auto --stats-json stats.json
@@ -111,6 +148,10 @@ def run(
     from gguf_mtp.runtime import draft_profile as draft_profile_mod
     from gguf_mtp.runtime.options import check_sampling, check_session
 
+    model = O.model_path(model_arg, model_opt)
+    mtp = O.sidecar(mtp_opt, model_draft)
+    no_mtp = O.no_mtp_from_spec_type(spec_type, no_mtp_opt)
+    n_predict = O.n_predict(n_predict)
     endpoints = placement.parse_endpoints(rpc) if rpc is not None else None
     stats_file = None if stats_json is None or str(stats_json) == "-" else stats_json
     given = [p for p in (model, mtp, prompt_file, draft_profile) if p is not None]
@@ -124,10 +165,10 @@ def run(
         typer.echo(devices.listing())
         raise typer.Exit()
     if model is None:
-        raise typer.BadParameter("missing the MODEL argument (a GGUF file)")
+        raise typer.BadParameter("missing the model: give a GGUF file as the argument or with -m/--model")
 
     if no_mtp and mtp is not None:
-        raise typer.BadParameter("--mtp and --no-mtp exclude each other")
+        raise typer.BadParameter("a sidecar (--mtp/-md) and --no-mtp (--spec-type none) exclude each other")
     for name, text in (("--prompt", prompt), ("--system", system)):
         if text is not None and not _is_utf8(text):
             raise typer.BadParameter(f"{name} is not valid UTF-8 text")
@@ -145,11 +186,15 @@ def run(
                         if device_draft is not None else None,
                         split_mode=split_mode,
                         tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
-                        main_gpu=main_gpu, rpc=endpoints)
+                        main_gpu=main_gpu, rpc=endpoints, flash_attn=O.flash_attn(flash_attn))
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
     # every option is checked before a file is opened or llama.cpp is reached
     check_session(cfg, speculative=not no_mtp)
-    sampling, notes = check_sampling(SamplerConfig(temp=temp, top_k=top_k, top_p=top_p, seed=seed))
+    sampling, notes = check_sampling(SamplerConfig(
+        temp=temp, top_k=top_k, top_p=top_p, seed=seed, min_p=min_p, typical_p=typical_p,
+        repeat_penalty=repeat_penalty,
+        repeat_last_n=repeat_last_n, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+        ignore_eos=ignore_eos))
     for n in notes:
         err(f"note: {n}")
     # opened now (a missing file or a FIFO fails before the model loads), read once the model says how long a
@@ -184,11 +229,12 @@ def run(
             note = draft_profile_mod.use(session, draft_profile)
             err(f"note: {note}" if note else f"auto: starting from the draft profile {draft_profile}")
         if prompt is not None:
-            g = session.generate(prompt, max_tokens=n_predict, sampling=sampling, on_text=_out)
+            g = session.generate(prompt, max_tokens=n_predict, sampling=sampling, on_text=_out,
+                                 stop=reverse_prompt or ())
             sys.stdout.write("\n")
-            err(("[interrupted] " if g.stopped == "interrupted" else "") + g.stats.compact())
+            _ended(g, session, err)
         else:
-            _chat(session, system, n_predict, sampling, err)
+            _chat(session, system, n_predict, sampling, err, reverse_prompt or [])
         if stats_json is not None:
             payload = session.stats.to_dict() | {"mtp": session.pairing.source.value, "notices": session.notices,
                                                  "rollback": session.engine.rollback.name,
@@ -264,14 +310,19 @@ def _out(s: str) -> None:
     sys.stdout.flush()
 
 
+#: chat commands, never sent to the model
+CHAT_HELP = ("commands: /help shows this; /reset clears the conversation (the system message stays); /exit or "
+             "/quit (or Ctrl-D) quits")
+
+
 def _chat(session: MTPSession, system: str | None, n_predict: int, sampling: SamplerConfig,
-          err: Callable[[str], None]) -> None:
+          err: Callable[[str], None], stop: list[str]) -> None:
     messages = [{"role": "system", "content": system}] if system else []
     if hasattr(sys.stdin, "reconfigure"):  # undecodable bytes: one line is refused, the chat goes on
         sys.stdin.reconfigure(errors="surrogateescape")
     interactive = sys.stdin.isatty()
     if interactive:
-        err("chat: type a message; /reset clears the conversation, /exit or Ctrl-D quits")
+        err("chat: type a message; /help lists the commands, /reset clears the conversation, /exit or Ctrl-D quits")
     while True:
         try:
             line = input("> " if interactive else "")
@@ -288,12 +339,18 @@ def _chat(session: MTPSession, system: str | None, n_predict: int, sampling: Sam
             continue
         if text in ("/exit", "/quit"):
             break
+        if text in ("/help", "/?"):
+            err(CHAT_HELP)
+            continue
         if text == "/reset":
+            turns = sum(m["role"] == "user" for m in messages)
             messages = messages[:1] if system else []
+            err(f"reset: the conversation is cleared ({turns} turn{'s' if turns != 1 else ''} forgotten"
+                + ("; the system message stays)" if system else ")"))
             continue
         messages.append({"role": "user", "content": text})
         try:
-            g = session.chat(messages, max_tokens=n_predict, sampling=sampling, on_text=_out)
+            g = session.chat(messages, max_tokens=n_predict, sampling=sampling, on_text=_out, stop=stop)
         except GgufMtpError as e:
             sys.stdout.write("\n")
             err(f"error: {e}")
@@ -301,5 +358,5 @@ def _chat(session: MTPSession, system: str | None, n_predict: int, sampling: Sam
             continue
         sys.stdout.write("\n")
         messages.append({"role": "assistant", "content": g.text})
-        err(("[interrupted] " if g.stopped == "interrupted" else "") + g.stats.compact())
+        _ended(g, session, err)
     err(f"session: {session.stats.compact()}")

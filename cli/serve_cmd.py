@@ -24,12 +24,17 @@ if TYPE_CHECKING:  # imported in serve() at run time, after llama.cpp (see gguf_
     from gguf_mtp.server.loader import Loader
 
 
+@O.llamacpp_options("serve")
 def serve(
-    model: Path = typer.Argument(..., help="GGUF model (bundled, or trunk with a sidecar beside it)."),
+    model_arg: Path | None = typer.Argument(None, metavar="MODEL",
+                                            help="GGUF model (bundled, or trunk with a sidecar beside it)."),
+    model_opt: Path | None = O.MODEL,
     list_devices: bool = typer.Option(False, "--list-devices", is_eager=True, callback=_list_devices,
                                       help="Print the devices this llama.cpp build can use and exit."),
-    mtp: Path | None = O.MTP,
-    no_mtp: bool = O.NO_MTP,
+    mtp_opt: Path | None = O.MTP,
+    model_draft: Path | None = O.MODEL_DRAFT,
+    no_mtp_opt: bool = O.NO_MTP,
+    spec_type: str | None = O.SPEC_TYPE,
     require_mtp: bool = O.REQUIRE_MTP,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8080, "--port", min=0, max=65535,
@@ -57,12 +62,20 @@ def serve(
     ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens, shared by the slots."),
     batch_size: int = O.BATCH_SIZE,
     threads: int | None = O.THREADS,
-    n_predict: int = typer.Option(-1, "--n-predict", "-n",
+    flash_attn: str | None = O.FLASH_ATTN,
+    n_predict: int = typer.Option(-1, "--n-predict", "--predict", "-n",
                                   help="Default max_tokens (-1: until the end or the slot's context is full)."),
-    temp: float = typer.Option(0.8, "--temp", help="Default temperature for requests that set none."),
+    temp: float = typer.Option(0.8, "--temp", "--temperature", help="Default temperature for requests that set none."),
     top_k: int = typer.Option(40, "--top-k", help="Default top-k."),
     top_p: float = typer.Option(0.95, "--top-p", help="Default top-p."),
     seed: int = typer.Option(-1, "--seed", "-s", help="Default seed (-1: a random seed per request)."),
+    min_p: float = O.MIN_P,
+    typical_p: float = O.TYPICAL,
+    repeat_penalty: float = O.REPEAT_PENALTY,
+    repeat_last_n: int = O.REPEAT_LAST_N,
+    presence_penalty: float = O.PRESENCE_PENALTY,
+    frequency_penalty: float = O.FREQUENCY_PENALTY,
+    ignore_eos: bool = O.IGNORE_EOS,
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every request (uvicorn's access log)."),
     cors_origins: str = typer.Option("*", "--cors-origins",
                                      help="Origins browsers may call from: * (any, as llama-server), localhost, or "
@@ -79,6 +92,8 @@ def serve(
     Examples:
 
       gguf-mtp serve Qwen3.5-9B-Q8_0.gguf --port 8080
+
+      gguf-mtp serve -m Qwen3.5-9B-Q8_0.gguf --spec-type draft-mtp -fa on --min-p 0.05
 
       gguf-mtp serve Qwen3.5-9B-Q4_K_M.gguf --mtp Qwen3.5-9B-MTP.gguf -ngl 99 -np 4 -c 16384
     """
@@ -98,13 +113,21 @@ def serve(
         from gguf_mtp.server.metrics import Metrics
     except ImportError as e:
         raise GgufMtpError(f"gguf-mtp serve needs the serve extra ({e}): pip install \"gguf-mtp[serve]\"") from None
+    model = O.model_path(model_arg, model_opt)
+    if model is None:
+        raise typer.BadParameter("missing the model: give a GGUF file as the argument or with -m/--model")
+    mtp = O.sidecar(mtp_opt, model_draft)
+    no_mtp = O.no_mtp_from_spec_type(spec_type, no_mtp_opt)
+    n_predict = O.n_predict(n_predict)
     if no_mtp and mtp is not None:
-        raise typer.BadParameter("--mtp and --no-mtp exclude each other")
+        raise typer.BadParameter("a sidecar (--mtp/-md) and --no-mtp (--spec-type none) exclude each other")
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
     # the request defaults pass the checks every request's sampling passes (the seed: -1 stays "random per request")
     if seed != -1:
         check_sampling(SamplerConfig(seed=seed))
-    sampling, notes = check_sampling(SamplerConfig(temp=temp, top_k=top_k, top_p=top_p, seed=0))
+    sampling, notes = check_sampling(SamplerConfig(
+        temp=temp, top_k=top_k, top_p=top_p, seed=0, min_p=min_p, typical_p=typical_p, repeat_penalty=repeat_penalty,
+        repeat_last_n=repeat_last_n, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty))
     for n in notes:
         err(f"note: {n}")
     template = None
@@ -120,7 +143,8 @@ def serve(
                         if device_draft is not None else None,
                         split_mode=split_mode,
                         tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
-                        main_gpu=main_gpu, rpc=placement.parse_endpoints(rpc) if rpc else None)
+                        main_gpu=main_gpu, rpc=placement.parse_endpoints(rpc) if rpc else None,
+                        flash_attn=O.flash_attn(flash_attn))
     head = False if no_mtp else (mtp or "auto")
     # what can be refused without loading is refused before the port opens: options, then the files' headers
     check_session(cfg, speculative=head is not False)
@@ -147,7 +171,11 @@ def serve(
             raise
         return ServerState(session=session, scheduler=sched, metrics=metrics, model_name=name,
                            defaults=Defaults(temp=applied.temp, top_k=applied.top_k, top_p=applied.top_p, seed=seed,
-                                             n_predict=n_predict),
+                                             n_predict=n_predict, min_p=applied.min_p, typical_p=applied.typical_p,
+                                             repeat_penalty=applied.repeat_penalty,
+                                             repeat_last_n=applied.repeat_last_n,
+                                             presence_penalty=applied.presence_penalty,
+                                             frequency_penalty=applied.frequency_penalty, ignore_eos=ignore_eos),
                            created=int(time.time()), api_key=api_key or None, model_path=str(model),
                            log_requests=not log_disable)
 

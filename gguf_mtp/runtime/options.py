@@ -9,7 +9,8 @@ filters off, ``-c 0`` is the model's own context length, ``-ngl -1`` offloads ev
 
 Sampling options reach llama.cpp through :func:`check_sampling` whichever front end sets them (``run``, ``serve``,
 ``MTPSession.generate``/``chat``): llama.cpp's samplers take single-precision floats and 32-bit integers, and its
-top-k inside the decode graph aborts the process when k is larger than the vocabulary.
+top-k inside the decode graph aborts the process when k is larger than the vocabulary. The repetition penalties
+divide logits by ``--repeat-penalty``, so it must be above 0.
 """
 
 from __future__ import annotations
@@ -151,7 +152,28 @@ def check_sampling(cfg: SamplerConfig, n_vocab: int | None = None) -> tuple[Samp
             notes.append(f"--seed -1: random seed {seed}")
     elif not 0 <= seed <= U32_MAX:
         raise _fail("--seed", seed, f"must be between 0 and {U32_MAX}, or -1 for a random seed")
-    return replace(cfg, temp=temp, top_p=top_p, top_k=top_k, seed=seed), notes
+    min_p = _float("--min-p", cfg.min_p)
+    if not 0 <= min_p <= 1:
+        raise _fail("--min-p", min_p, "must be between 0 (off) and 1")
+    typical = _float("--typical", cfg.typical_p)
+    if not 0 <= typical <= 1:
+        raise _fail("--typical", typical, "must be between 0 and 1 (1: off)")
+    repeat = _float("--repeat-penalty", cfg.repeat_penalty)
+    if not 0 < repeat <= F32_MAX:
+        raise _fail("--repeat-penalty", repeat, "must be above 0 (1: off; above 1 makes repeats less likely)")
+    present = _float("--presence-penalty", cfg.presence_penalty)
+    freq = _float("--frequency-penalty", cfg.frequency_penalty)
+    for option, v in (("--presence-penalty", present), ("--frequency-penalty", freq)):
+        if abs(v) > F32_MAX:
+            raise _fail(option, v, f"must be between -{F32_MAX:.6g} and {F32_MAX:.6g} (0: off)")
+    last_n = _int("--repeat-last-n", cfg.repeat_last_n)
+    if not -1 <= last_n <= MAX_CTX:
+        raise _fail("--repeat-last-n", last_n, "must be -1 (the whole context), 0 (penalties off) or a token count")
+    if not isinstance(cfg.ignore_eos, bool):
+        raise _fail("--ignore-eos", repr(cfg.ignore_eos), "expected true or false")
+    return replace(cfg, temp=temp, top_p=top_p, top_k=top_k, seed=seed, min_p=min_p, typical_p=typical,
+                   repeat_penalty=repeat, presence_penalty=present, frequency_penalty=freq,
+                   repeat_last_n=last_n), notes
 
 
 __all__ = ["check_session", "check_sampling", "check_threads", "cpu_count", "MAX_DRAFT"]

@@ -1,11 +1,16 @@
 """Sampling with llama.cpp's own sampler chains, run inside the decode graph where the back-end can.
 
 The target's chain decides every emitted token, in plain and in speculative decoding alike, so both emit the
-same tokens: greedy, or seeded top-k / top-p / temperature (llama.cpp's order, as ``llama-cli --temp``).
+same tokens: greedy, or seeded top-k / top-p / min-p / temperature, after the repetition penalties and
+``--ignore-eos``'s bias where set (llama.cpp's order, as ``common/sampling.cpp`` builds it).
 A seeded chain draws one uniform number per emitted token, in order: when a verify batch samples k+1 rows on
 the device, llama.cpp's ``dist`` sampler draws them from a copy of its generator and advances the real one
 only for the rows that are accepted (``llama_sampler_accept``), so the n-th emitted token always uses the
-n-th draw, as plain decoding does. Where the back-end cannot run a chain (or logits are asked for), the same
+n-th draw, as plain decoding does. The penalties keep a token history: like ``llama-completion`` and
+``llama-server``, the chain is given the prompt's tokens first (:meth:`ContextSampler.use`), then accepts exactly
+the emitted tokens in order (each row's pick before the next row is sampled), so a verify row sees the history
+plain decoding would. llama.cpp cannot run the penalties inside the decode graph, so a chain with them runs on
+the host. Where the back-end cannot run a chain (or logits are asked for), the same
 chain runs on the host from the logits: same draws, same rule.
 
 Every configuration passes :func:`~gguf_mtp.runtime.options.check_sampling` against the model's vocabulary right
@@ -15,7 +20,7 @@ aborts the process for a k above the vocabulary. The MTP head's drafts are greed
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +41,26 @@ class SamplerConfig:
     top_k: int = 40
     top_p: float = 0.95
     seed: int = 0  # -1: a random seed (llama.cpp's default)
+    min_p: float = 0.0  # drop tokens less likely than min_p times the most likely one (0: off)
+    typical_p: float = 1.0  # locally typical sampling (1: off)
+    repeat_penalty: float = 1.0  # llama.cpp's penalties (1, 0, 0: off) over the last repeat_last_n tokens
+    repeat_last_n: int = 64  # -1: the whole context; 0: penalties off
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    ignore_eos: bool = False  # never pick an end-of-generation token (generate until the limit)
+
+    @property
+    def penalized(self) -> bool:
+        """Whether the repetition penalties change anything (then the chain keeps a token history). llama.cpp
+        reads them in single precision, and leaves its penalties out when they round to 1, 0, 0."""
+        f32 = np.float32
+        return self.repeat_last_n != 0 and (f32(self.repeat_penalty) != 1 or f32(self.presence_penalty) != 0
+                                            or f32(self.frequency_penalty) != 0)
+
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy with nothing before the pick: one shared chain, no history."""
+        return self.temp <= 0 and not self.penalized and not self.ignore_eos
 
 
 class Sampler:
@@ -51,20 +76,49 @@ class Sampler:
 
     @property
     def greedy(self) -> bool:
-        return self.cfg.temp <= 0
+        """Plain greedy (no penalties, no bias): the target's chain needs no configuration."""
+        return self.cfg.plain_greedy
 
 
-def _chain(cfg: SamplerConfig | None) -> int:
-    """A llama.cpp sampler chain: greedy (``cfg`` None or temp <= 0), else top-k, top-p, temperature, dist."""
+def _eog_tokens(ctx: Context) -> list[int]:
+    """The model's end-of-generation tokens (for ``ignore_eos``), found once per model."""
+    model = ctx.model
+    found: list[int] | None = getattr(model, "_eog_tokens", None)
+    if found is None:
+        found = [t for t in range(model.n_vocab) if model.is_eog(t)]
+        model._eog_tokens = found  # type: ignore[attr-defined]
+    return found
+
+
+def _chain(cfg: SamplerConfig | None, ctx: Context | None = None) -> int:
+    """A llama.cpp sampler chain in llama.cpp's order: the EOG bias (``ignore_eos``), the penalties, then greedy
+    (``cfg`` None or temp <= 0), else top-k, typical, top-p, min-p, temperature, dist. ``ctx`` (needed for the bias and
+    the penalties) gives the vocabulary and the context length."""
     chain = _ll.llama_sampler_chain_init(_ll.llama_sampler_chain_default_params())
+    add = lambda s: _ll.llama_sampler_chain_add(chain, s)  # noqa: E731
+    if cfg is not None and ctx is not None:
+        if cfg.ignore_eos:
+            eog = _eog_tokens(ctx)
+            if eog:
+                bias = (_ll.llama_logit_bias * len(eog))(*(_ll.llama_logit_bias(t, float("-inf")) for t in eog))
+                add(_ll.llama_sampler_init_logit_bias(ctx.model.n_vocab, len(eog), bias))
+        if cfg.penalized:
+            # a window longer than the context holds nothing more (llama.cpp would allocate all of it)
+            last_n = ctx.n_ctx_seq if cfg.repeat_last_n < 0 else min(cfg.repeat_last_n, ctx.n_ctx_seq)
+            add(_ll.llama_sampler_init_penalties(ctx.model.n_vocab, last_n, cfg.repeat_penalty, cfg.frequency_penalty,
+                                                 cfg.presence_penalty))
     if cfg is None or cfg.temp <= 0:
-        _ll.llama_sampler_chain_add(chain, _ll.llama_sampler_init_greedy())
+        add(_ll.llama_sampler_init_greedy())
         return chain
     if cfg.top_k > 0:
-        _ll.llama_sampler_chain_add(chain, _ll.llama_sampler_init_top_k(cfg.top_k))
+        add(_ll.llama_sampler_init_top_k(cfg.top_k))
+    if cfg.typical_p < 1:
+        add(_ll.llama_sampler_init_typical(cfg.typical_p, 1))
     if 0 < cfg.top_p < 1:
-        _ll.llama_sampler_chain_add(chain, _ll.llama_sampler_init_top_p(cfg.top_p, 1))
-    _ll.llama_sampler_chain_add(chain, _ll.llama_sampler_init_temp(cfg.temp))
+        add(_ll.llama_sampler_init_top_p(cfg.top_p, 1))
+    if cfg.min_p > 0:
+        add(_ll.llama_sampler_init_min_p(cfg.min_p, 1))
+    add(_ll.llama_sampler_init_temp(cfg.temp))
     _ll.llama_sampler_chain_add(chain, _ll.llama_sampler_init_dist(cfg.seed & 0xFFFFFFFF))
     return chain
 
@@ -82,21 +136,35 @@ class ContextSampler:
         self.on_logits: Callable[[np.ndarray], None] | None = None
 
     def use(self, cfg: SamplerConfig | None, *, device: bool = True,
-            on_logits: Callable[[np.ndarray], None] | None = None) -> None:
-        """Sample with ``cfg`` (None: greedy) from the next decode on; a seeded chain starts from its seed again."""
+            on_logits: Callable[[np.ndarray], None] | None = None, history: Sequence[int] = ()) -> None:
+        """Sample with ``cfg`` (None: greedy) from the next decode on; a seeded chain starts from its seed again.
+        ``history``: the tokens already in the context (the prompt), which the penalties count as
+        ``llama-completion`` and ``llama-server`` do."""
         device = device and on_logits is None
         if cfg is not None:  # the one gate to llama.cpp: the vocabulary bounds top-k (Sampler checked the rest)
             cfg = check_sampling(cfg, self.ctx.model.n_vocab)[0]
-        key = (cfg if cfg is not None and cfg.temp > 0 else None, device)
+        if cfg is not None and cfg.plain_greedy:
+            cfg = None
+        # llama.cpp has no device version of the penalties nor of typical sampling: such a chain runs on the
+        # host, all of it
+        device = device and not (cfg is not None and (cfg.penalized or (cfg.temp > 0 and cfg.typical_p < 1)))
+        key = (cfg, device)
         self.on_logits = on_logits
         if key == self.key and self.chain is not None:
             _ll.llama_sampler_reset(self.chain)
-            return
-        self.close()
-        self.chain = _chain(key[0])
-        self.key = key
-        # attaching makes llama.cpp rebuild its graphs once; False: the chain runs on the host from the logits
-        self.on_device = device and self.ctx.set_sampler(self.chain, self.seq)
+        else:
+            self.close()
+            self.chain = _chain(cfg, self.ctx)
+            self.key = key
+            # attaching makes llama.cpp rebuild its graphs once; False: the chain runs on the host from the logits
+            self.on_device = device and self.ctx.set_sampler(self.chain, self.seq)
+        if cfg is not None and cfg.penalized and history:
+            # only the last repeat_last_n tokens stay in the penalties' window: accepting just those is the same
+            # (into the penalties alone: the rest of the chain must not count the prompt as emitted tokens)
+            last_n = len(history) if cfg.repeat_last_n < 0 else cfg.repeat_last_n
+            pen = _ll.llama_sampler_chain_get(self.chain, chain_names(self.chain).index("penalties"))
+            for t in history[-last_n:]:
+                _ll.llama_sampler_accept(pen, int(t))
 
     def sample(self, i: int) -> int:
         """Pick batch entry ``i``'s token and accept it (accept rows in order; stop at the first rejected one)."""
@@ -113,10 +181,16 @@ class ContextSampler:
         self.chain, self.key, self.on_device = None, None, False
 
 
+def chain_names(chain: int) -> list[str]:
+    """The names of a chain's samplers, in order (llama.cpp marks those it runs on the device with "+")."""
+    return [(_ll.llama_sampler_name(_ll.llama_sampler_chain_get(chain, i)) or b"").decode().lstrip("+")
+            for i in range(_ll.llama_sampler_chain_n(chain))]
+
+
 def top1_prob(logits: np.ndarray) -> float:
     """Softmax probability of the argmax (for ``--spec-draft-p-min``)."""
     m = float(logits.max())
     return 1.0 / float(np.exp(logits.astype(np.float64) - m).sum())
 
 
-__all__ = ["SamplerConfig", "Sampler", "ContextSampler", "top1_prob"]
+__all__ = ["SamplerConfig", "Sampler", "ContextSampler", "chain_names", "top1_prob"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import codecs
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from .options import check_session
 from .pairing import HeadSource, Pairing, resolve
 from .rollback import Rollback, open_target
 from .sampling import Sampler, SamplerConfig
-from .speculative import Engine
+from .speculative import ContextFull, Engine
 from .stats import Stats
 
 
@@ -37,7 +37,7 @@ class Generation:
     text: str
     tokens: list[int]
     stats: Stats
-    stopped: str  # "eog", "length", "interrupted"
+    stopped: str  # "eog", "length", "stop" (a stop text), "context" (no limit, the context is full), "interrupted"
 
 
 @dataclass
@@ -74,6 +74,8 @@ class SessionConfig:
     # offloaded, where a shape's first use costs kernel loads and graph captures; on the CPU it costs more than
     # it saves)
     warmup: bool | None = None
+    # llama.cpp's flash attention (-fa): True on, False off, None auto (llama.cpp decides)
+    flash_attn: bool | None = None
 
 
 class MTPSession:
@@ -200,7 +202,7 @@ class MTPSession:
         def make(n_rs_seq: int, n_seq_max: int, kv_unified: bool) -> Context:
             # n_seq_max > n_seq: rollback's spare sequences (rollback.SeqStore), in one shared KV stream
             return Context(target, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, n_rs_seq=n_rs_seq,
-                           embeddings_nextn=mtp_on, n_seq_max=n_seq_max, kv_unified=kv_unified,
+                           embeddings_nextn=mtp_on, flash_attn=c.flash_attn, n_seq_max=n_seq_max, kv_unified=kv_unified,
                            n_outputs_max=n_seq * per_seq, n_outputs_per_seq=per_seq)
 
         rollbacks: list[Rollback | None] = [None] * n_seq  # one per sequence (server slot)
@@ -220,6 +222,7 @@ class MTPSession:
                 draft_model = Model(p.sidecar.path, load_mtp=True, placement=dparams)
                 self._models.append(draft_model)
             mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, mtp=True,
+                           flash_attn=c.flash_attn,
                            n_seq_max=n_seq, n_outputs_max=n_seq, n_outputs_per_seq=1)  # one draft per sequence
             self._contexts.append(mctx)
         #: one engine per sequence; ``engine`` (sequence 0) is the one generate() and chat() use
@@ -259,8 +262,13 @@ class MTPSession:
 
     # -- generation ----------------------------------------------------------------------------
     def _run(self, new_tokens: list[int], max_tokens: int, sampling: SamplerConfig | None,
-             on_text: Callable[[str], None] | None, reuse: bool) -> Generation:
+             on_text: Callable[[str], None] | None, reuse: bool, stop: Sequence[str] = ()) -> Generation:
         e = self.engine
+        unlimited = max_tokens < 0  # llama.cpp's -n -1: until the end of the text or a full context
+        if unlimited:
+            max_tokens = e.n_ctx
+        stop = [x for x in stop if x]  # an empty stop text would end every answer at its first piece
+        longest = max((len(x) for x in stop), default=0)
         sampler = Sampler(sampling or SamplerConfig())  # a bad configuration fails before the context changes
         before = e.stats.copy()
         if reuse:
@@ -272,6 +280,7 @@ class MTPSession:
         out: list[int] = []
         pieces: list[str] = []
         stopped = "length"
+        tail_text = ""  # the end of the text, as long as the longest stop text
         try:
             for t in e.generate(sampler, max_tokens, self.model.is_eog):
                 out.append(t)
@@ -283,6 +292,15 @@ class MTPSession:
                     pieces.append(s)
                     if on_text:
                         on_text(s)
+                    if longest:  # as llama-completion's -r: the text ends with a stop text
+                        tail_text = (tail_text + s)[-longest:]
+                        if any(tail_text.endswith(x) for x in stop):
+                            stopped = "stop"
+                            break
+        except ContextFull:
+            if not unlimited:
+                raise
+            stopped = "context"
         except KeyboardInterrupt:
             stopped = "interrupted"
             self._dirty = True
@@ -311,9 +329,11 @@ class MTPSession:
         return tokens.PromptTooLong(n, self.prompt_room, self.engine.n_ctx, exact)
 
     def generate(self, prompt: str | list[int], *, max_tokens: int = 256, sampling: SamplerConfig | None = None,
-                 on_text: Callable[[str], None] | None = None) -> Generation:
+                 on_text: Callable[[str], None] | None = None, stop: Sequence[str] = ()) -> Generation:
         """Complete ``prompt`` (text or tokens) from a fresh context. A prompt the context cannot hold raises
-        :class:`~gguf_mtp.runtime.tokens.PromptTooLong` before it is all tokenized."""
+        :class:`~gguf_mtp.runtime.tokens.PromptTooLong` before it is all tokenized. ``max_tokens`` -1: until the
+        end of the text or a full context (``stopped`` "context"); ``stop``: end once the text ends with one of
+        these (it is kept, as llama-completion's ``-r`` does)."""
         if isinstance(prompt, str):
             toks = tokens.tokenize(self.model, prompt, limit=self.prompt_room, n_ctx=self.engine.n_ctx)
         else:
@@ -322,17 +342,18 @@ class MTPSession:
                 raise self._too_long(len(toks), True)
         if not toks:
             raise GgufMtpError("empty prompt")
-        return self._run(toks, max_tokens, sampling, on_text, reuse=False)
+        return self._run(toks, max_tokens, sampling, on_text, reuse=False, stop=stop)
 
     def chat(self, messages: list[dict[str, Any]], *, max_tokens: int = 512, sampling: SamplerConfig | None = None,
-             on_text: Callable[[str], None] | None = None) -> Generation:
-        """Answer the last message of ``messages``; the shared prefix with the previous turn is not recomputed."""
+             on_text: Callable[[str], None] | None = None, stop: Sequence[str] = ()) -> Generation:
+        """Answer the last message of ``messages``; the shared prefix with the previous turn is not recomputed.
+        ``max_tokens`` and ``stop`` as in :meth:`generate`."""
         if len(messages) > self.prompt_room:  # each message takes a token or more: refused before rendering
             raise self._too_long(len(messages), False)
         text = self.template.render(messages, add_generation_prompt=True)
         toks = tokens.tokenize(self.model, text, add_special=False, parse_special=True, limit=self.prompt_room,
                                n_ctx=self.engine.n_ctx)
-        return self._run(toks, max_tokens, sampling, on_text, reuse=True)
+        return self._run(toks, max_tokens, sampling, on_text, reuse=True, stop=stop)
 
     def close(self) -> None:
         for c in reversed(self._contexts):

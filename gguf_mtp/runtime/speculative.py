@@ -529,8 +529,10 @@ class Engine:
         if sampler is self._sampler:
             return
         self._sampler = sampler
+        # the context's tokens are the prompt: the penalties count them, as llama.cpp's tools do
+        history = self.tokens + [self.id_last] if self.id_last is not None else self.tokens
         self.tsampler.use(None if sampler.greedy else sampler.cfg, device=self.device_sampling and sampler.device,
-                          on_logits=sampler.on_logits)
+                          on_logits=sampler.on_logits, history=history)
 
     def before_batched_step(self) -> None:
         """A step batched with other sequences (multistep.py) decodes the head itself: send out this engine's

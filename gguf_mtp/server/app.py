@@ -35,6 +35,7 @@ from .engine import Defaults, Job, Scheduler, random_seed
 from .loader import Loader
 from .metrics import Metrics
 from .schemas import (
+    SAMPLING_NAMES,
     APIError,
     GenRequest,
     chat_request,
@@ -100,7 +101,8 @@ def _sampling(req: GenRequest, d: Defaults, n_vocab: int) -> SamplerConfig:
     cfg = SamplerConfig(temp=d.temp if req.temperature is None else req.temperature,
                         top_k=d.top_k if req.top_k is None else req.top_k,
                         top_p=d.top_p if req.top_p is None else req.top_p,
-                        seed=seed % (1 << 32))  # llama.cpp seeds are 32-bit (runtime.options)
+                        seed=seed % (1 << 32),  # llama.cpp seeds are 32-bit (runtime.options)
+                        **{k: req.sampling.get(k, getattr(d, k)) for k in SAMPLING_NAMES})
     try:  # what run and the Python API check too: top_k above the vocabulary is clamped to it, ...
         return check_sampling(cfg, n_vocab)[0]
     except GgufMtpError as e:  # the schema's ranges keep every request inside these; a server default may not be

@@ -40,6 +40,14 @@ class Defaults:
     top_p: float = 0.95
     seed: int = -1  # < 0: a random seed per request
     n_predict: int = -1  # < 0: until end of generation or the slot's context is full
+    # the serve command's --min-p, --repeat-penalty, ... (schemas.SAMPLING_FIELDS)
+    min_p: float = 0.0
+    typical_p: float = 1.0
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    ignore_eos: bool = False
 
 
 @dataclass

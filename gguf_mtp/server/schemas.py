@@ -1,7 +1,7 @@
 """Request bodies of the OpenAI endpoints: parsed and checked field by field, so that bad input becomes a 4xx
 with OpenAI's error shape and names the field, never an exception deep in the engine.
 
-Fields OpenAI defines that we accept but do not act on (``presence_penalty``, ``user``, ...) are still type-checked;
+Fields OpenAI defines that we accept but do not act on (``user``, ``logit_bias``, ...) are still type-checked;
 fields nobody defines are ignored, as OpenAI-compatible servers do (clients send their own extras). Values are shown
 back in messages through :func:`_show`, which never recurses into what the client sent and never quotes more than a
 few characters of it.
@@ -55,6 +55,8 @@ class GenRequest:
     stream: bool
     include_usage: bool
     ignore_eos: bool = False  # llama-server's extension: generate through end-of-generation tokens
+    # llama-server's sampling fields the request set (SAMPLING_FIELDS; the rest: the server's defaults)
+    sampling: dict[str, Any] = field(default_factory=dict)
     prompt: str | list[int] | None = None  # /v1/completions
     return_tokens: bool = False  # /completion: the generated ids in "tokens"
     messages: list[dict[str, Any]] = field(default_factory=list)  # /v1/chat/completions
@@ -180,6 +182,15 @@ def _check_type(body: dict[str, Any], name: str, types: tuple[type, ...], what: 
         raise invalid(name, f"expected {what}, got {_show(v)}", "invalid_type")
 
 
+#: request fields that set SamplerConfig's fields of the same names, with the ranges llama-server accepts
+SAMPLING_FIELDS: tuple[tuple[str, float, float], ...] = (
+    ("min_p", 0.0, 1.0), ("typical_p", 0.0, 1.0), ("repeat_penalty", 0.0, 10.0), ("repeat_last_n", -1, INT32_MAX),
+    ("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0))
+#: SamplerConfig's fields a request or the serve command's defaults set (ignore_eos: a -inf bias on every
+#: end-of-generation token, as llama-server's, so none is ever picked)
+SAMPLING_NAMES = tuple(k for k, _, _ in SAMPLING_FIELDS) + ("ignore_eos",)
+
+
 def _common(body: dict[str, Any], n_ctx: int) -> dict[str, Any]:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
@@ -223,11 +234,16 @@ def _common(body: dict[str, Any], n_ctx: int) -> dict[str, Any]:
     n = _integer(body, "n", 1, 1 << 30)
     if n not in (None, 1):
         raise invalid("n", "only n = 1 is supported", "unsupported_value")
-    # accepted and ignored, but a wrong type or a value out of range is still the client's mistake
-    for k, lo, hi in (("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0), ("repeat_penalty", 0.0, 10.0),
-                      ("min_p", 0.0, 1.0), ("typical_p", 0.0, 1.0)):
-        _number(body, k, lo, hi)
-    _integer(body, "repeat_last_n", -1, INT32_MAX)
+    # llama-server's sampling fields, applied (SamplerConfig's fields of the same names)
+    sampling: dict[str, Any] = {}
+    for k, lo, hi in SAMPLING_FIELDS:
+        v = _integer(body, k, int(lo), int(hi)) if k == "repeat_last_n" else _number(body, k, lo, hi)
+        if v is not None:
+            sampling[k] = v
+    if ignore_eos:
+        sampling["ignore_eos"] = True
+    if sampling.get("repeat_penalty") == 0:  # llama.cpp divides by it; 0 is llama-server's "off" as 1 is
+        sampling["repeat_penalty"] = 1.0
     if _integer(body, "n_probs", 0, INT32_MAX):
         raise invalid("n_probs", "token probabilities are not supported by this server", "unsupported_value")
     _check_type(body, "user", (str,), "a string")
@@ -237,7 +253,7 @@ def _common(body: dict[str, Any], n_ctx: int) -> dict[str, Any]:
             raise invalid(k, "is not supported by this server", "unsupported_value")
     return dict(model=model, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                 seed=seed, stop=stops, stream=stream, include_usage=include_usage,
-                ignore_eos=ignore_eos)
+                ignore_eos=ignore_eos, sampling=sampling)
 
 
 def completion_request(body: dict[str, Any], n_ctx: int, n_vocab: int) -> GenRequest:
