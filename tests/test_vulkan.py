@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "examples" / "tiny-qwen35-mtp"
 PROMPTS = json.loads((TINY / "reference.json").read_text())["prompts"]
 SEEDED = SamplerConfig(temp=0.9, seed=3)
+ENV = "GGUF_MTP_DEVICE_SAMPLING"
 
 
 def _dev(name: str, backend: str) -> B.Device:
@@ -63,9 +64,9 @@ def test_host_sampling_setting_routes_every_chain_and_says_so(tiny: Path, monkey
     out = {}
     for setting in (None, "off"):
         if setting is None:
-            monkeypatch.delenv(B.SAMPLING_ENV, raising=False)
+            monkeypatch.delenv(ENV, raising=False)
         else:
-            monkeypatch.setenv(B.SAMPLING_ENV, setting)
+            monkeypatch.setenv(ENV, setting)
         with MTPSession(tiny, mtp="auto", n_draft=3, n_ctx=512) as s:
             greedy = [s.generate(p, max_tokens=16).tokens for p in PROMPTS[:3]]
             seeded = s.generate(PROMPTS[0], max_tokens=16, sampling=SEEDED).tokens
@@ -81,7 +82,7 @@ def test_host_sampling_setting_routes_every_chain_and_says_so(tiny: Path, monkey
 
 
 def test_a_bad_sampling_setting_is_a_one_line_error(tiny: Path, capsys, monkeypatch) -> None:
-    monkeypatch.setenv(B.SAMPLING_ENV, "sometimes")
+    monkeypatch.setenv(ENV, "sometimes")
     rc, err = cli(capsys, ["run", tiny, "-p", "def f(x):", "-n", "2", "--no-mtp"])
     assert rc == 2 and err.strip().splitlines()[-1] == (
         "error: GGUF_MTP_DEVICE_SAMPLING='sometimes': one of auto, off, on")
@@ -96,7 +97,7 @@ def _vk_env() -> tuple[Path, dict[str, str]]:
         pytest.skip(f"no Vulkan build of llama-cpp-python in {venv} (GGUF_MTP_VK_VENV names one; make it with "
                     f'CMAKE_ARGS="-DGGML_VULKAN=on" VENV={venv} bash scripts/setup.sh)')
     env = dict(os.environ)
-    env.pop("GGUF_MTP_DEVICE_SAMPLING", None)  # the default routing is what is tested
+    env.pop(ENV, None)  # the default routing is what is tested
     if not env.get("VK_ICD_FILENAMES") and not env.get("VK_DRIVER_FILES"):
         lvp = sorted(Path("/usr/share/vulkan/icd.d").glob("lvp_icd*.json"))
         if not lvp:
