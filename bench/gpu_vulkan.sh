@@ -2,7 +2,8 @@
 # Vulkan beside CUDA on one NVIDIA GPU, on a machine without network (the device tool): build a Vulkan and
 # a CUDA llama-cpp-python from the trimmed sdist at the same time, check each with gguf_mtp/backends.py
 # (the check setup.sh runs, here with --require-device), run scripts/vulkan-check.sh (Vulkan against CUDA,
-# greedy tokens of the trained tiny model, plain and MTP), then bench/run.py on both on the same GGUF.
+# greedy tokens of the trained tiny model: plain, fixed k and auto; sampler chains as shipped, then forced into
+# the decode graph), then bench/run.py on both on the same GGUF.
 #   bash bench/gpu_vulkan.sh all     # everything (~8-9 min on 16 cores; what does not fit in END_S is skipped)
 #   bash bench/gpu_vulkan.sh check   # builds + backend checks + vulkan-check only
 #   bash bench/gpu_vulkan.sh bench   # builds + backend checks + the two benchmarks only
@@ -12,8 +13,9 @@
 # glslc libshaderc1 spirv-headers, unpacked into /tmp/vk. Debian 12's headers (1.3.239) need our shim
 # scripts/vulkan-compat, added here as setup.sh adds it; its glslc (shaderc 2023.2) has no cooperative-matrix,
 # integer-dot or bf16 shader extensions, so Vulkan runs without its tensor-core / int8 matmul shaders (slower
-# prompts than a build with a current Vulkan SDK). Results in $OUT (6 files): summary.txt,
-# vulkan-check.txt, run-{cuda,vk}.{txt,json}; a failed build leaves its log there.
+# prompts than a build with a current Vulkan SDK). Results in $OUT (7 files): summary.txt,
+# vulkan-check.txt (as shipped), vulkan-check-on.txt (GGUF_MTP_DEVICE_SAMPLING=on), run-{cuda,vk}.{txt,json};
+# a failed build leaves its log there.
 # env: TMPR (scratch root, /tmp), END_S (580: stages are cut to end by then), BENCH_GB (2), N (128),
 #      WHEEL_CUDA / WHEEL_VK (use these wheels instead of building: a dry run of the later stages).
 set -uo pipefail
@@ -96,12 +98,19 @@ python3 gguf_mtp/backends.py check-wheel $TMPR/wheel-cuda/llama_cpp_python-*.whl
 for b in cuda vk; do $TMPR/venv-$b/bin/gguf-mtp run --list-devices 2>&1 | sed "s/^/$b: /" | tee -a "$OUT/summary.txt"; done
 ls -la $TMPR/wheel-*/ | tee -a "$OUT/summary.txt"
 
-# 4. Vulkan vs CUDA on the trained tiny model: identical greedy tokens? acceptance?
-if [ "$MODE" != bench ] && ! late vulkan-check 60; then
-    say "vulkan-check (Vulkan vs CUDA, -ngl 99 both)"
-    CPU_VENV=$TMPR/venv-cuda REF_NGL=99 REF_NAME=cuda VK_VENV=$TMPR/venv-vk WORK=$TMPR/vkcheck \
-        timeout "$(( $(left) < 240 ? $(left) : 240 ))" bash scripts/vulkan-check.sh 2>&1 | tee "$OUT/vulkan-check.txt"
-    say "vulkan-check exit ${PIPESTATUS[0]}"
+# 4. Vulkan vs CUDA on the trained tiny model, plain, fixed k and auto: identical greedy tokens? acceptance?
+#    First as shipped (on Vulkan the sampler chains run on the host: docs/upstream/vulkan-reserve-after-decode.md),
+#    then with GGUF_MTP_DEVICE_SAMPLING=on (chains in the decode graph on both): does NVIDIA's driver survive
+#    what crashes lavapipe? A failure of that second pass is a finding, not a broken script.
+if [ "$MODE" != bench ]; then
+    for ds in auto on; do
+        late "vulkan-check ($ds)" 60 && continue
+        f="$OUT/vulkan-check.txt"; [ "$ds" = auto ] || f="$OUT/vulkan-check-$ds.txt"
+        say "vulkan-check (Vulkan vs CUDA, -ngl 99 both, GGUF_MTP_DEVICE_SAMPLING=$ds)"
+        GGUF_MTP_DEVICE_SAMPLING=$ds CPU_VENV=$TMPR/venv-cuda REF_NGL=99 REF_NAME=cuda VK_VENV=$TMPR/venv-vk \
+            WORK=$TMPR/vkcheck-$ds timeout "$(( $(left) < 200 ? $(left) : 200 ))" bash scripts/vulkan-check.sh 2>&1 | tee "$f"
+        say "vulkan-check ($ds) exit ${PIPESTATUS[0]}"
+    done
 fi
 
 # 5. bench/run.py on both backends, the same generated GGUF

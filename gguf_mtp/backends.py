@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 
 @dataclass(frozen=True)
@@ -526,6 +526,41 @@ def prerequisites(cmake_args: str, env: Mapping[str, str] | None = None, roots: 
         errors += e
         warnings += w
     return errors, warnings
+
+
+# ------------------------------------------------------------------------------ sampling in the decode graph
+#: back-ends whose devices never get llama.cpp's sampler chains (the chain runs on the host from the logits), why
+UNSAFE_DEVICE_SAMPLING = {
+    "Vulkan": "re-planning llama.cpp's graphs after a decode, as attaching a sampler does, corrupts memory on Vulkan "
+              "(docs/upstream/vulkan-reserve-after-decode.md)",
+}
+SAMPLING_ENV = "GGUF_MTP_DEVICE_SAMPLING"
+SAMPLING_SETTINGS = ("auto", "off", "on")
+
+
+class _OnBackend(Protocol):
+    @property
+    def name(self) -> str: ...  # Vulkan0
+    @property
+    def backend(self) -> str: ...  # its registry: Vulkan
+
+
+def host_sampling_reason(offload: Sequence[_OnBackend], setting: str | None = None) -> str | None:
+    """Why sampler chains must run on the host for a model whose layers go to ``offload``; None: they may run
+    inside the decode graph. ``setting`` (``$GGUF_MTP_DEVICE_SAMPLING``): auto (the default: the host where a
+    back-end is known to be unsafe), off (the host everywhere), on (the device even there: for checking a fixed
+    llama.cpp). ValueError for any other value."""
+    s = (setting or "auto").strip().lower()
+    if s not in SAMPLING_SETTINGS:
+        raise ValueError(f"{SAMPLING_ENV}={setting!r}: one of {', '.join(SAMPLING_SETTINGS)}")
+    if s == "off":
+        return f"{SAMPLING_ENV}=off"
+    if s == "on":
+        return None
+    bad = [d for d in offload if d.backend in UNSAFE_DEVICE_SAMPLING]
+    if not bad:
+        return None
+    return f"{', '.join(d.name for d in bad)}: {UNSAFE_DEVICE_SAMPLING[bad[0].backend]}; {SAMPLING_ENV}=on overrides"
 
 
 # --------------------------------------------------------------------------------------------------- CLI

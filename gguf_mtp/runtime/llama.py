@@ -231,6 +231,20 @@ def quantize_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftyp
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
 
 
+def _host_sampling(n_gpu_layers: int, placement: ModelParams | None) -> str | None:
+    """``backends.host_sampling_reason`` for the devices a model's layers go to (llama.cpp's defaults without a
+    placement), under ``$GGUF_MTP_DEVICE_SAMPLING``."""
+    from .. import backends as B
+    from . import placement as P
+
+    ngl = placement.n_gpu_layers if placement is not None else n_gpu_layers
+    offload = (placement.devices if placement is not None else P.default_offload_devices()) if ngl else []
+    try:
+        return B.host_sampling_reason(offload, os.environ.get(B.SAMPLING_ENV))
+    except ValueError as e:
+        raise GgufMtpError(str(e)) from None
+
+
 class Model:
     """A loaded llama.cpp model. ``load_mtp`` must be true whenever an MTP context will be made on it."""
 
@@ -239,6 +253,8 @@ class Model:
         """``placement``: devices, split mode, tensor split and main GPU (its -ngl replaces ``n_gpu_layers``)."""
         _init()
         self.path = Path(path)
+        #: why its contexts sample on the host, not inside the decode graph (None: they may; see set_sampler)
+        self.host_sampling = _host_sampling(n_gpu_layers, placement)
         p = _ll.llama_model_default_params()
         p.n_gpu_layers = n_gpu_layers
         if placement is not None:
@@ -490,7 +506,10 @@ class Context:
 
     def set_sampler(self, chain: int | None, seq: int = 0) -> bool:
         """Attach a llama.cpp sampler chain to sequence ``seq`` so it runs inside the decode graph (only token ids,
-        and probabilities where the chain computes them, come back); None detaches. False: it cannot run there."""
+        and probabilities where the chain computes them, come back); None detaches. False: it cannot run there,
+        or must not (``Model.host_sampling``): llama.cpp never sees the chain, which then samples on the host."""
+        if chain is not None and self.model.host_sampling:
+            return False
         return bool(_ll.llama_set_sampler(self.ptr, seq, chain))
 
     def graphs_reused(self) -> int:

@@ -118,6 +118,9 @@ class MTPSession:
             self._load()
         if self.pairing.notice and self.pairing.notice not in self.notices:
             self.notices.append(self.pairing.notice)
+        why = next((m.host_sampling for m in self._models if m.host_sampling), None)
+        if why and self.cfg.device_sampling:  # a back-end that must not run sampler chains in its decode graph
+            self.notices.append(f"sampling on the host, not in the decode graph ({why})")
         for n in self.notices:
             self._notify(n)
         m = self.pairing.model
