@@ -53,11 +53,17 @@ say "loader: $(ldconfig -p | grep -m1 'libvulkan.so.1' || echo none); driver: ${
 LD_LIBRARY_PATH="$VK/lib/$MA" "$VK/bin/glslc" --version | head -n 1 | sed 's/^/glslc: /' | tee -a "$OUT/summary.txt"
 
 # 2. both builds at once (each with every core: the serial parts overlap)
+# the build backend, where the machine's Python lacks it (carried as wheels: .carry/whl/scikit_build_core, pathspec)
+SBC=""
+if ! python3 -c "import scikit_build_core" 2>/dev/null; then
+    SBC=$TMPR/sbc && rm -rf "$SBC" && python3 -m pip install -q --no-index --no-deps --target "$SBC" \
+        .carry/whl/scikit_build_core-*.whl .carry/whl/pathspec-*.whl
+fi
 build() {  # name cmake-args
     local src=$TMPR/b-$1
     rm -rf "$src" $TMPR/wheel-$1 && mkdir -p "$src" && tar xzf .carry/llama_cpp_python-0.3.36-trim.tar.gz -C "$src"
     ( cd "$src"/llama_cpp_python-0.3.36 && CMAKE_ARGS="$2" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-        LD_LIBRARY_PATH="$VK/lib/$MA${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        LD_LIBRARY_PATH="$VK/lib/$MA${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONPATH="${SBC:+$SBC}" \
         python3 -m pip wheel -v --no-deps --no-build-isolation --no-cache-dir -w $TMPR/wheel-$1 . ) > "$OUT/build-$1.log" 2>&1
 }
 CUDA_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAVA_BUILD=off"
