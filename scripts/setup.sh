@@ -53,8 +53,14 @@ if printf '%s' "$CMAKE_ARGS" | grep -Eqi -- '-DGGML_VULKAN(:BOOL)?=(on|1|yes|tru
     fi
 fi
 export CMAKE_ARGS
-# The cache key is the effective CMAKE_ARGS (including the shim's path, if added).
-TAG="$(printf '%s|%s' "$LLAMA_CPP_PYTHON_VERSION" "$CMAKE_ARGS" | sha1sum | cut -c1-12)"
+# The cache key is the effective CMAKE_ARGS (the shim, if added, by its content).
+# The shim's path stands in the key as its content's hash: a clone elsewhere (CI's) reuses the same build.
+KEY_ARGS="$CMAKE_ARGS"
+if [ -n "${VK_COMPAT:-}" ] && [ -d "$VK_COMPAT" ]; then
+    SHIM="$(cd "$VK_COMPAT" && find . -type f -print0 | sort -z | xargs -0 sha1sum | sha1sum | cut -c1-12)"
+    KEY_ARGS="${CMAKE_ARGS//$VK_COMPAT/vulkan-compat@$SHIM}"
+fi
+TAG="$(printf '%s|%s' "$LLAMA_CPP_PYTHON_VERSION" "$KEY_ARGS" | sha1sum | cut -c1-12)"
 WHEEL_DIR="$CACHE/$TAG"
 
 if [ "$WHEEL_ONLY" = 1 ]; then
