@@ -73,20 +73,39 @@ def judge(row: np.ndarray, plain: int, spec: int) -> tuple[bool, float, float]:
     return abs(gap) <= tol, gap, tol
 
 
-def observed_rows(session: Any, action: Callable[[Any], Any]) -> tuple[Any, list[np.ndarray]]:
-    """Run ``action(session)`` with an observer on every sampler the session's engine is given; return the
-    action's output and a copy of each logit row a token was picked from, in order."""
+def observed_rows(session: Any, action: Callable[[Any], Any]) -> tuple[Any, list[np.ndarray], list[int]]:
+    """Run ``action(session)`` with an observer on the target's sampler; return the action's output, a copy of the
+    logit row each emitted token was picked from, in order, and the token the sampler picked from that row (a
+    speculative step may sample rows past ``max_tokens``: those are not kept, so later generations stay aligned)."""
     rows: list[np.ndarray] = []
+    picks: list[int] = []
     engine = session.engine
     generate = engine.generate
 
     def observing(sampler, *a, **kw):  # type: ignore[no-untyped-def]
-        sampler.on_logits = lambda logits: rows.append(np.array(logits, dtype=np.float32))
-        return generate(sampler, *a, **kw)
+        mine: list[tuple[np.ndarray, int]] = []
+        sampler.on_logits = lambda logits: None  # the logits must come back: the chain runs on the host
+        ts = engine.tsampler
+        sample = ts.sample
+
+        def recording(i: int) -> int:
+            row = np.array(ts.ctx.logits_view(i), dtype=np.float32)
+            t = sample(i)
+            mine.append((row, t))
+            return t
+
+        ts.sample = recording
+        try:
+            for n, t in enumerate(generate(sampler, *a, **kw)):
+                rows.append(mine[n][0])  # sampled before it was yielded
+                picks.append(mine[n][1])
+                yield t
+        finally:
+            del ts.sample
 
     engine.generate = observing
     try:
-        return action(session), rows
+        return action(session), rows, picks
     finally:
         del engine.generate  # the instance attribute goes, the class's method is back
 
@@ -109,7 +128,7 @@ class Reference:
     def rows(self) -> list[np.ndarray]:
         if self._rows is None:
             with self.make_plain() as s:
-                out, rows = observed_rows(s, self.action)
+                out, rows, _ = observed_rows(s, self.action)
             again = flatten(out)
             assert again == self.tokens, (
                 "plain decoding with an observer gave other tokens than without one: the reference itself is not "
@@ -117,8 +136,13 @@ class Reference:
             self._rows = rows
         return self._rows
 
-    def check(self, got: Any, label: str = "") -> None:
-        """Fail unless ``got`` equals the reference up to a tie at the first difference (module docstring)."""
+    def check(self, got: Any, label: str = "", spec_session: Callable[[], Any] | None = None) -> None:
+        """Fail unless ``got`` equals the reference up to a tie at the first difference (module docstring).
+
+        ``spec_session``: for seeded sampling, a factory of the speculative session ``got`` came from. A sampled
+        token can flip without a near-tie in the logits, when the draw falls within rounding of the boundary
+        between two tokens' cumulative probabilities; that difference then passes only if the speculative run,
+        decoded again with an observer, picked from a row that equals plain decoding's within ``tolerance``."""
         spec = flatten(got)
         COMPARED.append(label)
         i = first_difference(spec, self.tokens)
@@ -129,6 +153,23 @@ class Reference:
                                  f"{len(self.tokens)}, identical up to there")
         rows = self.rows()
         tie, gap, tol = judge(rows[i], self.tokens[i], spec[i])
+        if not tie and spec_session is not None:
+            with spec_session() as s:
+                out, spec_rows, picks = observed_rows(s, self.action)
+            again = flatten(out)
+            if picks[: i + 1] != again[: i + 1]:
+                raise AssertionError(f"{label}: the speculative run emitted {again[: i + 1][-4:]} where its sampler "
+                                     f"picked {picks[: i + 1][-4:]} from the rows: not rounding, a bug")
+            if again[: i + 1] == spec[: i + 1] and i < len(spec_rows):
+                drift = float(np.abs(spec_rows[i] - rows[i]).max())
+                if drift <= tol:  # the same distribution up to rounding: the draw sat on a boundary
+                    TIES.append(Tie(label + " (sampled, rows differ by rounding)", i, self.tokens[i], spec[i],
+                                    drift, tol))
+                    return
+                raise AssertionError(
+                    f"{label}: output differs from plain decoding at pick {i}: token {spec[i]} where plain decoding "
+                    f"picked {self.tokens[i]}, and the rows they were sampled from differ by {drift:.5f} (rounding "
+                    f"is within {tol:.5f}): not rounding, a bug")
         if not tie:
             raise AssertionError(
                 f"{label}: output differs from plain decoding at pick {i}: token {spec[i]} where plain decoding "

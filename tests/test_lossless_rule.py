@@ -12,8 +12,8 @@ import pytest
 
 from gguf_mtp import convert
 from gguf_mtp.errors import GgufMtpError
-from gguf_mtp.runtime import MTPSession
-from tests.lossless import TIES, References, first_difference, flatten, judge, tolerance
+from gguf_mtp.runtime import MTPSession, SamplerConfig
+from tests.lossless import TIES, Reference, References, first_difference, flatten, judge, tolerance
 
 TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
 REF = json.loads((TINY / "reference.json").read_text())
@@ -108,3 +108,33 @@ def test_a_skipped_token_fails(model: Path, plain: References) -> None:
 
     with pytest.raises(AssertionError, match="not rounding, a bug"):
         plain.check(speculative(model, skip_one), "skipped token")
+
+
+def test_a_sampled_difference_passes_only_as_rounding(model: Path) -> None:
+    """Seeded sampling: a difference that is no tie in the logits passes only when the speculative run's row equals
+    plain decoding's within the tolerance (a draw on a boundary of the cumulative distribution); a skipped token
+    shifts the rows by a position, far beyond rounding, and fails."""
+    seeded = SamplerConfig(temp=0.9, top_k=0, top_p=1.0, seed=3)
+    action = lambda s: s.generate(PROMPTS[0], max_tokens=REF["new_tokens"], sampling=seeded)  # noqa: E731
+    ref = Reference(lambda: MTPSession(model, mtp=False, n_ctx=512), action)
+
+    def skip_one(engine) -> None:  # type: ignore[no-untyped-def]
+        step, done = engine.step, []
+
+        def skipping():  # type: ignore[no-untyped-def]
+            out = step()
+            if len(out) > 1 and not done:
+                done.append(out.pop(1))
+            return out
+
+        engine.step = skipping
+
+    def sabotaged() -> MTPSession:
+        s = MTPSession(model, n_draft=3, n_ctx=512)
+        skip_one(s.engine)
+        return s
+
+    with sabotaged() as s:
+        got = action(s)
+    with pytest.raises(AssertionError, match="not rounding, a bug"):
+        ref.check(got, "sampled, skipped token", spec_session=sabotaged)

@@ -92,7 +92,8 @@ def test_greedy_and_seeded_output_is_identical_to_plain_decoding(q3n, reference,
             if NGL:  # CUDA's MoE kernels round a batch differently: a sampled token can flip (test_runtime)
                 continue
             sampled = s.generate(LONG, max_tokens=48, sampling=SEEDED)
-            reference["sampled"].check(sampled, f"qwen3next {pairing} seeded k={k}")
+            reference["sampled"].check(sampled, f"qwen3next {pairing} seeded k={k}",
+                                       spec_session=lambda k=k: session(model, mtp, n_draft=k))
 
 
 @pytest.mark.parametrize("spec", ["replay", "replay:store=state", "replay:every=3",

@@ -203,7 +203,8 @@ def test_greedy_and_seeded_output_is_identical_to_plain_decoding(pairings, famil
                 # token whose cumulative probability sits next to the sampler's draw can flip (seen on an
                 # H200 from the first sampled token on). Greedy above stays exact on the tie-free fixture.
                 continue
-            ref_sampled.check(s.generate(LONG, max_tokens=48, sampling=seeded), f"{family} {pairing} seeded k={k}")
+            ref_sampled.check(s.generate(LONG, max_tokens=48, sampling=seeded), f"{family} {pairing} seeded k={k}",
+                              spec_session=lambda k=k: session(model, mtp, n_draft=k))
 
 
 @pytest.mark.parametrize("pairing", ["bundled", "head-only"])
@@ -540,7 +541,8 @@ def test_sampling_runs_in_the_decode_graph_and_the_host_path_agrees(pairings) ->
             assert s.engine.tsampler.on_device is device and s.engine.msampler.on_device is device
             ref.check(g, f"device_sampling={device} greedy")
             assert 0 < g.stats.accepted < g.stats.drafted
-            ref_sampled.check(s.generate(LONG, max_tokens=32, sampling=seeded), f"device_sampling={device} seeded")
+            ref_sampled.check(s.generate(LONG, max_tokens=32, sampling=seeded), f"device_sampling={device} seeded",
+                              spec_session=lambda d=device: session(model, mtp, n_draft=3, device_sampling=d))
             n_vocab = s.model.n_vocab
             per_step = g.stats.to_dict()["breakdown"]["d2h_bytes"]
         out[device] = (ref.tokens, per_step)

@@ -96,7 +96,7 @@ def test_speculative_equals_plain(model: Path, name: str) -> None:
     for k in (1, 2, 3):
         with _session(model, True, k) as s:
             assert s.mtp_enabled
-            ref.check(_gen(cfg)(s), f"{name} k={k}")
+            ref.check(_gen(cfg)(s), f"{name} k={k}", spec_session=lambda k=k: _session(model, True, k))
 
 
 def test_speculative_chat_with_penalties_equals_plain(model: Path) -> None:
