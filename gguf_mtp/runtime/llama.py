@@ -54,6 +54,12 @@ def _keep_interrupt(e: BaseException) -> None:
         _interrupts.append(e)
 
 
+def interrupt(e: BaseException) -> None:
+    """Hand ``e`` to the llama.cpp call in progress on another thread: a model load raises it at its next progress
+    report (and ``raise_interrupt`` after any long call); the first interrupt handed over wins."""
+    _keep_interrupt(e)
+
+
 def raise_interrupt() -> None:
     """Raise the interrupt a llama.cpp callback caught (if any): call after each long C call returns."""
     if _interrupts:

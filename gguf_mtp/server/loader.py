@@ -62,7 +62,7 @@ class Loader:
             self.cancelled.set()
         from ..runtime import llama
 
-        llama._keep_interrupt(Terminated(signal.SIGTERM))  # read by the load's progress callback (no public hook)
+        llama.interrupt(Terminated(signal.SIGTERM))  # the load's next progress report raises it
 
     def join(self) -> None:
         """Wait for the load thread; an interrupt handed to a load that had already passed its last callback is
