@@ -7,6 +7,10 @@ loading its libraries in a fresh process (a second copy of libggml in one proces
 first) and asking ggml's own backend registry: the backend's library must be in the wheel, export its
 registration function and load. Whether a device is visible is reported, not required (build machines
 often have none), unless ``--require-device``.
+
+The registry is read with the one wrapper of ggml's device registry (:class:`Registry`, :class:`Device`,
+llama.cpp's default device rule :func:`default_devices`), which the runtime uses too, on the llama.cpp it
+loaded (runtime/devices.py).
 """
 
 from __future__ import annotations

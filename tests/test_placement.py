@@ -50,6 +50,17 @@ def test_option_parsing() -> None:
         placement.Placement(split_mode="rows")
 
 
+def test_option_strings_are_read_without_llama_cpp() -> None:
+    """The CLI reads --device, --tensor-split and --rpc before anything loads llama.cpp (or the runtime)."""
+    code = ("import sys; sys.modules['llama_cpp'] = None\n"
+            "from gguf_mtp_cli.device_options import device_list, endpoints, tensor_split\n"
+            "print(device_list('RPC0,CUDA0'), tensor_split('3/1'), endpoints('h:1'),"
+            " sorted(m for m in sys.modules if m.startswith('gguf_mtp.runtime')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "['RPC0', 'CUDA0'] [3.0, 1.0] [('h', 1)] []"
+
+
 def _layer_devices(order: list[Device], split: list[float], ngl: int, n_layer_all: int) -> list[str]:
     """llama.cpp's get_layer_buft_list, re-stated: the device of each layer and of the output layer (float32
     arithmetic as there)."""
