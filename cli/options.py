@@ -52,7 +52,7 @@ PROMPT_WINDOW = typer.Option(0, "--spec-draft-prompt-window", min=0,
                                   "head's share of prompt processing on long prompts; output is unchanged, early "
                                   "drafts may be accepted less often.")
 
-# devices and placement (runtime/placement.py)
+# devices and placement: their strings are read by device_options.py, placed by runtime/placement.py
 N_GPU_LAYERS = typer.Option(0, "--n-gpu-layers", "-ngl", "--gpu-layers",
                             help="Layers to offload to the GPU (CUDA / Vulkan builds).")
 DRAFT_GPU_LAYERS = typer.Option(None, "--n-gpu-layers-draft", "-ngld", "--gpu-layers-draft",

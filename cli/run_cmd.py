@@ -15,6 +15,7 @@ from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.files import describe_os_error, open_input
 from gguf_mtp.ggufio.atomic import check_output, write_bytes
 
+from . import device_options
 from . import options as O
 
 if TYPE_CHECKING:  # at run time they are imported in run(), after llama.cpp (see gguf_mtp.runtime)
@@ -144,15 +145,16 @@ def run(
       gguf-mtp run big.gguf -ngl 99 --rpc 192.168.1.20:50052 --tensor-split 1,1
     """
     # imported here, before anything loads numpy: llama.cpp's libraries must come first (see gguf_mtp.runtime)
-    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices, placement
+    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices
     from gguf_mtp.runtime import draft_profile as draft_profile_mod
     from gguf_mtp.runtime.options import check_sampling, check_session
+    from gguf_mtp.runtime.rpc import add_servers
 
     model = O.model_path(model_arg, model_opt)
     mtp = O.sidecar(mtp_opt, model_draft)
     no_mtp = O.no_mtp_from_spec_type(spec_type, no_mtp_opt)
     n_predict = O.n_predict(n_predict)
-    endpoints = placement.parse_endpoints(rpc) if rpc is not None else None
+    endpoints = device_options.endpoints(rpc) if rpc is not None else None
     stats_file = None if stats_json is None or str(stats_json) == "-" else stats_json
     given = [p for p in (model, mtp, prompt_file, draft_profile) if p is not None]
     outputs = {opt: p for opt, p in (("--stats-json", stats_file), ("--spec-draft-profile-out", draft_profile_out))
@@ -160,7 +162,7 @@ def run(
     if not list_devices:  # a bad output fails now, not after the answer (nor after reaching an RPC server)
         _check_outputs(outputs, force=force, inputs=given)
     if endpoints:  # their devices join the registry first, as llama.cpp's --rpc (listing and start-up line see them)
-        placement.add_rpc_servers(endpoints)
+        add_servers(endpoints)
     if list_devices:
         typer.echo(devices.listing())
         raise typer.Exit()
@@ -181,11 +183,11 @@ def run(
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
                         require_mtp=require_mtp, prompt_window=prompt_window, warmup=warmup, timings=perf or None,
-                        devices=placement.parse_device_list(device) if device is not None else None,
-                        draft_devices=placement.parse_device_list(device_draft, "--device-draft")
+                        devices=device_options.device_list(device) if device is not None else None,
+                        draft_devices=device_options.device_list(device_draft, "--device-draft")
                         if device_draft is not None else None,
                         split_mode=split_mode,
-                        tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
+                        tensor_split=device_options.tensor_split(tensor_split) if tensor_split else None,
                         main_gpu=main_gpu, rpc=endpoints, flash_attn=O.flash_attn(flash_attn))
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
     # every option is checked before a file is opened or llama.cpp is reached

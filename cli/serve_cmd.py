@@ -15,6 +15,7 @@ import typer
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.files import read_input_text
 
+from . import device_options
 from . import options as O
 from .run_cmd import _draft_n, _list_devices
 
@@ -99,9 +100,10 @@ def serve(
     """
     # imported here: the runtime loads llama.cpp's libraries before numpy (see gguf_mtp.runtime), and the CLI's
     # other commands must not need them (nor the serve extra)
-    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices, placement, tokens
+    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices, tokens
     from gguf_mtp.runtime.options import check_sampling, check_session
     from gguf_mtp.runtime.pairing import resolve
+    from gguf_mtp.runtime.rpc import add_servers
 
     try:
         import uvicorn
@@ -138,19 +140,19 @@ def serve(
     cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
                         n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
                         require_mtp=require_mtp, prompt_window=prompt_window, warmup=warmup, n_parallel=parallel,
-                        devices=placement.parse_device_list(device) if device is not None else None,
-                        draft_devices=placement.parse_device_list(device_draft, "--device-draft")
+                        devices=device_options.device_list(device) if device is not None else None,
+                        draft_devices=device_options.device_list(device_draft, "--device-draft")
                         if device_draft is not None else None,
                         split_mode=split_mode,
-                        tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
-                        main_gpu=main_gpu, rpc=placement.parse_endpoints(rpc) if rpc else None,
+                        tensor_split=device_options.tensor_split(tensor_split) if tensor_split else None,
+                        main_gpu=main_gpu, rpc=device_options.endpoints(rpc) if rpc else None,
                         flash_attn=O.flash_attn(flash_attn))
     head = False if no_mtp else (mtp or "auto")
     # what can be refused without loading is refused before the port opens: options, then the files' headers
     check_session(cfg, speculative=head is not False)
     resolve(model, head)
     if cfg.rpc:  # before the start-up line, so that it names their devices
-        placement.add_rpc_servers(cfg.rpc)
+        add_servers(cfg.rpc)
     sock = _listen(host, port)  # before loading: a busy port fails fast
     h, p = sock.getsockname()[:2]
     url = f"http://{_url_host(h)}:{p}"
