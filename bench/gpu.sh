@@ -168,7 +168,7 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     log "models (python stage) in the background, llama.cpp build in the foreground"
     (for sp in $SPECS; do
         PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 bench/models.py --workdir "$WORK" \
-            --shape "${sp%%:*}" --trunks "${sp#*:}" --vocab "${VOCAB:-248320}" --noise "${NOISE:-0.06}" \
+            --shape "${sp%%:*}" --trunks "${sp#*:}" --vocab "${VOCAB:-248320}" ${NOISE:+--noise "$NOISE"} \
             --threads "$(nproc)" --manifest "$WORK/models-${sp%%:*}.txt" || exit 1
      done) > "$OUT/models.log" 2>&1 &
     MODELS=$!
@@ -179,7 +179,7 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     for sp in $SPECS; do
         for trunk in $(echo "${sp#*:}" | tr ',' ' '); do
             for h in ${HEADS:-noisy}; do
-                args+=(--model "$(grep -m1 -i "${sp%%:*} ${trunk}, $h head" "$WORK/models-${sp%%:*}.txt")")
+                args+=(--model "$(grep -m1 -i "^${sp%%:*} ${trunk}, $h head" "$WORK/models-${sp%%:*}.txt")")
             done
         done
     done

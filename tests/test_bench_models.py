@@ -106,7 +106,7 @@ def test_release_shapes_are_inflated_templates_with_the_head_and_router_of_a_rea
 
     assert sorted(made) == ["35b-a3b Q8_0, noisy head (0.06)", "35b-a3b Q8_0, perfect head"]
     noisy, perfect = (GGUFModel(made[k]) for k in sorted(made))
-    _, widths, layers, experts, used = models.SHAPES["35b-a3b"]
+    _, widths, layers, experts, used, _ = models.SHAPES["35b-a3b"]
     for m in (noisy, perfect):
         assert int(m.arch_get("{arch}.block_count")) == layers + 1
         assert int(m.arch_get("{arch}.expert_count")) == experts and int(m.arch_get("{arch}.expert_used_count")) == used
