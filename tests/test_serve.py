@@ -407,6 +407,10 @@ def test_cli_errors(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad.write_text("{% for m in messages %}{{ m.content }")
     assert main(["serve", str(model), "--port", "0", "--chat-template-file", str(bad)]) == 2
     assert "bad.jinja" in capsys.readouterr().err
+    # a session option llama.cpp would abort on is refused before the port opens: one line, no start-up lines
+    assert main(["serve", str(model), "--port", "0", "-b", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --batch-size 2") and err.count("\n") == 1, err
 
 
 def test_text_stream_stops_and_utf8() -> None:
