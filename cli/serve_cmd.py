@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -89,8 +88,7 @@ def serve(
     """
     # imported here: the runtime loads llama.cpp's libraries before numpy (see gguf_mtp.runtime), and the CLI's
     # other commands must not need them (nor the serve extra)
-    from gguf_mtp.runtime import SamplerConfig
-    from gguf_mtp.runtime.options import check_sampling
+    import gguf_mtp.runtime  # noqa: F401  (first: llama.cpp's libraries before numpy)
     from gguf_mtp.server import SessionLoad
     from gguf_mtp.server import serve as serve_session
     from gguf_mtp.server.cors import CorsPolicy
@@ -103,16 +101,6 @@ def serve(
     n_predict = O.n_predict(n_predict)
     if no_mtp and mtp is not None:
         raise typer.BadParameter("a sidecar (--mtp/-md) and --no-mtp (--spec-type none) exclude each other")
-    err = lambda s: typer.echo(s, err=True)  # noqa: E731
-    # the request defaults pass the checks every request's sampling passes (the seed: -1 stays "random per request")
-    if seed != -1:
-        check_sampling(SamplerConfig(seed=seed))
-    sampling, notes = check_sampling(session_options.sampler_config(
-        temp=temp, top_k=top_k, top_p=top_p, seed=0, min_p=min_p, typical_p=typical_p, repeat_penalty=repeat_penalty,
-        repeat_last_n=repeat_last_n, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-        ignore_eos=ignore_eos))
-    for n in notes:
-        err(f"note: {n}")
     template = None
     if chat_template_file is not None:
         template = read_input_text(chat_template_file, "chat template")
@@ -122,10 +110,14 @@ def serve(
         n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers, device=device, device_draft=device_draft,
         split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu, rpc=rpc, ctx_size=ctx_size,
         batch_size=batch_size, threads=threads, flash_attn=flash_attn, n_parallel=parallel)
+    sampling = session_options.sampler_config(
+        temp=temp, top_k=top_k, top_p=top_p, seed=seed, min_p=min_p, typical_p=typical_p, repeat_penalty=repeat_penalty,
+        repeat_last_n=repeat_last_n, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+        ignore_eos=ignore_eos)
     serve_session(SessionLoad(model, mtp=False if no_mtp else (mtp or "auto"), config=cfg, chat_template=template),
-                  host, port, name=alias, sampling=replace(sampling, seed=seed), n_predict=n_predict, api_key=api_key,
+                  host, port, name=alias, sampling=sampling, n_predict=n_predict, api_key=api_key,
                   cors=CorsPolicy(cors_origins, cors_credentials), verbose=verbose, log_requests=not log_disable,
-                  log=err)
+                  log=lambda line: typer.echo(line, err=True))
 
 
 def _check_template(source: str, path: Path) -> None:

@@ -106,6 +106,9 @@ def serve(session: MTPSession | SessionLoad, host: str = "127.0.0.1", port: int 
         from .metrics import Metrics
     except ImportError as e:
         raise GgufMtpError(f"gguf-mtp serve needs the serve extra ({e}): pip install \"gguf-mtp[serve]\"") from None
+    # what can be refused without loading is refused before the port opens: the request defaults, the options,
+    # the files' headers
+    sampling = _request_defaults(sampling, log)
     if isinstance(session, SessionLoad):
         session.check()
         cfg = session.config
@@ -173,31 +176,41 @@ def serve(session: MTPSession | SessionLoad, host: str = "127.0.0.1", port: int 
     log("gguf-mtp serve: stopped")
 
 
-def _state(session: MTPSession, metrics: Any, *, name: str, sampling: SamplerConfig | None, n_predict: int,
+def _state(session: MTPSession, metrics: Any, *, name: str, sampling: SamplerConfig, n_predict: int,
            api_key: str | None, model_path: str, log_requests: bool, log: Callable[[str], None]) -> ServerState:
-    """The server's state around a loaded session, its scheduler not started yet. The request defaults pass the
-    checks a request's sampling passes, bounded by the vocabulary (a top-k above it keeps every token, said in a
-    note); their seed -1 stays "random per request"."""
-    from ..runtime import SamplerConfig, tokens
-    from ..runtime.options import check_sampling
+    """The server's state around a loaded session, its scheduler not started yet; the request defaults are bounded
+    by the vocabulary now (a top-k above it keeps every token, said in a note)."""
+    from ..runtime import tokens
     from .app import ServerState
     from .engine import Defaults, Scheduler
 
-    given = sampling if sampling is not None else SamplerConfig(temp=Defaults.temp, seed=-1)
-    if given.seed != -1:
-        check_sampling(SamplerConfig(seed=given.seed))
-    applied, notes = check_sampling(dataclasses.replace(given, seed=0), session.model.n_vocab)
-    for n in notes:
-        log(f"note: {n}")
+    applied = _request_defaults(sampling, log, session.model.n_vocab)
     tokens.facts(session.model)  # read the vocabulary's facts now, not in the first long request
-    defaults = Defaults(temp=applied.temp, top_k=applied.top_k, top_p=applied.top_p, seed=given.seed,
+    defaults = Defaults(temp=applied.temp, top_k=applied.top_k, top_p=applied.top_p, seed=applied.seed,
                         n_predict=n_predict, min_p=applied.min_p, typical_p=applied.typical_p,
                         repeat_penalty=applied.repeat_penalty, repeat_last_n=applied.repeat_last_n,
                         presence_penalty=applied.presence_penalty, frequency_penalty=applied.frequency_penalty,
-                        ignore_eos=given.ignore_eos)
+                        ignore_eos=applied.ignore_eos)
     return ServerState(session=session, scheduler=Scheduler(session, metrics), metrics=metrics, model_name=name,
                        defaults=defaults, created=int(time.time()), api_key=api_key or None,
                        model_path=model_path, log_requests=log_requests)
+
+
+def _request_defaults(sampling: SamplerConfig | None, log: Callable[[str], None],
+                      n_vocab: int | None = None) -> SamplerConfig:
+    """The sampling for requests that set none (llama-server's: temperature 0.8, a random seed per request), through
+    the checks every request's sampling passes; with ``n_vocab`` bounded by the vocabulary. Notes go to ``log``.
+    Its seed -1 stays "random per request" (the check would draw one seed for all)."""
+    from ..runtime import SamplerConfig
+    from ..runtime.options import check_sampling
+
+    given = sampling if sampling is not None else SamplerConfig(temp=0.8, seed=-1)
+    if given.seed != -1:
+        check_sampling(SamplerConfig(seed=given.seed))
+    applied, notes = check_sampling(dataclasses.replace(given, seed=0), n_vocab)
+    for n in notes:
+        log(f"note: {n}")
+    return dataclasses.replace(applied, seed=given.seed)
 
 
 def _server(config: uvicorn.Config, loader: Loader) -> uvicorn.Server:
