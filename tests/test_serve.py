@@ -640,7 +640,7 @@ def test_library_serve_takes_a_loaded_session(model: Path) -> None:
     while time.monotonic() < deadline and "after serve" not in "".join(s.log):
         time.sleep(0.05)
     log = "".join(s.log)
-    assert rc == 0 and "Traceback" not in log and re.search(r"stopped\nafter serve: [12] tokens", log), log
+    assert rc == 0 and "Traceback" not in log and re.search(r"stopped\nafter serve: \d+ tokens", log), log
 
 
 def test_a_model_llama_cpp_refuses_ends_serve_after_the_port_opened(model: Path, tmp_path: Path) -> None:
