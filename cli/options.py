@@ -94,17 +94,6 @@ SPEC_TYPE = typer.Option(None, "--spec-type", callback=text(64),
 FLASH_ATTN = typer.Option(None, "--flash-attn", "-fa", callback=text(16),
                           help="Flash attention: on, off or auto (llama.cpp decides; the default).")
 
-# sampling (llama.cpp's names, defaults and order: penalties, top-k, typical, top-p, min-p, temperature)
-MIN_P = typer.Option(0.0, "--min-p", help="Drop tokens less likely than this times the most likely one (0: off).")
-TYPICAL = typer.Option(1.0, "--typical", "--typical-p", help="Locally typical sampling, parameter p (1: off).")
-REPEAT_PENALTY = typer.Option(1.0, "--repeat-penalty",
-                              help="Penalise tokens of the last --repeat-last-n (prompt included) (1: off).")
-REPEAT_LAST_N = typer.Option(64, "--repeat-last-n",
-                             help="Tokens the penalties look back over (0: penalties off, -1: the whole context).")
-PRESENCE_PENALTY = typer.Option(0.0, "--presence-penalty", help="Subtract this from tokens seen (0: off).")
-FREQUENCY_PENALTY = typer.Option(0.0, "--frequency-penalty", help="Subtract this times each token's count (0: off).")
-IGNORE_EOS = typer.Option(False, "--ignore-eos", help="Never end at an end-of-generation token (generate until -n).")
-
 
 def model_path(argument: Path | None, option: Path | None) -> Path | None:
     """The model, from the argument or from -m/--model (both given: an error, even when they agree)."""
