@@ -108,9 +108,9 @@ def serve(
 
         from gguf_mtp.server.app import ServerState, build_app
         from gguf_mtp.server.cors import CorsPolicy
-        from gguf_mtp.server.engine import Defaults, Scheduler
         from gguf_mtp.server.loader import Loader
         from gguf_mtp.server.metrics import Metrics
+        from gguf_mtp.server.scheduler import Defaults, Scheduler
     except ImportError as e:
         raise GgufMtpError(f"gguf-mtp serve needs the serve extra ({e}): pip install \"gguf-mtp[serve]\"") from None
     model = O.model_path(model_arg, model_opt)

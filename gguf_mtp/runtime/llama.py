@@ -19,17 +19,16 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from .. import backends as B
+from .. import backends
 from ..errors import GgufMtpError, Terminated
 from .archs import arch_facts
 
 if TYPE_CHECKING:
     from .placement import ModelParams
-    from .sampling import ContextSampler
 
 try:
     import llama_cpp as _ll
@@ -116,13 +115,13 @@ def _init() -> None:
             _initialised = True
 
 
-def registry() -> B.Ggml:
+def registry() -> backends.Ggml:
     """ggml's device registry as libllama sees it."""
     _init()  # llama.cpp's log goes to our buffer before a backend starts talking
     # libllama's own handle (dlsym searches its dependencies): a wheel holds libggml.so and libggml.so.0 as two
     # files, llama-cpp-python loads the first and libllama the second, each with its own registry, and only
     # libllama's sees the RPC servers --rpc adds
-    return B.Ggml(ctypes.CDLL(_ll.llama_cpp._lib._name))
+    return backends.Ggml(ctypes.CDLL(_ll.llama_cpp._lib._name))
 
 
 #: GGUF_MTP_AMX=1 keeps ggml's AMX weight buffers on a CPU that has them (see ``amx_off``)
@@ -240,13 +239,12 @@ _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO
 def _host_sampling(n_gpu_layers: int, placement: ModelParams | None) -> str | None:
     """``backends.host_sampling_reason`` for the devices a model's layers go to (llama.cpp's defaults without a
     placement), under ``$GGUF_MTP_DEVICE_SAMPLING``."""
-    from .. import backends as B
-    from . import placement as P
+    from . import placement as placement_mod  # uses this module: loaded on first use
 
     ngl = placement.n_gpu_layers if placement is not None else n_gpu_layers
-    offload = (placement.devices if placement is not None else P.default_offload_devices()) if ngl else []
+    offload = (placement.devices if placement is not None else placement_mod.default_offload_devices()) if ngl else []
     try:
-        return B.host_sampling_reason(offload, os.environ.get(B.SAMPLING_ENV))
+        return backends.host_sampling_reason(offload, os.environ.get(backends.SAMPLING_ENV))
     except ValueError as e:
         raise GgufMtpError(str(e)) from None
 
@@ -326,9 +324,6 @@ class Model:
             buf = ctypes.create_string_buffer(-n)
             n = _ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
         return buf.raw[:n]
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
 
     def is_eog(self, token: int) -> bool:
         return bool(_ll.llama_vocab_is_eog(self.vocab, token))
@@ -426,6 +421,12 @@ class Batch:
         return i
 
 
+class Attachment(Protocol):
+    """Something bound to a context that must let go of it before the context is freed (a sampler chain)."""
+
+    def close(self) -> None: ...
+
+
 class Context:
     """A llama.cpp context on ``model``. ``mtp=True`` makes an MTP (NextN draft) context."""
 
@@ -436,7 +437,8 @@ class Context:
         """``n_outputs_max`` / ``n_outputs_per_seq``: logits rows one decode may ask for, in all and per sequence
         (a verify step: draft + 1 per sequence); they also bound the graph a device sampler adds. 0: n_batch."""
         self.model = model
-        self._samplers: dict[int, ContextSampler] = {}
+        #: objects bound to this context (sampling.py's chains, by key), closed before it is freed
+        self.attached: dict[object, Attachment] = {}
         p = _ll.llama_context_default_params()
         p.n_ctx = n_ctx
         p.n_batch = n_batch
@@ -501,14 +503,6 @@ class Context:
             raise_interrupt()
         if rc != 0:
             raise GgufMtpError(f"{self.model.path}: llama_decode failed with code {rc}: {last_error()}")
-
-    def sampler(self, seq: int = 0) -> ContextSampler:
-        """The llama.cpp sampler chain of sequence ``seq`` of this context (``sampling.ContextSampler``)."""
-        if seq not in self._samplers:
-            from .sampling import ContextSampler
-
-            self._samplers[seq] = ContextSampler(self, seq)
-        return self._samplers[seq]
 
     def set_sampler(self, chain: int | None, seq: int = 0) -> bool:
         """Attach a llama.cpp sampler chain to sequence ``seq`` so it runs inside the decode graph (only token ids,
@@ -586,8 +580,8 @@ class Context:
 
     def close(self) -> None:
         if getattr(self, "ptr", None):
-            for smp in getattr(self, "_samplers", {}).values():
-                smp.close()  # detach before the context goes: llama.cpp keeps the pointer
+            for obj in getattr(self, "attached", {}).values():
+                obj.close()  # detach before the context goes: llama.cpp keeps the pointer
             _ll.llama_free(self.ptr)
             self.ptr = None
             m = self.model

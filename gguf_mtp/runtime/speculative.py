@@ -36,7 +36,7 @@ from ..errors import GgufMtpError
 from .adaptive import DraftLength
 from .llama import Batch, Context
 from .rollback import Rollback
-from .sampling import ContextSampler, Sampler, top1_prob
+from .sampling import ContextSampler, Sampler, context_sampler, top1_prob
 from .stats import Breakdown, Stats
 
 _clock = time.perf_counter
@@ -88,8 +88,8 @@ class Engine:
             timings = os.environ.get("GGUF_MTP_TIMINGS", "") not in ("", "0")
         self.bd: Breakdown | None = Breakdown() if timings else None
         self.stats.breakdown = self.bd
-        self.tsampler: ContextSampler = target.sampler(seq)
-        self.msampler: ContextSampler | None = mtp.sampler(seq) if mtp is not None else None
+        self.tsampler: ContextSampler = context_sampler(target, seq)
+        self.msampler: ContextSampler | None = context_sampler(mtp, seq) if mtp is not None else None
         if self.msampler is not None:  # drafts are greedy; p_min needs the head's logits, so those stay on the host
             self.msampler.use(None, device=device_sampling and p_min <= 0)
         self._sampler: Sampler | None = None  # the one the target samples with now

@@ -31,9 +31,9 @@ from ..runtime.options import check_sampling
 from ..runtime.sampling import SamplerConfig
 from ..runtime.session import MTPSession
 from .cors import CorsMiddleware, CorsPolicy
-from .engine import Defaults, Job, Scheduler, random_seed
 from .loader import Loader
 from .metrics import Metrics
+from .scheduler import Defaults, Job, Scheduler, random_seed
 from .schemas import (
     SAMPLING_NAMES,
     APIError,
