@@ -38,6 +38,7 @@ from .llama import Batch, Context
 from .rollback import Rollback
 from .sampling import ContextSampler, Sampler, context_sampler, top1_prob
 from .stats import Breakdown, Stats
+from .timing import NO_TIMING, NoTiming, StepTimer
 
 _clock = time.perf_counter
 
@@ -86,13 +87,15 @@ class Engine:
         self.k = self.n_draft_max
         if timings is None:
             timings = os.environ.get("GGUF_MTP_TIMINGS", "") not in ("", "0")
-        self.bd: Breakdown | None = Breakdown() if timings else None
-        self.stats.breakdown = self.bd
+        #: where each step's time goes (``--perf``): a recorder the step calls at each phase, a no-op when off
+        self.timing: NoTiming = StepTimer(Breakdown(), n_embd, self._reused) if timings else NO_TIMING
+        self.stats.breakdown = self.timing.breakdown
         self.tsampler: ContextSampler = context_sampler(target, seq)
         self.msampler: ContextSampler | None = context_sampler(mtp, seq) if mtp is not None else None
         if self.msampler is not None:  # drafts are greedy; p_min needs the head's logits, so those stay on the host
             self.msampler.use(None, device=device_sampling and p_min <= 0)
         self._sampler: Sampler | None = None  # the one the target samples with now
+        self._n_pre = 0  # tokens the target decodes again ahead of this step's verify rows (rollback.prefix)
 
     # -- low-level ---------------------------------------------------------------------------
     def _decode(self, ctx: Context, batch: Batch, *, wait: bool = True, in_step: bool = True) -> float:
@@ -102,26 +105,17 @@ class Engine:
         t = _clock()
         ctx.decode_batch(batch)
         t1 = _clock()
-        if wait or self.bd is not None:
+        timing = self.timing
+        if wait or timing.sync:
             ctx.synchronize()
         spent = _clock() - t
         if in_step:
             self.stats.llama_seconds += spent
-            if self.bd is not None:
-                self.bd.launch += t1 - t
-                self.bd.decodes += 1
-                if batch.embd is not None:
-                    self.bd.h2d_bytes += batch.n * self.n_embd * 4
+            timing.decode(t1 - t, batch.n if batch.embd is not None else 0)
         return spent
 
     def _reused(self) -> int:
         return self.tgt.graphs_reused() + (self.mtp.graphs_reused() if self.mtp is not None else 0)
-
-    def _count_d2h(self, smp: ContextSampler, n_out: int, n_rows: int) -> None:
-        """Bytes llama.cpp brings back for ``n_out`` outputs (ids, or logits rows) and ``n_rows`` hidden rows."""
-        if self.bd is not None:
-            per = 4 if smp.on_device else 4 * smp.ctx.model.n_vocab
-            self.bd.d2h_bytes += n_out * per + n_rows * self.n_embd * 4
 
     def _remember_h(self, pos0: int, rows: np.ndarray) -> None:
         for i, row in enumerate(rows):
@@ -170,8 +164,8 @@ class Engine:
                 self.mtp.set_head(head)
                 spent += self._decode(self.mtp, b, wait=wait, in_step=in_step)
             self.mtp.set_head(0)
-        if self.bd is not None and in_step:
-            self.bd.feed += spent
+        if in_step:
+            self.timing.feed(spent)
         b.clear()
 
     @property
@@ -227,13 +221,13 @@ class Engine:
         own tools pay it at load with a decode of their own, so a first answer that paid it would be measured
         slower than theirs. Nothing of it stays but, under auto, the controller's step times (the later steps at
         each length are timed): the context is cleared, and no token or statistic remains."""
-        kept = self.adaptive, self.k, self.stats, self.bd
+        kept = self.adaptive, self.k, self.stats, self.timing
         lengths = list(range(self.n_draft_max, 0, -1)) if self.adaptive is not None else [self.k]
         # auto: past the steps that rebuild and capture a shape's graph, two more are timed at every length, so
         # the first answer need not explore them (its opening block still measures the acceptance)
         n_steps = DraftLength.WARMUP + (2 if self.adaptive is not None else 0)
         times: dict[int, list[float]] = {}
-        self.adaptive, self.bd = None, None
+        self.adaptive, self.timing = None, NO_TIMING
         self.stats = Stats(n_draft_max=self.n_draft_max)
         try:
             self.use_sampler(Sampler(None))
@@ -248,7 +242,7 @@ class Engine:
                         times.setdefault(k, []).append(_clock() - t)
         finally:
             self.reset()
-            self.adaptive, self.k, self.stats, self.bd = kept
+            self.adaptive, self.k, self.stats, self.timing = kept
         if self.adaptive is not None:
             self.adaptive.seed_times(times)
 
@@ -369,18 +363,17 @@ class Engine:
         return common
 
     # -- generation --------------------------------------------------------------------------
-    def _pick_draft(self, i: int) -> int | None:
-        """The head's greedy token for MTP batch entry ``i``; None below ``p_min``."""
-        assert self.mtp is not None
+    def pick_draft(self, i: int) -> int | None:
+        """The head's greedy token for MTP batch entry ``i`` (a row of this sequence); None below ``p_min``."""
+        assert self.mtp is not None and self.msampler is not None
         t = _clock()
-        assert self.msampler is not None
         if self.p_min > 0 and top1_prob(self.mtp.logits_view(i)) < self.p_min:
             d = None
         else:
             d = self.msampler.sample(i)
-        self._count_d2h(self.msampler, 1, 1)
-        if self.bd is not None:
-            self.bd.read += _clock() - t
+        timing = self.timing
+        timing.d2h(self.msampler, self.mtp.model.n_vocab, 1, 1)
+        timing.read(_clock() - t)
         return d
 
     def _draft_chain(self, k: int) -> list[int]:
@@ -395,10 +388,8 @@ class Engine:
             self.mtp.seq_rm(pos0, seq=self.seq)
             self.mtp.set_head(i)
             b.fill(toks, pos0, last_logits=True, embd=np.stack(rows))
-            dt = self._decode(self.mtp, b)
-            if self.bd is not None:
-                self.bd.add_draft(i, dt)
-            d = self._pick_draft(len(toks) - 1)
+            self.timing.draft(i, self._decode(self.mtp, b))
+            d = self.pick_draft(len(toks) - 1)
             if d is None:
                 break
             out.append(d)
@@ -422,11 +413,9 @@ class Engine:
         b.add(self.id_last, pos0, logits=True, embd=self.pending_h)
         out: list[int] = []
         for step in range(k):
-            dt = self._mtp_decode(b)
-            if self.bd is not None:
-                self.bd.add_draft(step, dt)
+            self.timing.draft(step, self._mtp_decode(b))
             i = b.n - 1  # the output row is the last one
-            d = self._pick_draft(i)
+            d = self.pick_draft(i)
             if d is None:
                 break
             out.append(d)
@@ -441,68 +430,78 @@ class Engine:
                 self._held.pop()
         return out, True
 
-    def step(self, sampler: Sampler | None = None) -> list[int]:
-        """One target decode; returns the emitted tokens (1 + accepted drafts). Samples with ``sampler``, or the
-        one given last (``use_sampler``; ``generate`` sets it)."""
+    # -- one step, in the operations a batched step (multistep.py) uses for each of its sequences ---------
+    def begin_step(self, sampler: Sampler | None = None) -> int:
+        """Check that a step can run, and sample it with ``sampler`` (or the one given last); returns the room
+        left in the context after ``id_last``."""
         if self.id_last is None:
             raise GgufMtpError("nothing to decode: feed a prompt first")
         if sampler is not None:
             self.use_sampler(sampler)
         if self._sampler is None:
             raise GgufMtpError("no sampler: call use_sampler() or generate()")
-        t_step = _clock()
-        reused0 = self._reused() if self.bd is not None else 0
-        n_past = len(self.tokens)
-        room = self.n_ctx - n_past - 1
+        room = self.n_ctx - len(self.tokens) - 1
         if room < 1:
             raise ContextFull(self.n_ctx)
-        drafts: list[int] = []
-        kept_last = False  # the MTP context holds (id_last, pending_h) at n_past already
-        k = 0  # the draft length this step was given (0: a plain step)
-        shadow: int | None = None  # auto's shadow draft: drafted, not verified (adaptive.py, SHADOW_EVERY)
-        if self.mtp is not None:
-            k = min(self._next_k(), room - 1)
-            extra = self.adaptive is not None and self.adaptive.shadow and k < self.n_draft_max and k + 1 < room
-            if k > 0 or extra:
-                drafts, kept_last = self._draft(k + 1 if extra else k)
-                if len(drafts) > k:  # the target's token after k accepted drafts tells whether it would have been
-                    shadow, drafts = drafts[k], drafts[:k]
-        b = self.tbatch
-        # accepted tokens the target must decode again first; a step without drafts has nothing to roll back
+        return room
+
+    def draft_length(self, room: int, chosen: int | None = None) -> int:
+        """This step's draft length: ``chosen`` (a batched step's shared one), else fixed or auto's choice; at most
+        ``room`` - 1, and 0 without a head."""
+        if self.mtp is None:
+            return 0
+        return min(self._next_k() if chosen is None else chosen, room - 1)
+
+    def add_verify(self, batch: Batch, drafts: Sequence[int]) -> int:
+        """Append this sequence's verify rows to ``batch``: the accepted tokens the target must decode again first
+        (``rollback.prefix``; a step without drafts has nothing to roll back), then ``id_last`` and the drafts,
+        each with an output. Returns the batch index of ``id_last``'s row."""
+        last = self.id_last
+        assert last is not None  # begin_step checked it
+        n_past, seq = len(self.tokens), (None if batch is self.tbatch else self.seq)
         pre = self.rollback.prefix(self.tokens, drafts=bool(drafts))
-        b.fill(pre, n_past - len(pre))
-        b.add(self.id_last, n_past, logits=True)
+        self._n_pre = len(pre)
+        for i, tok in enumerate(pre):
+            batch.add(tok, n_past - len(pre) + i, logits=False, seq=seq)
+        row = batch.add(last, n_past, logits=True, seq=seq)
         for i, d in enumerate(drafts):
-            b.add(d, n_past + 1 + i, logits=True)
-        tv = self._decode(self.tgt, b)
-        t = _clock()
+            batch.add(d, n_past + 1 + i, logits=True, seq=seq)
+        return row
+
+    def accept(self, row: int, drafts: Sequence[int]) -> list[int]:
+        """The target's tokens from its rows at ``row``..: a draft is accepted while it equals the token the target's
+        sampler picked; the last token is the first pick that differs (or the one after every draft)."""
         emitted: list[int] = []
-        samp = self.tsampler
+        sample = self.tsampler.sample
         for i in range(len(drafts) + 1):
-            tok = samp.sample(len(pre) + i)
+            tok = sample(row + i)
             emitted.append(tok)
             if i >= len(drafts) or tok != drafts[i]:
                 break
-        j = len(emitted) - 1  # accepted drafts
-        if shadow is not None and self.adaptive is not None:
-            self.adaptive.shadow_result(k, j == k and emitted[-1] == shadow)
-        verified = [self.id_last] + drafts
-        rows = self.tgt.h_rows(len(pre) + len(verified))[len(pre):] if self.mtp is not None else None
-        if self.bd is not None:
-            self.bd.verify += tv
-            self.bd.read += _clock() - t
-            self._count_d2h(samp, len(verified), len(pre) + len(verified) if self.mtp is not None else 0)
+        return emitted
+
+    def commit(self, drafts: list[int], emitted: list[int], rows: np.ndarray | None, *, k: int, held: int) -> None:
+        """Take the step's outcome: the accepted tokens join the conversation, the target rolls back the rejected
+        drafts, and the head gets the verified tokens with the target's hidden ``rows`` of ``[id_last, drafts]``
+        (None without a head). ``held``: how many of those tokens the MTP context holds at ``n_past`` already (the
+        rejected ones leave it; the rest wait in its queue for the next MTP decode). ``k``: the draft length the
+        step was given."""
+        last = self.id_last
+        assert last is not None
+        n_past, j = len(self.tokens), len(emitted) - 1
+        verified = [last, *drafts]
         if self.mtp is not None:
             assert rows is not None
             self._remember_h(n_past, rows[: j + 1])
-            if not kept_last:  # id_last itself still has to reach the MTP context
+            if held > j + 1:
+                self.mtp.seq_rm(n_past + j + 1, seq=self.seq)
+            elif held < j + 1:
                 # After a plain step (k=0) too: the head drafts from (token, target hidden row of the position
                 # before) at every position, so a later draft needs all of them in its cache. They wait in the
                 # queue and go out in one batch with the next draft (or at the queue's capacity): one MTP decode
                 # for a whole run of plain steps, not one per step, and none at all if no draft follows.
-                self._feed_mtp(verified[: j + 1], n_past, rows, self.pending_h)
-            elif j:
-                self._feed_mtp(drafts[:j], n_past + 1, rows[1:], rows[0])
+                self._feed_mtp(verified[held: j + 1], n_past + held, rows[held:],
+                               self.pending_h if held == 0 else rows[held - 1])
             self.pending_h = rows[j].copy()
             if drafts:
                 self.stats.record(len(drafts), j)
@@ -510,17 +509,48 @@ class Engine:
                 self.stats.plain_steps += 1
         self.tokens.extend(verified[: j + 1])
         spent, replayed = self.rollback.settle(self.tokens, n_past + len(verified))
-        self.stats.llama_seconds += spent
-        self.stats.rollback_seconds += spent
-        self.stats.replayed_tokens += replayed + len(pre)
+        stats = self.stats
+        stats.llama_seconds += spent
+        stats.rollback_seconds += spent
+        stats.replayed_tokens += replayed + self._n_pre
         self.id_last = emitted[-1]
-        self.stats.steps += 1
+        stats.steps += 1
+
+    def step(self, sampler: Sampler | None = None) -> list[int]:
+        """One target decode; returns the emitted tokens (1 + accepted drafts). Samples with ``sampler``, or the
+        one given last (``use_sampler``; ``generate`` sets it)."""
+        t_step = _clock()
+        room = self.begin_step(sampler)
+        timing = self.timing
+        timing.begin()
+        k = self.draft_length(room)  # 0: a plain step
+        drafts: list[int] = []
+        held = 0  # the MTP context holds (id_last, pending_h) at n_past already
+        shadow: int | None = None  # auto's shadow draft: drafted, not verified (adaptive.py, SHADOW_EVERY)
+        adaptive = self.adaptive
+        extra = adaptive is not None and adaptive.shadow and k < self.n_draft_max and k + 1 < room
+        if k > 0 or extra:
+            drafts, kept_last = self._draft(k + 1 if extra else k)
+            held = 1 if kept_last else 0
+            if len(drafts) > k:  # the target's token after k accepted drafts tells whether it would have been
+                shadow, drafts = drafts[k], drafts[:k]
+        b = self.tbatch
+        b.clear()
+        row = self.add_verify(b, drafts)
+        timing.verify(self._decode(self.tgt, b))
+        t = _clock()
+        emitted = self.accept(row, drafts)
+        if shadow is not None and adaptive is not None:
+            adaptive.shadow_result(k, len(emitted) - 1 == k and emitted[-1] == shadow)
+        n_rows = row + len(drafts) + 1 if self.mtp is not None else 0
+        rows = self.tgt.h_rows(n_rows)[row:] if n_rows else None
+        timing.read(_clock() - t)
+        timing.d2h(self.tsampler, self.tgt.model.n_vocab, len(drafts) + 1, n_rows)
+        self.commit(drafts, emitted, rows, k=k, held=held)
         dt = _clock() - t_step
-        if self.bd is not None:
-            self.bd.steps += dt
-            self.bd.reused += self._reused() - reused0
-        if self.adaptive is not None:
-            self.adaptive.observe(k, dt)  # the length it was given: a step with no drafts above p_min is no plain step
+        timing.step(dt)
+        if adaptive is not None:
+            adaptive.observe(k, dt)  # the length it was given: a step with no drafts above p_min is no plain step
         return emitted
 
     def use_sampler(self, sampler: Sampler) -> None:
@@ -569,10 +599,11 @@ class Engine:
     def adopt_stats(self, stats: Stats) -> None:
         """Carry on counting into ``stats`` (a session changing the draft length keeps its totals)."""
         self.stats = stats
-        if self.bd is not None:
+        timing = self.timing
+        if timing.breakdown is not None:
             if stats.breakdown is None:
-                stats.breakdown = self.bd
-            self.bd = stats.breakdown
+                stats.breakdown = timing.breakdown
+            timing.breakdown = stats.breakdown
 
 
 class ContextFull(GgufMtpError):
