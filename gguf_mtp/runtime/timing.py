@@ -62,10 +62,10 @@ class StepTimer(NoTiming):
         self.reused0 = self.graphs_reused()
 
     def decode(self, launch: float, h2d_rows: int) -> None:
-        bd = self.breakdown
-        bd.launch += launch
-        bd.decodes += 1
-        bd.h2d_bytes += h2d_rows * self.row_bytes
+        breakdown = self.breakdown
+        breakdown.launch += launch
+        breakdown.decodes += 1
+        breakdown.h2d_bytes += h2d_rows * self.row_bytes
 
     def draft(self, i: int, seconds: float) -> None:
         self.breakdown.add_draft(i, seconds)
