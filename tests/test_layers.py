@@ -78,3 +78,15 @@ def test_public_names_stay_where_users_import_them() -> None:
     assert runtime.SamplerConfig is sampling.SamplerConfig is config.SamplerConfig is gguf_mtp.SamplerConfig
     assert runtime.MTPSession is session.MTPSession and runtime.Generation is session.Generation
     assert options.MAX_DRAFT == config.MAX_DRAFT
+
+
+def test_the_batched_step_uses_only_public_engine_operations() -> None:
+    """MultiStep runs the same engine operations as Engine.step (begin_step, add_verify, accept, commit, ...),
+    never an engine's private method: one step, written once."""
+    tree = ast.parse((ROOT / "gguf_mtp/runtime/multistep.py").read_text())
+    private = sorted({f"{n.value.id}.{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                      and n.attr.startswith("_") and not n.attr.startswith("__")
+                      and isinstance(n.value, ast.Name) and n.value.id != "self"}
+                     | {f"engines[..].{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                        and n.attr.startswith("_") and isinstance(n.value, ast.Subscript)})
+    assert not private, private
