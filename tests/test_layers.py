@@ -22,7 +22,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("config", ("gguf_mtp.runtime.config", "gguf_mtp.runtime.options")),
     ("llama", ("gguf_mtp.runtime.llama",)),
     ("sampling", ("gguf_mtp.runtime.sampling",)),
-    ("engine", ("gguf_mtp.runtime.rollback", "gguf_mtp.runtime.speculative", "gguf_mtp.runtime.multistep")),
+    ("engine", ("gguf_mtp.runtime.rollback", "gguf_mtp.runtime.proposer", "gguf_mtp.runtime.speculative",
+                "gguf_mtp.runtime.multistep")),
     ("session", ("gguf_mtp.runtime.session",)),
     ("server", ("gguf_mtp.server.scheduler", "gguf_mtp.server.app")),
 ]

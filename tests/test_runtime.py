@@ -231,13 +231,13 @@ def test_prompt_window_is_lossless_and_feeds_only_the_window(pairings, family: s
     for window in (1, 40):  # inside the last batch, and across a batch boundary (n_batch 32)
         with session(model, mtp, n_draft=3, prompt_window=window) as s:
             fed: list[tuple[int, int]] = []
-            feed_mtp = s.engine._feed_mtp
+            feed_mtp = s.engine.head.feed  # type: ignore[attr-defined]
 
             def spy(toks, pos0, rows, h_before, fed=fed, feed_mtp=feed_mtp):  # type: ignore[no-untyped-def]
                 fed.append((pos0, len(toks)))
                 return feed_mtp(toks, pos0, rows, h_before)
 
-            s.engine._feed_mtp = spy  # type: ignore[method-assign]
+            s.engine.head.feed = spy  # type: ignore[attr-defined]
             g = s.generate(LONG, max_tokens=32)
             ref.check(g, f"{family} window={window}")
             n_prompt = g.stats.prompt_tokens

@@ -21,6 +21,7 @@ import numpy as np
 
 from .adaptive import DraftLength
 from .llama import Batch, Context
+from .proposer import MtpProposer
 from .sampling import Sampler
 from .speculative import Engine
 from .stats import Stats
@@ -32,6 +33,13 @@ def _pooled(engines: Sequence[Engine]) -> Stats:
     for e in engines:
         p.merge(e.stats)
     return p
+
+
+def _heads(engines: Sequence[Engine]) -> list[MtpProposer]:
+    """The engines' MTP heads (a session's engines all have one, or none)."""
+    heads = [e.head for e in engines]
+    assert all(isinstance(h, MtpProposer) for h in heads)
+    return heads  # type: ignore[return-value]
 
 
 class MultiStep:
@@ -90,12 +98,13 @@ class MultiStep:
             mb = self.mbatch
             assert mb is not None
             mb.clear()
-            for s, (e, n, d, r, last, k) in enumerate(zip(engines, n_past, drafts, rows, lasts, ks)):
+            for s, (head, e, n, d, r, last, k) in enumerate(zip(_heads(engines), engines, n_past, drafts, rows, lasts,
+                                                                 ks)):
                 if k == 0:  # a plain step: into the engine's own queue, out with its next draft (Engine.step)
                     continue
                 assert r is not None
                 for i, t in enumerate([last] + d):  # the MTP context gets (x_p, h_{p-1})
-                    mb.add(t, n + i, logits=False, embd=e.pending_h if i == 0 else r[i - 1], seq=e.seq)
+                    mb.add(t, n + i, logits=False, embd=head.pending_h if i == 0 else r[i - 1], seq=e.seq)
                 helds[s] = len(d) + 1
             if mb.n:
                 feed_t = self._decode(self.mtp, mb)
@@ -120,7 +129,8 @@ class MultiStep:
         mb = self.mbatch
         assert mb is not None
         tok = list(lasts)  # each sequence's token to draft from: id_last, then its drafts
-        h = [e.pending_h for e in engines]
+        heads = _heads(engines)
+        h = [head.pending_h for head in heads]
         live = [k > 0 for k in ks]
         spent = 0.0
         for i in range(max(ks)):
@@ -134,7 +144,7 @@ class MultiStep:
                 break
             spent += self._decode(self.mtp, mb)
             for r, s in enumerate(rows):
-                d = engines[s].pick_draft(r)  # that sequence's greedy chain (p_min: None below it)
+                d = heads[s].pick(r)  # that sequence's greedy chain (p_min: None below it)
                 if d is None:
                     live[s] = False
                     continue
