@@ -15,6 +15,11 @@ position before, waiting in the MTP batch to go out with the next MTP decode. On
    copy and the accepted tokens are decoded again, possibly ahead of the next verify batch: ``rollback.prefix``),
    and queue the accepted drafts for the MTP context with the target's hidden rows (shifted by one).
 
+The step is made of public operations (:meth:`Engine.begin_step`, :meth:`~Engine.draft_length`,
+:meth:`~Engine.add_verify`, :meth:`~Engine.accept`, :meth:`~Engine.commit`) that :class:`~.multistep.MultiStep`
+runs on batches shared by several sequences; the head's side (its queue, drafts, stable shapes) is the engine's
+proposer (``proposer.py``: the null one without a head), and per-phase timing a recorder (``timing.py``).
+
 Both samplers are llama.cpp sampler chains that run inside the decode graph where the back-end can
 (``sampling.py``): only token ids come back, no vocabulary-sized logits. Every emitted token comes from the
 target's sampler on the target's rows, so output is identical to plain decoding (which uses the same sampler)
