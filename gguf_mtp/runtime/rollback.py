@@ -25,10 +25,11 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..errors import GgufMtpError
 from .archs import arch_facts
+from .config import RollbackChoice, parse_rollback
 from .llama import Batch, Context, Model, _ll
 
 PARTIAL = _ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY  # hybrid memory: the recurrent part only, not the attention KV
@@ -189,34 +190,9 @@ class Replay(Rollback):
         self.pending = 0
 
 
-@dataclass(frozen=True)
-class Choice:
-    kind: str  # auto | native | replay
-    store: str = "seq"
-    every: int = 1
-    merge: int = 0
-
-
-def parse(spec: str) -> Choice:
-    """``auto``, ``native``, ``replay`` or ``replay:store=seq|state|state-device,every=N,merge=N``."""
-    kind, _, opts = spec.partition(":")
-    if kind not in ("auto", "native", "replay") or (opts and kind != "replay"):
-        raise GgufMtpError(f"rollback {spec!r}: use auto, native, or "
-                           "replay[:store=seq|state|state-device,every=N,merge=N]")
-    choice = Choice(kind)
-    for item in filter(None, opts.split(",")):
-        key, _, val = item.partition("=")
-        if key == "store" and val in ("seq", "state", "state-device"):
-            choice = replace(choice, store=val)
-        elif key == "every" and val.isdigit():
-            choice = replace(choice, every=int(val))
-        elif key == "merge" and val.isdigit():
-            choice = replace(choice, merge=int(val))
-        else:
-            raise GgufMtpError(f"rollback {spec!r}: unknown option {item!r} "
-                               "(store=seq|state|state-device, every=N, merge=N)")
-    return choice
-
+#: the parsed ``SessionConfig.rollback`` (config.py: parsed before llama.cpp loads)
+Choice = RollbackChoice
+parse = parse_rollback
 
 #: what ``auto`` picks where llama.cpp keeps no snapshots. bench/qwen3next.py measures the alternatives: saving is
 #: free with store=seq; merging the re-decode into the next verify batch saves a decode call per rejection

@@ -184,7 +184,7 @@ def _state(session: MTPSession, metrics: Any, *, name: str, sampling: SamplerCon
     by the vocabulary now (a top-k above it keeps every token, said in a note)."""
     from ..runtime import tokens
     from .app import ServerState
-    from .engine import Defaults, Scheduler
+    from .scheduler import Defaults, Scheduler
 
     applied = _request_defaults(sampling, log, session.model.n_vocab)
     tokens.facts(session.model)  # read the vocabulary's facts now, not in the first long request
