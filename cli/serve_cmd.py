@@ -99,7 +99,7 @@ def serve(
     """
     # imported here: the runtime loads llama.cpp's libraries before numpy (see gguf_mtp.runtime), and the CLI's
     # other commands must not need them (nor the serve extra)
-    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices, placement, tokens
+    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices, patches, placement, tokens
     from gguf_mtp.runtime.options import check_sampling, check_session
     from gguf_mtp.runtime.pairing import resolve
 
@@ -155,6 +155,7 @@ def serve(
     h, p = sock.getsockname()[:2]
     url = f"http://{_url_host(h)}:{p}"
     err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))
+    err(patches.startup_line())
     name = alias or model.stem
     metrics = Metrics(parallel)
 

@@ -187,4 +187,6 @@ backends check-installed "$VENV/bin/python" --cmake-args="$CMAKE_ARGS" ||
     { echo "setup: error: the llama-cpp-python installed in $VENV is not the wheel just checked (see above)" >&2; exit 1; }
 "$VENV/bin/python" -m pip install -q -e ".[test,serve,lint,plot]"
 touch "$VENV/.gguf-mtp-installed"
+# which patches this venv's wheel was built with (tests/test_patches.py checks the library's markers against it)
+printf '%s\n' ${PATCH_NAMES//,/} > "$VENV/.gguf-mtp-llama-patches"
 echo "setup: ready ($VENV)" >&2
