@@ -7,6 +7,7 @@
 #                                                          # spirv-headers; headers < 1.3.272 get scripts/vulkan-compat)
 #   bash scripts/setup.sh --wheel-only                     # only make sure the cache holds a checked wheel; print its path
 #   GGUF_MTP_PATCHES=0 bash scripts/setup.sh               # the stock llama.cpp, without patches/llama.cpp (own cache key)
+#   GGUF_MTP_PATCHES=proposed bash scripts/setup.sh        # also the patches in patches/llama.cpp/proposed (to measure)
 # The patches in patches/llama.cpp/*.patch (name order; each names the marker symbol it exports) are applied to the
 # sdist's vendor/llama.cpp before the build; one that does not apply stops the build (nothing is cached). Their
 # content is part of the cache key; with GGUF_MTP_PATCHES=0 the key is the one a setup.sh without patches used.
@@ -15,7 +16,7 @@
 # env: VENV, PYTHON, CMAKE_ARGS, GGUF_MTP_WHEEL_CACHE, GGUF_MTP_SKIP_PREREQS=1 (build even when the
 #      prerequisite check fails), GGUF_MTP_WHEEL_BUILD_CMD (build with this bash command instead of pip; it
 #      gets the output folder as $1 and must leave one llama_cpp_python-*.whl there: an offline build, tests;
-#      with patches it gets the patched sdist folder as $2), GGUF_MTP_PATCHES=0|1 (default 1),
+#      with patches it gets the patched sdist folder as $2), GGUF_MTP_PATCHES=0|1|proposed (default 1),
 #      GGUF_MTP_SDIST (the llama-cpp-python sdist .tar.gz to patch instead of downloading it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,13 +73,17 @@ PATCHES=()
 case "${GGUF_MTP_PATCHES:-1}" in
     0) ;;
     1) for p in "$PATCH_DIR"/*.patch; do [ -f "$p" ] && PATCHES+=("$p"); done ;;
-    *) echo "setup: error: GGUF_MTP_PATCHES=${GGUF_MTP_PATCHES} : use 1 (apply patches/llama.cpp, the default) or 0 (stock llama.cpp)" >&2
+    proposed)  # and those still to be measured, in number order (patches/llama.cpp/proposed)
+       while IFS= read -r p; do PATCHES+=("$p"); done < <(
+           for p in "$PATCH_DIR"/*.patch "$PATCH_DIR"/proposed/*.patch; do [ -f "$p" ] && printf '%s\t%s\n' "${p##*/}" "$p"; done |
+           sort | cut -f2) ;;
+    *) echo "setup: error: GGUF_MTP_PATCHES=${GGUF_MTP_PATCHES} : use 1 (apply patches/llama.cpp, the default), 0 (stock llama.cpp) or proposed (also patches/llama.cpp/proposed)" >&2
        exit 2 ;;
 esac
 PATCH_NAMES=""
 if [ ${#PATCHES[@]} -gt 0 ]; then
     for p in "${PATCHES[@]}"; do n="${p##*/}"; n="${n%.patch}"; PATCH_NAMES="${PATCH_NAMES:+$PATCH_NAMES, }${n#[0-9][0-9][0-9][0-9]-}"; done
-    PATCH_HASH="$(cd "$PATCH_DIR" && for p in "${PATCHES[@]}"; do sha1sum -- "${p##*/}"; done | sha1sum | cut -c1-12)"
+    PATCH_HASH="$(cd "$PATCH_DIR" && for p in "${PATCHES[@]}"; do sha1sum -- "${p#"$PATCH_DIR"/}"; done | sha1sum | cut -c1-12)"
     KEY_ARGS="$KEY_ARGS|llama.cpp-patches@$PATCH_HASH"
 fi
 TAG="$(printf '%s|%s' "$LLAMA_CPP_PYTHON_VERSION" "$KEY_ARGS" | sha1sum | cut -c1-12)"
@@ -146,7 +151,7 @@ if [ -z "$WHEEL" ]; then
         for p in "${PATCHES[@]}"; do
             if ! patch -d "$SRC/vendor/llama.cpp" -p1 --forward --batch --fuzz=0 --no-backup-if-mismatch \
                     --reject-file=- --quiet < "$p" >/dev/null 2>&1; then
-                echo "setup: error: patch patches/llama.cpp/${p##*/} does not apply to llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's vendor/llama.cpp: nothing was built or cached (update the patch, or GGUF_MTP_PATCHES=0 for the stock library)" >&2
+                echo "setup: error: patch patches/llama.cpp/${p#"$PATCH_DIR"/} does not apply to llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's vendor/llama.cpp: nothing was built or cached (update the patch, or GGUF_MTP_PATCHES=0 for the stock library)" >&2
                 exit 1
             fi
         done

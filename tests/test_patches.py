@@ -25,7 +25,8 @@ from .test_runtime import lossless_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCH_DIR = ROOT / "patches/llama.cpp"
-FILES = sorted(PATCH_DIR.glob("*.patch"))
+FILES = sorted(PATCH_DIR.glob("*.patch"))  # what setup.sh applies
+ALL = sorted([*FILES, *PATCH_DIR.glob("proposed/*.patch")], key=lambda f: f.name)  # GGUF_MTP_PATCHES=proposed
 #: the patch set setup.sh applied to this venv's wheel (written beside the venv; absent for other libraries)
 RECORD = Path(sys.prefix) / ".gguf-mtp-llama-patches"
 #: CI names what the library it tests must carry (a comma list, or "none")
@@ -40,8 +41,9 @@ def header(path: Path) -> dict[str, str]:
 
 def test_every_patch_file_is_known_and_exports_its_marker() -> None:
     assert FILES, "patches/llama.cpp holds no patch"
-    assert [p.name for p in patches.KNOWN] == [re.sub(r"^\d{4}-", "", f.stem) for f in FILES]
-    for f, known in zip(FILES, patches.KNOWN, strict=True):
+    assert [p.name for p in patches.KNOWN] == [re.sub(r"^\d{4}-", "", f.stem) for f in ALL]
+    assert len({f.name[:4] for f in ALL}) == len(ALL)  # one number each
+    for f, known in zip(ALL, patches.KNOWN, strict=True):
         h = header(f)
         assert h.get("gguf-mtp patch") == known.name and h.get("Marker") == known.marker, (f.name, h)
         assert {"What", "Why", "Upstream"} <= h.keys(), f.name
@@ -81,8 +83,8 @@ def fake_sdist(path: Path, files: dict[str, str]) -> Path:
     return path
 
 
-def patched_key(cmake_args: str) -> str:
-    digest = "".join(f"{hashlib.sha1(f.read_bytes()).hexdigest()}  {f.name}\n" for f in FILES)
+def patched_key(cmake_args: str, files: list[Path]) -> str:
+    digest = "".join(f"{hashlib.sha1(f.read_bytes()).hexdigest()}  {f.relative_to(PATCH_DIR)}\n" for f in files)
     h = hashlib.sha1(digest.encode()).hexdigest()[:12]
     return hashlib.sha1(f"0.3.36|{cmake_args}|llama.cpp-patches@{h}".encode()).hexdigest()[:12]
 
@@ -91,22 +93,25 @@ def stock_key(cmake_args: str) -> str:
     return hashlib.sha1(f"0.3.36|{cmake_args}".encode()).hexdigest()[:12]
 
 
-def test_patches_reach_the_build_and_key_the_cache(tmp_path: Path) -> None:
+@pytest.mark.parametrize("switch", ["1", "proposed"])
+def test_patches_reach_the_build_and_key_the_cache(tmp_path: Path, switch: str) -> None:
     cache, calls, seen = tmp_path / "cache", tmp_path / "calls", tmp_path / "seen"
+    applied = FILES if switch == "1" else ALL
     files: dict[str, str] = {}
-    for f in FILES:
+    for f in ALL:  # (patches touching one file would need its pre-image built patch by patch)
         files.update({k: v for k, v in pre_images(f).items() if k not in files})
     sdist = fake_sdist(tmp_path / "sdist.tar.gz", files)
     before = sdist.read_bytes()
     # the build sees the patched source as $2 and keeps a copy of it
     build = f'echo built >> "{calls}"; cp -r "$2/vendor/llama.cpp" "{seen}"'
-    r = setup_sh(cache, CPU_ONLY, None, calls, GGUF_MTP_PATCHES="1", GGUF_MTP_SDIST=str(sdist),
+    r = setup_sh(cache, CPU_ONLY, None, calls, GGUF_MTP_PATCHES=switch, GGUF_MTP_SDIST=str(sdist),
                  GGUF_MTP_WHEEL_BUILD_CMD=build)
-    names = ", ".join(p.name for p in patches.KNOWN)
+    names = ", ".join(re.sub(r"^\d{4}-", "", f.stem) for f in applied)
     assert f"setup: llama.cpp patches: {names}" in r.stderr and f"applied patches/llama.cpp: {names}" in r.stderr
-    assert f"cached in {cache / patched_key(CPU_ONLY)}" in r.stderr and n_calls(calls) == 1, r.stderr
-    for p in patches.KNOWN:
-        assert any(p.marker in f.read_text() for f in seen.rglob("*") if f.is_file()), p.marker
+    assert f"cached in {cache / patched_key(CPU_ONLY, applied)}" in r.stderr and n_calls(calls) == 1, r.stderr
+    for p in patches.KNOWN:  # the applied ones' markers are in the source the build gets, the others' not
+        found = any(p.marker in f.read_text() for f in seen.rglob("*") if f.is_file())
+        assert found == (p.name in names.split(", ")), p.marker
     assert r.returncode == 1 and entries(cache) == []  # the stub made no wheel: nothing cached, nothing left
     assert sdist.read_bytes() == before  # the input is never modified
 

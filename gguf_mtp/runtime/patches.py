@@ -20,9 +20,11 @@ class Patch:
     rs_rollback_archs: frozenset[str] = frozenset()
 
 
-#: every patch gguf-mtp knows, in patches/llama.cpp's order (tests/test_patches.py checks the files against it)
+#: every patch gguf-mtp knows, shipped (patches/llama.cpp) or still to be measured (patches/llama.cpp/proposed,
+#: applied by GGUF_MTP_PATCHES=proposed), in number order; tests/test_patches.py checks the files against it
 KNOWN: tuple[Patch, ...] = (
     Patch("qwen3next-rs-rollback", "gguf_mtp_patch_qwen3next_rs_rollback", rs_rollback_archs=frozenset({"qwen3next"})),
+    Patch("cuda-graph-per-shape", "gguf_mtp_patch_cuda_graph_per_shape"),  # nothing to switch: ggml-cuda's own
 )
 
 
