@@ -139,7 +139,8 @@ if [ -z "$WHEEL" ]; then
         SDIST="${GGUF_MTP_SDIST:-}"
         if [ -z "$SDIST" ]; then
             "$CHECK_PY" -m pip download -q --no-deps --no-binary :all: \
-                "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$BUILD/sdist"
+                "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$BUILD/sdist" ||
+                { echo "setup: error: cannot download the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist to patch (see above); GGUF_MTP_SDIST=FILE uses a local one, GGUF_MTP_PATCHES=0 builds the stock library" >&2; exit 1; }
             SDIST="$BUILD/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
         fi
         mkdir "$BUILD/src"

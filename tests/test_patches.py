@@ -132,6 +132,22 @@ def test_a_patch_that_does_not_apply_stops_setup_in_one_line(tmp_path: Path) -> 
     assert entries(cache) == []  # no half-patched tree, no build folder
 
 
+@pytest.mark.parametrize("content", [None, b"not a tarball", "no-vendor"])
+def test_an_unusable_sdist_stops_setup(tmp_path: Path, content: bytes | str | None) -> None:
+    cache, calls, sdist = tmp_path / "cache", tmp_path / "calls", tmp_path / "sdist.tar.gz"
+    if content == "no-vendor":
+        fake_sdist(sdist, {})
+        with tarfile.open(sdist, "w:gz") as tar:  # a tarball without vendor/llama.cpp
+            tar.addfile(tarfile.TarInfo("llama_cpp_python-0.3.36/README.md"), io.BytesIO(b""))
+    elif isinstance(content, bytes):
+        sdist.write_bytes(content)
+    r = setup_sh(cache, CPU_ONLY, None, calls, GGUF_MTP_PATCHES="1", GGUF_MTP_SDIST=str(sdist))
+    assert r.returncode == 1 and n_calls(calls) == 0 and entries(cache) == [], r.stderr
+    want = (f"{sdist} has no llama_cpp_python-0.3.36/vendor/llama.cpp" if content == "no-vendor"
+            else f"cannot unpack the llama-cpp-python sdist {sdist}")
+    assert f"setup: error: {want}" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("value", ["yes", "2", "on"])
 def test_bad_patches_switch(tmp_path: Path, value: str) -> None:
     r = setup_sh(tmp_path / "cache", CPU_ONLY, None, tmp_path / "calls", GGUF_MTP_PATCHES=value)
