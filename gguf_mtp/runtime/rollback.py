@@ -31,6 +31,7 @@ from ..errors import GgufMtpError
 from .archs import arch_facts
 from .config import RollbackChoice, parse_rollback
 from .llama import Batch, Context, Model, _ll
+from .patches import rs_rollback_archs
 
 PARTIAL = _ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY  # hybrid memory: the recurrent part only, not the attention KV
 ON_DEVICE = _ll.LLAMA_STATE_SEQ_FLAGS_ON_DEVICE  # tensor bytes stay in a device buffer of llama.cpp's
@@ -227,7 +228,8 @@ def open_target(model: Model, arch: str, k: int, make: Callable[[int, int, bool]
     if want.kind == "replay":
         ctx = make(0, 2 * n_seq if spares else n_seq, spares)
         return ctx, replay(ctx), ""
-    predict_native = want.kind == "native" or facts.rs_rollback
+    # a patched llama.cpp (patches/llama.cpp) may snapshot more archs than the table's stock list
+    predict_native = want.kind == "native" or facts.rs_rollback or arch in rs_rollback_archs()
     ctx = make(k, n_seq if predict_native or not spares else 2 * n_seq, not predict_native and spares)
     if ctx.n_rs_seq() >= k:
         if not predict_native and spares:  # the table expected no snapshots, but this llama.cpp keeps them
