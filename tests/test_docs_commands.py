@@ -55,11 +55,12 @@ def _unquoted(text: str) -> Iterator[tuple[int, str, bool]]:
             yield i, ch, True
 
 
-def _without_comment(line: str) -> str:
+def _split_comment(line: str) -> tuple[str, str]:
+    """(the code, the comment after its #) of a shell line."""
     for i, ch, free in _unquoted(line):
         if free and ch == "#" and (i == 0 or line[i - 1] in " \t"):
-            return line[:i].rstrip()
-    return line.rstrip()
+            return line[:i].rstrip(), line[i + 1:].strip()
+    return line.rstrip(), ""
 
 
 def _open_quote(text: str) -> bool:
@@ -72,10 +73,10 @@ def _open_quote(text: str) -> bool:
     return quote is not None
 
 
-def shell_commands(markdown: str) -> list[str]:
-    """The command lines of a page's shell blocks, comments dropped, continued lines (``\\``, open quotes) joined;
-    in a console block only the ``$ `` lines."""
-    out: list[str] = []
+def commented_commands(markdown: str) -> list[tuple[str, str]]:
+    """(command, the comment on its last line) for each command line of a page's shell blocks: comments dropped,
+    continued lines (``\\``, open quotes) joined; in a console block only the ``$ `` lines."""
+    out: list[tuple[str, str]] = []
     lang: str | None = None
     indent = pending = ""
     for raw in markdown.splitlines():
@@ -90,15 +91,19 @@ def shell_commands(markdown: str) -> list[str]:
             if not line.startswith("$ "):
                 continue
             line = line[2:]
-        cmd = pending + "\n" + (line.rstrip() if _open_quote(pending) else _without_comment(line)) if pending \
-            else _without_comment(line)
+        code, comment = (line.rstrip(), "") if pending and _open_quote(pending) else _split_comment(line)
+        cmd = pending + "\n" + code if pending else code
         if cmd.endswith("\\") or _open_quote(cmd):
             pending = cmd
             continue
         pending = ""
         if cmd.strip():
-            out.append(cmd.strip())
+            out.append((cmd.strip(), comment))
     return out
+
+
+def shell_commands(markdown: str) -> list[str]:
+    return [cmd for cmd, _ in commented_commands(markdown)]
 
 
 def doc_commands() -> dict[str, str]:
@@ -230,6 +235,19 @@ def test_the_extraction_reads_blocks_as_a_shell_would() -> None:
             "curl -d '{\n  \"a\": 1}'\n```\n```python\nprint(1)\n```\n  ```console\n  $ gguf-mtp b\n  output\n  ```\n")
     assert shell_commands(page) == ["gguf-mtp a 'x # y'", "cmd one \\\n  two", "curl -d '{\n  \"a\": 1}'",
                                     "gguf-mtp b"]
+
+
+def test_the_file_a_comment_names_is_what_the_command_writes() -> None:
+    """`gguf-mtp convert ./Qwen3.5-9B --outtype q8_0  # Qwen3.5-9B-Q8_0.gguf ...`: a comment that starts with a file
+    name (or `-> name`) names the output, so the row lists it and the run checks it is written."""
+    named = 0
+    for page in DOCS:
+        for cmd, comment in commented_commands(page.read_text()):
+            first = comment.removeprefix("->").split()[0] if comment.removeprefix("->").split() else ""
+            if first.endswith((".gguf", ".png", ".json")):
+                named += 1
+                assert first in {Path(o).name for o in COMMANDS[cmd][1]}, (page.name, cmd, first, COMMANDS[cmd])
+    assert named >= 8
 
 
 # -- the scratch folder ---------------------------------------------------------------------------------------------

@@ -56,3 +56,33 @@ def test_every_pip_install_line_installs_what_exists() -> None:
             assert name in (".", "./") or name.startswith(("/", "./", "git+")) or name in {"matplotlib"}, target
             for e in extra.rstrip("]").split(",") if extra else ():
                 assert e.strip() in extras, (target, extras)
+
+
+def test_the_headline_table_is_the_one_shot_reference() -> None:
+    """README's speed table (issue 24 item 6) is bench/reference/oneshot-h100-32L-auto-timed/oneshot.txt: every
+    tokens/s and ratio to llama-completion, llama.cpp's MTP rows beside ours, to the printed rounding."""
+    ref = ROOT / "bench" / "reference" / "oneshot-h100-32L-auto-timed" / "oneshot.txt"
+    assert str(ref.parent.relative_to(ROOT)) in README
+    rows: dict[tuple[str, str], float] = {}
+    for line in ref.read_text().splitlines():
+        m = re.match(r"(Q8_0, (?:noisy head \(0\.06\)|perfect head))\s{2,}(\S.*?)\s{2,}([\d.]+)\s", line)
+        if m:
+            rows[(m[1], m[2])] = float(m[3])
+    section = README[README.index("\n## Speed\n") + 1:]
+    table = [ln for ln in section.split("\n## ", 1)[0].splitlines() if ln.startswith("| ") and "---" not in ln]
+    header, body = table[0], table[1:]
+    assert [c.strip() for c in header.strip("|").split("|")][2:] == ["plain", "k=1", "k=2", "k=3", "k=4", "auto"]
+    models = ["Q8_0, noisy head (0.06)", "Q8_0, perfect head"]
+    lcpp = ["llama-completion", *(f"llama-speculative-simple k={k}" for k in range(1, 5)), None]
+    ours = ["run --no-mtp", *(f"run k={k}" for k in range(1, 5)), "run auto"]
+    assert len(body) == 4
+    for i, line in enumerate(body):
+        model, names = models[i // 2], (lcpp, ours)[i % 2]
+        base = rows[(model, "llama-completion")]
+        cells = [c.strip() for c in line.strip("|").split("|")][2:]
+        for cell, name in zip(cells, names, strict=True):
+            if name is None:
+                assert cell == "", line
+                continue
+            v = rows[(model, name)]
+            assert cell == f"{v:.1f} ({v / base:.2f}x)", (line, name, cell)
