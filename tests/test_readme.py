@@ -86,3 +86,27 @@ def test_the_headline_table_is_the_one_shot_reference() -> None:
                 continue
             v = rows[(model, name)]
             assert cell == f"{v:.1f} ({v / base:.2f}x)", (line, name, cell)
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's id for a heading: lower case, punctuation but - and _ dropped, spaces to -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_pages_resolves() -> None:
+    """Relative links in README.md and docs/*.md name files that exist, and #anchors headings of the page."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    checked = 0
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            assert dest.exists(), (page.name, target)
+            if anchor:
+                headings = re.findall(r"^#+ (.+)$", dest.read_text(), re.M)
+                assert anchor in {_anchor(h) for h in headings}, (page.name, target)
+            checked += 1
+    assert checked >= 30, checked
