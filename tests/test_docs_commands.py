@@ -237,11 +237,13 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 #: the python blocks, by their first line that is not an import -> where they run
 API, SESSION, CLIENT = "api", "session", "client"  # a folder of bf16 files / the scratch folder / against serve
+SERVE_LIB = "serve-lib"  # gguf_mtp.server.serve() on a loaded session
 PYTHON: dict[str, str] = {
     'r = gguf_mtp.convert("Qwen3.5-9B", outtype="q8_0", layout="mtp-only")   # -> ConvertResult': API,
     'with MTPSession("Qwen3.5-9B-Q4_K_M.gguf", mtp="Qwen3.5-9B-Q8_0-MTP.gguf", n_draft=3, n_gpu_layers=99) as s:':
         SESSION,
     'client = OpenAI(base_url="http://127.0.0.1:8080/v1", api_key="none")   # any key unless --api-key is set': CLIENT,
+    'with MTPSession("Qwen3.5-9B-Q8_0.gguf", n_parallel=4, n_ctx=16384) as s:': SERVE_LIB,
 }
 
 
@@ -613,5 +615,32 @@ def test_serve_with_key_and_alias_and_the_open_webui_line(base: Path, hub: dict[
         assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == [alias], body
         assert _get(f"http://127.0.0.1:{port}/v1/models")[0] == 401
         assert _get(f"http://127.0.0.1:{port}/v1/models", "wrong")[0] == 401
+    finally:
+        _stop(p)
+
+
+def test_the_serve_from_python_block_serves_until_sigterm(base: Path, hub: dict[str, str], tmp_path: Path) -> None:
+    """docs/python-api.md's serve() block as written (on a free port): it answers with its name and key, and
+    SIGTERM ends it with status 0."""
+    (code,) = [c for k, c in python_blocks().items() if PYTHON[k] == SERVE_LIB]
+    assert '"127.0.0.1", 8080' in code and 'api_key="sekrit"' in code and 'name="qwen"' in code
+    port = _free_port()
+    p = subprocess.Popen([sys.executable, "-c", code.replace('"127.0.0.1", 8080', f'"127.0.0.1", {port}')],
+                         cwd=scratch(base, tmp_path, ()), env=hub, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert p.poll() is None, p.communicate()
+            assert time.monotonic() < deadline, "not serving after 120 s"
+            try:
+                if _get(f"http://127.0.0.1:{port}/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        assert _get(f"http://127.0.0.1:{port}/v1/models")[0] == 401
+        code_, body = _get(f"http://127.0.0.1:{port}/v1/models", key="sekrit")
+        assert code_ == 200 and json.loads(body)["data"][0]["id"] == "qwen", body
     finally:
         _stop(p)

@@ -197,7 +197,7 @@ parse = parse_rollback
 
 #: what ``auto`` picks where llama.cpp keeps no snapshots. bench/qwen3next.py measures the alternatives: saving is
 #: free with store=seq; merging the re-decode into the next verify batch saves a decode call per rejection
-#: (CPU time per token at a ~70% head 5-15% below re-decoding at once, README), more on a GPU, where a decode
+#: (CPU time per token at a ~70% head 5-15% below re-decoding at once, docs/run.md), more on a GPU, where a decode
 #: of a few more tokens costs about the same; 8 bounds how far a run of rejections can grow the batch.
 DEFAULT_REPLAY = Choice("replay", store="seq", every=1, merge=8)
 
