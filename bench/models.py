@@ -111,7 +111,7 @@ def noisy_head(src: Path, out: Path, noise: float, seed: int = 1) -> Path:
     from gguf_mtp.ggufio.model import GGUFModel
     from gguf_mtp.ggufio.writer import OutTensor, write_all, write_gguf
     from gguf_mtp.ggml_types import encode
-    from gguf_mtp.surgery import _copy
+    from gguf_mtp.ggufio.writer import copy_tensor
 
     if out.exists():
         return out
@@ -130,7 +130,7 @@ def noisy_head(src: Path, out: Path, noise: float, seed: int = 1) -> Path:
 
             tensors.append(OutTensor(name, info.shape, info.ggml_type, write))
         else:
-            tensors.append(_copy(t))
+            tensors.append(copy_tensor(t))
     with atomic_paths([out]) as (tmp,):
         write_gguf(tmp, m.model_kvs(), tensors)
     return out
@@ -143,14 +143,14 @@ def tie_rows(src: Path, out: Path, period: int) -> Path:
     from gguf_mtp.ggufio.atomic import atomic_paths
     from gguf_mtp.ggufio.model import GGUFModel
     from gguf_mtp.ggufio.writer import OutTensor, write_all, write_gguf
-    from gguf_mtp.surgery import _copy
+    from gguf_mtp.ggufio.writer import copy_tensor
 
     m = GGUFModel(src)
     name = "output.weight" if "output.weight" in m.tensors else "token_embd.weight"
     tensors = []
     for n, t in m.tensors.items():
         if n != name:
-            tensors.append(_copy(t))
+            tensors.append(copy_tensor(t))
             continue
         info = t.info
         rows = int(info.shape[1])
