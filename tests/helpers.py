@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gguf import GGUFValueType
@@ -18,6 +18,11 @@ from gguf_mtp.ggufio.format import KV
 
 if TYPE_CHECKING:
     from gguf_mtp.runtime.llama import Context
+
+
+def whole(ref: Any) -> np.ndarray:
+    """A checkpoint tensor (``TensorRef`` or ``ArrayRef``) as a float32 array of its numpy shape."""
+    return np.array(ref.read_f32(), dtype=np.float32).reshape(ref.shape)
 
 
 def decode(ctx: "Context", tokens: Sequence[int], pos0: int) -> None:
