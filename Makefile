@@ -1,7 +1,8 @@
 # Two commands do everything on a fresh machine:
 #   make demo   - convert the embedded default (a tiny trained Qwen3.5 + MTP head) and run it with llama.cpp
 #   make test   - the test suite (what CI runs)
-#   make test-fast - the tests that need no llama.cpp (about 2 min, before the llama.cpp build; CI runs it first)
+#   make test-fast - the tests marked fast, which need no llama.cpp (about 2 min, before the llama.cpp build; CI
+#                    runs it first)
 #   make lint   - ruff (style, import order, unused noqa) and mypy (types, unneeded type: ignore) on gguf_mtp and cli
 VENV ?= .venv
 STAMP := $(VENV)/.gguf-mtp-installed
@@ -27,7 +28,7 @@ $(FAST_VENV)/.gguf-mtp-installed: pyproject.toml scripts/setup-fast.sh
 	touch $@
 
 test-fast: $(FAST_VENV)/.gguf-mtp-installed
-	$(FAST_VENV)/bin/python -m pytest -q -p no:cacheprovider
+	$(FAST_VENV)/bin/python -m pytest -q -p no:cacheprovider -m fast
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check gguf_mtp cli

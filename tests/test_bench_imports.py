@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: the scripts it runs import the runtime
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 USES_RUNTIME = re.compile(r"gguf_mtp\.runtime|MTPSession|\bllama_cpp\b")
 SCRIPTS = sorted(p for p in BENCH.glob("*.py") if USES_RUNTIME.search(p.read_text()))

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 

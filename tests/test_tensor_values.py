@@ -16,6 +16,8 @@ from gguf_mtp.ggufio.reader import GGUFFile
 from tests.helpers import whole
 from tests.synthetic import SyntheticSpec
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 S = SyntheticSpec()  # fixture sizes
 H, NK, NV, DH, KC = S.hidden, S.lin_k_heads, S.lin_v_heads, S.lin_head_dim, S.conv_kernel
 R = NV // NK
