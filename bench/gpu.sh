@@ -15,6 +15,9 @@
 #   bash bench/gpu.sh serve-shaped   # serve vs llama-server (draft-mtp, plain) at 1 and 4 clients, same model
 #   bash bench/gpu.sh oneshot ["noisy perfect"]   # every row its own process, one answer (bench/oneshot.py), on
 #                                                 # models of LAYERS (default 32) at WIDTHS
+#   bash bench/gpu.sh shapes ["27b:q8_0,q4_k_m 35b-a3b:q8_0"]   # the same one-shot rows on release shapes
+#                                                 # (bench/models.py SHAPES: template + inflate), noisy heads
+#                                                 # (HEADS="noisy perfect" for both), with --perf rows
 #
 # Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz (the PyPI sdist; the trimmed copy must keep vendor/llama.cpp's
 # CMakeLists.txt, cmake/, common/, ggml/, include/, src/, vendor/, licenses/, tools/ (CMakeLists.txt, completion/)
@@ -137,7 +140,8 @@ multi)  # 2 GPUs: one GPU vs layer split vs head on GPU 1, dense / MoE / a >80 G
     py bench/multi_gpu.py --devices CUDA0,CUDA1 --models "${2:-dense,moe,big}" --threads "$(nproc)" \
         --workdir /tmp/gguf-mtp-mgpu --out "$OUT/multi-gpu.json" 2>&1 | tee "$OUT/multi-gpu.txt"
     ;;
-oneshot)  # $2: which heads, in order ("noisy perfect"); NOISE sets the noisy one's noise (default 0.06)
+oneshot)  # $2: which heads, in order ("noisy perfect"); NOISE sets the noisy one's noise (default 0.06);
+          # ONESHOT_ARGS: more oneshot.py options (--perf, --no-warmup-rows); BEFORE: an older package to compare
     deps
     L="${LAYERS:-32}"
     log "models ($L layers, python stage) in the background, llama.cpp build in the foreground"
@@ -153,7 +157,37 @@ oneshot)  # $2: which heads, in order ("noisy perfect"); NOISE sets the noisy on
     left=$(( ${BUDGET:-540} - (SECONDS - T0) ))
     log "one-shot rows, $left s left"
     PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 bench/oneshot.py "${args[@]}" \
-        --bin "$LCPP/bin" --ngl $NGL -n "${NPRED:-256}" --drafts ${DRAFTS:-1 2 3 4} --out "$OUT/oneshot.json" 2>&1 \
+        --bin "$LCPP/bin" --ngl $NGL -n "${NPRED:-256}" --drafts ${DRAFTS:-1 2 3 4} ${BEFORE:+--before "$BEFORE"} \
+        ${ONESHOT_ARGS:-} --out "$OUT/oneshot.json" 2>&1 \
+        | tee "$OUT/oneshot.txt" || log "oneshot stopped early (time budget or error); the JSON keeps every finished row"
+    log "done"
+    ;;
+shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order given
+    deps
+    SPECS="${2:-27b:q8_0,q4_k_m 35b-a3b:q8_0}"
+    log "models (python stage) in the background, llama.cpp build in the foreground"
+    (for sp in $SPECS; do
+        PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 bench/models.py --workdir "$WORK" \
+            --shape "${sp%%:*}" --trunks "${sp#*:}" --vocab "${VOCAB:-248320}" ${NOISE:+--noise "$NOISE"} \
+            --threads "$(nproc)" --manifest "$WORK/models-${sp%%:*}.txt" || exit 1
+     done) > "$OUT/models.log" 2>&1 &
+    MODELS=$!
+    build
+    wait "$MODELS" || { tail -20 "$OUT/models.log"; exit 1; }
+    log "models done: $(tr '\n' ' ' < "$OUT/models.log")"
+    args=()
+    for sp in $SPECS; do
+        for trunk in $(echo "${sp#*:}" | tr ',' ' '); do
+            for h in ${HEADS:-noisy}; do
+                args+=(--model "$(grep -m1 -i "^${sp%%:*} ${trunk}, $h head" "$WORK/models-${sp%%:*}.txt")")
+            done
+        done
+    done
+    left=$(( ${BUDGET:-560} - (SECONDS - T0) ))
+    log "one-shot rows, $left s left"
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 bench/oneshot.py "${args[@]}" \
+        --bin "$LCPP/bin" --ngl $NGL -n "${NPRED:-256}" --drafts ${DRAFTS:-2 3 4} --perf \
+        ${BEFORE:+--before "$BEFORE"} ${ONESHOT_ARGS:-} --out "$OUT/oneshot.json" 2>&1 \
         | tee "$OUT/oneshot.txt" || log "oneshot stopped early (time budget or error); the JSON keeps every finished row"
     log "done"
     ;;
@@ -173,5 +207,5 @@ serve-shaped)  # serve vs llama-server (draft-mtp and plain) at 1 and 4 clients 
         --workdir "$WORK" --out "$OUT/serve-shaped.json" --plot "$OUT/serve-shaped.png" 2>&1 | tee "$OUT/serve-shaped.txt"
     log "done"
     ;;
-*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|serve-shaped|qwen3next|multi|oneshot [ARGS]" >&2; exit 2 ;;
+*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|serve-shaped|qwen3next|multi|oneshot|shapes [ARGS]" >&2; exit 2 ;;
 esac

@@ -37,6 +37,9 @@ class ToolRun:
     mean_len: float = 0.0  # tokens per target step
     graphs_reused: int | None = None
     log: str = ""
+    # llama-completion: tokens per second over its eval time plus its sampling time (host sampling is outside
+    # "eval time", while a gguf-mtp run's t/s is wall time over the whole decode loop, sampling included)
+    tps_with_sampling: float = 0.0
 
     @property
     def acceptance(self) -> float:
@@ -93,8 +96,11 @@ def completion(tool: Path, model: Path, prompt_file: Path, n: int, *, ngl: int =
         tail = "\n".join(out.strip().splitlines()[-8:])
         raise RuntimeError(f"{tool.name}: no 'eval time' line in its output:\n{tail}")
     reused = re.search(r"graphs reused =\s*(\d+)", out)
-    return ToolRun(tps=float(m.group(3)), n_decoded=int(m.group(2)), log=out,
-                   graphs_reused=int(reused.group(1)) if reused else None)
+    smp = re.search(r"sampling time =\s*([\d.]+) ms", out)
+    eval_ms, n_eval = float(m.group(1)), int(m.group(2))
+    with_sampling = 1e3 * n_eval / (eval_ms + float(smp.group(1))) if smp and eval_ms > 0 else 0.0
+    return ToolRun(tps=float(m.group(3)), n_decoded=n_eval, log=out,
+                   graphs_reused=int(reused.group(1)) if reused else None, tps_with_sampling=with_sampling)
 
 
 @_retry

@@ -40,7 +40,20 @@ WIDTHS = {  # Qwen3.5-9B's widths
     "tiny": dict(hidden=256, heads=4, kv_heads=2, head_dim=64, intermediate=768, lin_k_heads=2, lin_v_heads=4,
                  lin_head_dim=64),
 }
-NOISY = ("attn_output.weight", "ffn_down.weight")  # the head block's output projections
+NOISY = ("attn_output.weight", "ffn_down.weight", "ffn_down_shexp.weight")  # the head block's output projections
+
+# Release shapes (issue 24): family, widths, trunk layers, experts, experts used, and the head noise that gives a
+# ~70% head at those widths (measured on the template: 27b 0.06 gave 60/38/20%, 0.045 66/46/27%). Made as a 4-layer
+# template at the shape's widths, inflated to full depth by big_model.inflate (trunk matrices as zeros: same speed,
+# same function, so the head keeps the template's acceptance).
+SHAPES = {
+    "9b": ("qwen35", WIDTHS["9b"], 32, None, None, 0.06),  # Qwen3.5-9B
+    "27b": ("qwen35", dict(hidden=5120, heads=24, kv_heads=4, head_dim=256, intermediate=17408, lin_k_heads=16,
+                           lin_v_heads=48, lin_head_dim=128), 64, None, None, 0.035),  # Qwen3.6-27B
+    "35b-a3b": ("qwen35moe", dict(hidden=2048, heads=16, kv_heads=2, head_dim=256, lin_k_heads=16, lin_v_heads=32,
+                                  lin_head_dim=128, moe_intermediate=512, shared_intermediate=512),
+                40, 256, 8, 0.06),  # Qwen3.6-35B-A3B
+}
 
 
 def checkpoint(work: Path, *, widths: str, layers: int, vocab: int, seed: int = 0) -> Path:
@@ -219,21 +232,75 @@ def make(work: Path, *, widths: str = "9b", layers: int = 12, vocab: int = 24832
     return out
 
 
+def template(work: Path, shape: str, vocab: int, threads: int) -> Path:
+    """A 4-layer Q8_0 GGUF at ``shape``'s widths with the oracle head (bigram trunk that adds nothing)."""
+    from tests.synthetic import SyntheticSpec, write_checkpoint
+
+    family, widths, _, experts, *_ = SHAPES[shape]
+    tag = f"tpl-{shape}-{vocab // 1000}k"
+    out = work / f"{tag}-Q8_0.gguf"
+    if out.exists():
+        return out
+    kw = dict(experts=4, experts_used=2) if experts else {}  # widened by inflate
+    spec = SyntheticSpec(family, layers=4, vocab_size=vocab, oracle_head=True, trunk_scale=0.0, head_noise=0.0,
+                         n_shards=2, **widths, **kw)  # type: ignore[arg-type]
+    ck = work / f"ckpt-{tag}"
+    if not (ck / "config.json").exists():
+        tmp = work / f".{ck.name}.{os.getpid()}.partial"
+        try:
+            write_checkpoint(tmp, spec)
+            os.rename(tmp, ck)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return convert(ck, out, "q8_0", threads)
+
+
+def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float | None, ...] = (None, 0.0),
+           trunks: tuple[str, ...] = ("q8_0",), threads: int | None = None) -> dict[str, Path]:
+    """label -> model at a release ``shape`` (SHAPES): each head noise (0: always right) x each trunk type
+    (``q8_0``, ``q4_k_m``: llama.cpp's Q4_K/Q6_K rule for the trunk; embeddings, LM head and head stay Q8_0).
+    A noise of None is the shape's ~70% one."""
+    from big_model import inflate
+
+    work.mkdir(parents=True, exist_ok=True)
+    _, _, layers, experts, used, typical = SHAPES[shape]
+    tpl = template(work, shape, vocab, threads or os.cpu_count() or 2)
+    out: dict[str, Path] = {}
+    for noise in dict.fromkeys(typical if n is None else n for n in noises):
+        src = noisy_head(tpl, tpl.with_name(f"{tpl.stem}-noise{noise}.gguf"), noise) if noise > 0 else tpl
+        for trunk in trunks:
+            path = work / f"{shape}-{layers}L-{trunk.upper()}{f'-noise{noise}' if noise > 0 else ''}.gguf"
+            if not path.exists():
+                inflate(src, path, layers, experts=experts, experts_used=used, trunk=trunk)
+            head = f"noisy head ({noise})" if noise > 0 else "perfect head"
+            out[f"{shape} {trunk.upper()}, {head}"] = path
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/gguf-mtp-bench"))
     ap.add_argument("--widths", choices=sorted(WIDTHS), default="9b")
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--vocab", type=int, default=248320)
-    ap.add_argument("--noise", type=float, default=0.06, help="0: a head that is always right")
+    ap.add_argument("--noise", type=float, help="0: a head that is always right (default 0.06; with --shape, the "
+                    "shape's ~70%% noise)")
     ap.add_argument("--quant", default="Q4_K_M", help="also a trunk at this type with the Q8_0 head ('' to skip)")
     ap.add_argument("--stage", choices=["python", "llama", "all"], default="all")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--draft-head", help="also each model with a draft LM head of this type (e.g. q5_0)")
     ap.add_argument("--manifest", type=Path, help="write LABEL=PATH lines (side_by_side.py --model arguments)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), help="a release shape instead (template + inflate): "
+                    "--noise and --trunks choose the variants, --layers/--widths/--quant are ignored")
+    ap.add_argument("--trunks", default="q8_0", help="with --shape: trunk types, comma-separated (q8_0,q4_k_m)")
     a = ap.parse_args()
-    made = make(a.workdir, widths=a.widths, layers=a.layers, vocab=a.vocab, noise=a.noise, quant=a.quant or None,
-                threads=a.threads, stage=a.stage, draft=a.draft_head)
+    if a.shape:
+        made = shaped(a.workdir, a.shape, vocab=a.vocab, noises=(a.noise, 0.0),
+                      trunks=tuple(a.trunks.split(",")), threads=a.threads)
+    else:
+        made = make(a.workdir, widths=a.widths, layers=a.layers, vocab=a.vocab,
+                    noise=0.06 if a.noise is None else a.noise, quant=a.quant or None,
+                    threads=a.threads, stage=a.stage, draft=a.draft_head)
     for label, p in made.items():
         print(f"{label}\t{p}\t{p.stat().st_size / 1e9:.2f} GB", file=sys.stderr)
     if a.manifest:

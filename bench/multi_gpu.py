@@ -162,7 +162,7 @@ def _free_port() -> int:
 
 def start_rpc(n: int, threads: int | None) -> tuple[list[subprocess.Popen], list[tuple[str, int]]]:
     from gguf_mtp.errors import GgufMtpError
-    from gguf_mtp.runtime import placement as P
+    from gguf_mtp.runtime import rpc
 
     procs, eps = [], []
     for _ in range(n):
@@ -175,7 +175,7 @@ def start_rpc(n: int, threads: int | None) -> tuple[list[subprocess.Popen], list
     for host, port in eps:
         for _ in range(300):
             try:
-                P.probe_rpc(host, port, timeout=1)
+                rpc.probe(host, port, timeout=1)
                 break
             except GgufMtpError:
                 time.sleep(0.1)

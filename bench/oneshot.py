@@ -5,14 +5,19 @@ disk; everything else a first answer pays (kernel loads, graph captures, the war
     python bench/oneshot.py --model LABEL=PATH --bin LLAMA_BIN -ngl 99 -n 256 --drafts 1 2 3 4 --out o.json
 
 Rows: llama-completion; llama-speculative-simple --spec-type draft-mtp at each k; `gguf-mtp run --no-mtp`, at
-each k and with `auto`, with the warm-up at load (the default with -ngl) and, for plain, the best k and auto,
-again with `--no-warmup` to show what it brings. Ratios are to llama-completion in the same run on the same file.
+each k and with `auto`, with the warm-up at load (the default with -ngl) and, with ``--no-warmup-rows``, plain,
+the best k and auto again with `--no-warmup` to show what it brings. Ratios are to llama-completion in the same
+run on the same file. ``--perf`` adds plain and the best k again with per-phase timings (``run --perf``: each
+decode waited for, so a little slower) and the memory-bound limit of a plain token and of a draft (bytes the
+weights read, at the device's nominal bandwidth). ``--before DIR`` adds plain, the best k and auto run from
+another copy of the package (DIR holds ``gguf_mtp`` and ``gguf_mtp_cli``): a before/after on the same machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -32,13 +37,59 @@ def fill_page_cache(path: Path) -> None:
             pass
 
 
-def ours(model: Path, prompt_file: Path, a: argparse.Namespace, tmp: Path, *extra: str) -> dict:
-    """One `gguf-mtp run` process: its own statistics (--stats-json) and the text it printed."""
+BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12}  # nominal HBM bytes/s by device name
+
+
+def weight_bytes(model: Path) -> dict[str, float]:
+    """Bytes of weights one plain token reads (trunk and LM head; experts at their used share) and one draft reads
+    (the MTP block, experts likewise, and the LM head the drafts use)."""
+    from gguf_mtp.ggufio.model import GGUFModel
+
+    m = GGUFModel(model)
+    n_mtp = int(m.arch_get("{arch}.nextn_predict_layers", 0) or 0)
+    n_trunk = int(m.arch_get("{arch}.block_count", 0)) - n_mtp
+    used = int(m.arch_get("{arch}.expert_used_count", 0) or 0)
+    n_exp = int(m.arch_get("{arch}.expert_count", 0) or 0)
+    plain = draft = 0.0
+    lm_head = 0.0
+    draft_head = 0.0
+    for name, t in m.tensors.items():
+        b = float(t.info.nbytes) * (used / n_exp if n_exp and "_exps." in name else 1.0)
+        if name == "token_embd.weight":
+            lm_head = lm_head or b  # tied embeddings: the LM head
+        elif name == "output.weight":
+            lm_head = b
+        elif name.startswith("blk."):
+            layer = int(name.split(".")[1])
+            if layer < n_trunk:
+                plain += b
+            elif "shared_head_head" in name:
+                draft_head = b
+            elif "embed_tokens" not in name:
+                draft += b
+    return {"plain": plain + lm_head, "draft": draft + (draft_head or lm_head)}
+
+
+def gpu_name() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30).stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return ""
+
+
+def ours(model: Path, prompt_file: Path, a: argparse.Namespace, tmp: Path, *extra: str,
+         package: Path | None = None) -> dict:
+    """One `gguf-mtp run` process: its own statistics (--stats-json) and the text it printed. ``package``: run
+    the copy of gguf_mtp (and gguf_mtp_cli) in that folder instead."""
     stats = tmp / "stats.json"
     cmd = [sys.executable, "-m", "gguf_mtp_cli.main", "run", str(model), "-f", str(prompt_file), "-n",
            str(a.n_predict), "-c", str(a.ctx), "-ngl", str(a.ngl), "--stats-json", str(stats), "--force", *extra]
+    env = None
+    if package is not None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(package), os.environ.get("PYTHONPATH", "")]))
     t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
+    p = subprocess.run(cmd, capture_output=True, timeout=600, stdin=subprocess.DEVNULL, env=env)
     wall = time.perf_counter() - t
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[3:])}: exit {p.returncode}: {p.stderr.decode(errors='replace')[-800:]}")
@@ -59,19 +110,23 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
     if comp is not None:
         r = llamacpp.completion(comp, model, prompt_file, a.n_predict, ngl=a.ngl, ctx=a.ctx)
         base = r.tps
-        out.append({"row": "llama-completion", "t/s": round(r.tps, 1), "model": label})
+        out.append({"row": "llama-completion", "t/s": round(r.tps, 1), "model": label,
+                    "t/s eval+sampling": round(r.tps_with_sampling, 1)})
         save(out)
     if spec is not None:
-        for k in a.drafts:
+        for k in a.spec_drafts or a.drafts:
             r = llamacpp.speculative(spec, model, prompt_file, a.n_predict, k, ngl=a.ngl, ctx=a.ctx)
             out.append({"row": f"llama-speculative-simple k={k}", "t/s": round(r.tps, 1), "model": label,
                         "acceptance_at": [round(x, 3) for x in r.acceptance_at]})
             save(out)
 
-    def add(name: str, *extra: str) -> dict:
-        st = ours(model, prompt_file, a, tmp, *extra)
+    def add(name: str, *extra: str, package: Path | None = None) -> dict:
+        st = ours(model, prompt_file, a, tmp, *extra, package=package)
         row = {"row": name, "t/s": st["decode_tps"], "acceptance_at": st.get("acceptance_at"), "model": label,
                "emitted": st["emitted"], "wall_s": st["wall_s"], "_text": st["text"]}
+        if st.get("breakdown"):
+            row["breakdown"] = st["breakdown"]
+            row["steps"] = st.get("steps")
         if base:
             row["x llama-completion"] = round(row["t/s"] / base, 3)
         out.append(row)
@@ -80,12 +135,31 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         return row
 
     plain = add("run --no-mtp", "--no-mtp")
-    add("run --no-mtp --no-warmup", "--no-mtp", "--no-warmup")
     fixed = [add(f"run k={k}", "--spec-draft-n-max", str(k)) for k in a.drafts]
     best = max(zip(a.drafts, fixed), key=lambda kr: kr[1]["t/s"])[0]
-    add(f"run k={best} --no-warmup", "--spec-draft-n-max", str(best), "--no-warmup")
     add("run auto", "--spec-draft-n-max", "auto")
-    add("run auto --no-warmup", "--spec-draft-n-max", "auto", "--no-warmup")
+    if a.no_warmup_rows:
+        add("run --no-mtp --no-warmup", "--no-mtp", "--no-warmup")
+        add(f"run k={best} --no-warmup", "--spec-draft-n-max", str(best), "--no-warmup")
+        add("run auto --no-warmup", "--spec-draft-n-max", "auto", "--no-warmup")
+    if a.before:
+        add("run --no-mtp (before)", "--no-mtp", package=a.before)
+        add(f"run k={best} (before)", "--spec-draft-n-max", str(best), package=a.before)
+        add("run auto (before)", "--spec-draft-n-max", "auto", package=a.before)
+    if a.perf:
+        add("run --no-mtp --perf", "--no-mtp", "--perf")
+        add(f"run k={best} --perf", "--spec-draft-n-max", str(best), "--perf")
+        wb = weight_bytes(model)
+        bw = next((v for k, v in BANDWIDTH.items() if k in a.gpu), 0.0)
+        if bw:
+            limit = {"row": "memory-bound limit (plain token / one draft)", "model": label,
+                     "t/s": round(bw / wb["plain"], 1),
+                     "breakdown": {"plain_ms": round(1e3 * wb["plain"] / bw, 3),
+                                   "draft_ms": round(1e3 * wb["draft"] / bw, 3),
+                                   "plain_gb": round(wb["plain"] / 1e9, 2), "draft_gb": round(wb["draft"] / 1e9, 2),
+                                   "device": a.gpu}}
+            out.append(limit)
+            save(out)
     plain_text = plain["_text"]
     for r in out:
         if base:
@@ -104,7 +178,13 @@ def main() -> None:
     ap.add_argument("-c", "--ctx", type=int, default=4096)
     ap.add_argument("--drafts", type=int, nargs="+", default=[1, 2, 3, 4])
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "oneshot.json")
+    ap.add_argument("--no-warmup-rows", action="store_true", help="also plain, best k and auto with --no-warmup")
+    ap.add_argument("--perf", action="store_true", help="also plain and best k with per-phase timings (--perf)")
+    ap.add_argument("--before", type=Path, help="a folder with another gguf_mtp and gguf_mtp_cli: plain, best k "
+                    "and auto from it too")
+    ap.add_argument("--spec-drafts", type=int, nargs="+", help="k for llama-speculative-simple (default: --drafts)")
     a = ap.parse_args()
+    a.gpu = gpu_name()
     a.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = a.out.parent / ".oneshot"
     tmp.mkdir(exist_ok=True)
@@ -112,15 +192,19 @@ def main() -> None:
 
     def save(current: list[dict]) -> None:
         done = [{k: v for k, v in r.items() if k != "_text"} for r in rows + current]
-        a.out.write_text(json.dumps({"machine": machine(), "n_predict": a.n_predict, "rows": done}, indent=1))
+        a.out.write_text(json.dumps({"machine": machine(), "gpu": a.gpu, "n_predict": a.n_predict, "rows": done},
+                                    indent=1))
 
     for spec in a.model:
         label, _, path = spec.rpartition("=")
         model = Path(path)
         rows += rows_for(label or model.stem, model, a, tmp, save)
         save([])
-    print(table(rows, ["model", "row", "t/s", "x llama-completion", "acceptance_at", "wall_s",
+    print(table(rows, ["model", "row", "t/s", "x llama-completion", "t/s eval+sampling", "acceptance_at", "wall_s",
                        "same text as run --no-mtp"]))
+    for r in rows:
+        if r.get("breakdown"):
+            print(f"{r['model']}: {r['row']}: {json.dumps(r['breakdown'])}")
 
 
 if __name__ == "__main__":

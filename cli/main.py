@@ -2,8 +2,9 @@
 
 Exit status: 0 done; 2 a one-line ``error: ...`` (bad input or request, OS error, out of memory, and as a
 last resort an internal error); 130 interrupted (Ctrl-C); 128 + the signal for SIGTERM (143) and SIGHUP
-(129), which unwind like Ctrl-C; 141 when stdout is closed early (``| head``). Tracebacks only with
-``--debug`` (or ``GGUF_MTP_DEBUG=1``).
+(129), which unwind like Ctrl-C; 141 when stdout is closed early (``| head``). ``serve`` is the exception: SIGINT
+and SIGTERM are how a server is stopped, and it exits 0 once it has shut down, as llama-server does (a service
+manager counts 143 from ``stop`` as a failure). Tracebacks only with ``--debug`` (or ``GGUF_MTP_DEBUG=1``).
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ PROMPT_WINDOW = typer.Option(0, "--spec-draft-prompt-window", min=0,
                                   "head's share of prompt processing on long prompts; output is unchanged, early "
                                   "drafts may be accepted less often.")
 
-# devices and placement (runtime/placement.py)
+# devices and placement: their strings are read by device_options.py, placed by runtime/placement.py
 N_GPU_LAYERS = typer.Option(0, "--n-gpu-layers", "-ngl", "--gpu-layers",
                             help="Layers to offload to the GPU (CUDA / Vulkan builds).")
 DRAFT_GPU_LAYERS = typer.Option(None, "--n-gpu-layers-draft", "-ngld", "--gpu-layers-draft",
@@ -93,17 +93,6 @@ SPEC_TYPE = typer.Option(None, "--spec-type", callback=text(64),
                               "speculative types are not supported.")
 FLASH_ATTN = typer.Option(None, "--flash-attn", "-fa", callback=text(16),
                           help="Flash attention: on, off or auto (llama.cpp decides; the default).")
-
-# sampling (llama.cpp's names, defaults and order: penalties, top-k, typical, top-p, min-p, temperature)
-MIN_P = typer.Option(0.0, "--min-p", help="Drop tokens less likely than this times the most likely one (0: off).")
-TYPICAL = typer.Option(1.0, "--typical", "--typical-p", help="Locally typical sampling, parameter p (1: off).")
-REPEAT_PENALTY = typer.Option(1.0, "--repeat-penalty",
-                              help="Penalise tokens of the last --repeat-last-n (prompt included) (1: off).")
-REPEAT_LAST_N = typer.Option(64, "--repeat-last-n",
-                             help="Tokens the penalties look back over (0: penalties off, -1: the whole context).")
-PRESENCE_PENALTY = typer.Option(0.0, "--presence-penalty", help="Subtract this from tokens seen (0: off).")
-FREQUENCY_PENALTY = typer.Option(0.0, "--frequency-penalty", help="Subtract this times each token's count (0: off).")
-IGNORE_EOS = typer.Option(False, "--ignore-eos", help="Never end at an end-of-generation token (generate until -n).")
 
 
 def model_path(argument: Path | None, option: Path | None) -> Path | None:

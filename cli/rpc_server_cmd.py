@@ -27,18 +27,21 @@ def rpc_server(
 
       gguf-mtp rpc-server --host 10.0.0.2 --port 50052
     """
-    from gguf_mtp.runtime import placement
+    from gguf_mtp.backends import Device
+    from gguf_mtp.runtime import rpc
 
-    names = placement.parse_device_list(device, "--device") if device else None
+    from .device_options import device_list
+
+    names = device_list(device, "--device") if device else None
     if host not in ("127.0.0.1", "localhost"):
         typer.echo(f"WARNING: binding {host}: the RPC server has no authentication and runs whatever graph a client "
                    "sends; never expose it to an open network", err=True)
 
-    def ready(devs: list[placement.Device]) -> None:
+    def ready(devs: list[Device]) -> None:
         typer.echo(f"rpc-server: serving {', '.join(d.label() for d in devs)} on {host}:{port}", err=True)
 
     try:
-        placement.serve_rpc(host, port, names, threads, cache, on_ready=ready)
+        rpc.serve(host, port, names, threads, cache, on_ready=ready)
     except KeyboardInterrupt:
         typer.echo("rpc-server: stopped", err=True)
         sys.stdout.flush()

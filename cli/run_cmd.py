@@ -14,23 +14,20 @@ import typer
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.files import describe_os_error, open_input
 from gguf_mtp.ggufio.atomic import check_output, write_bytes
+from gguf_mtp.server.text import is_utf8
 
+from . import device_options, session_options
 from . import options as O
 
 if TYPE_CHECKING:  # at run time they are imported in run(), after llama.cpp (see gguf_mtp.runtime)
     from gguf_mtp.runtime import Generation, MTPSession, SamplerConfig
 
 
-def _draft_n(value: str) -> tuple[int, bool]:
-    if value.lower() == "auto":
-        return 4, True
-    try:
-        n = int(value)
-    except ValueError:
-        raise typer.BadParameter(f"--spec-draft-n-max {value!r}: a number (1-16) or 'auto'") from None
-    if not 1 <= n <= 16:
-        raise typer.BadParameter("--spec-draft-n-max must be between 1 and 16")
-    return n, False
+def _prompt(value: str | None) -> str | None:
+    """-p/--prompt: not empty (there would be nothing to complete; without -p, run chats)."""
+    if value == "":
+        raise typer.BadParameter("empty; give the text to complete, or leave -p out to chat")
+    return value
 
 
 def _texts(values: list[str] | None) -> list[str] | None:
@@ -51,15 +48,6 @@ def _ended(g: Generation, session: MTPSession, err: Callable[[str], None]) -> No
     err(("[interrupted] " if g.stopped == "interrupted" else "") + g.stats.compact())
 
 
-def _list_devices(value: bool) -> None:
-    """Eager --list-devices for commands without --rpc (serve)."""
-    if value:
-        from gguf_mtp.runtime import devices
-
-        typer.echo(devices.listing())
-        raise typer.Exit()
-
-
 @O.llamacpp_options("run")
 def run(
     model_arg: Path | None = typer.Argument(None, metavar="MODEL",
@@ -73,12 +61,11 @@ def run(
     no_mtp_opt: bool = O.NO_MTP,
     spec_type: str | None = O.SPEC_TYPE,
     require_mtp: bool = O.REQUIRE_MTP,
-    prompt: str | None = typer.Option(None, "--prompt", "-p",
+    prompt: str | None = typer.Option(None, "--prompt", "-p", callback=_prompt,
                                       help="One-shot completion of this text (no chat template)."),
     prompt_file: Path | None = typer.Option(None, "--file", "-f", help="One-shot completion of the text in this file."),
-    n_predict: int = typer.Option(256, "--n-predict", "--predict", "-n",
-                                  help="Tokens to generate (per answer in chat); -1 or -2: until the end of the text "
-                                       "or a full context."),
+    n_predict: int = session_options.n_predict(256, "Tokens to generate (per answer in chat); -1 or -2: until the "
+                                                    "end of the text or a full context."),
     reverse_prompt: list[str] | None = typer.Option(None, "--reverse-prompt", "-r", callback=_texts,
                                                     help="Stop when the text ends with this (repeatable)."),
     system: str | None = typer.Option(None, "--system", "-sys", "--system-prompt", help="System message for chat."),
@@ -94,21 +81,21 @@ def run(
     tensor_split: str | None = O.TENSOR_SPLIT,
     main_gpu: int = O.MAIN_GPU,
     rpc: str | None = O.RPC,
-    ctx_size: int = typer.Option(4096, "--ctx-size", "-c", help="Context size in tokens."),
+    ctx_size: int = session_options.ctx_size("Context size in tokens."),
     batch_size: int = O.BATCH_SIZE,
     threads: int | None = O.THREADS,
     flash_attn: str | None = O.FLASH_ATTN,
-    temp: float = typer.Option(0.0, "--temp", "--temperature", help="Temperature (0: greedy)."),
-    top_k: int = typer.Option(40, "--top-k"),
-    top_p: float = typer.Option(0.95, "--top-p"),
-    seed: int = typer.Option(0, "--seed", "-s"),
-    min_p: float = O.MIN_P,
-    typical_p: float = O.TYPICAL,
-    repeat_penalty: float = O.REPEAT_PENALTY,
-    repeat_last_n: int = O.REPEAT_LAST_N,
-    presence_penalty: float = O.PRESENCE_PENALTY,
-    frequency_penalty: float = O.FREQUENCY_PENALTY,
-    ignore_eos: bool = O.IGNORE_EOS,
+    temp: float = session_options.temp(0.0, "Temperature (0: greedy)."),
+    top_k: int = session_options.top_k(),
+    top_p: float = session_options.top_p(),
+    seed: int = session_options.seed(0),
+    min_p: float = session_options.MIN_P,
+    typical_p: float = session_options.TYPICAL,
+    repeat_penalty: float = session_options.REPEAT_PENALTY,
+    repeat_last_n: int = session_options.REPEAT_LAST_N,
+    presence_penalty: float = session_options.PRESENCE_PENALTY,
+    frequency_penalty: float = session_options.FREQUENCY_PENALTY,
+    ignore_eos: bool = session_options.IGNORE_EOS,
     stats_json: Path | None = typer.Option(None, "--stats-json",
                                            help="Statistics as JSON to this file ('-': stdout's last line, "
                                                 "after the text)."),
@@ -144,15 +131,16 @@ def run(
       gguf-mtp run big.gguf -ngl 99 --rpc 192.168.1.20:50052 --tensor-split 1,1
     """
     # imported here, before anything loads numpy: llama.cpp's libraries must come first (see gguf_mtp.runtime)
-    from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig, devices, placement
+    from gguf_mtp.runtime import MTPSession, devices
     from gguf_mtp.runtime import draft_profile as draft_profile_mod
-    from gguf_mtp.runtime.options import check_sampling, check_session
+    from gguf_mtp.runtime.options import check_sampling
+    from gguf_mtp.runtime.rpc import add_servers
 
     model = O.model_path(model_arg, model_opt)
     mtp = O.sidecar(mtp_opt, model_draft)
     no_mtp = O.no_mtp_from_spec_type(spec_type, no_mtp_opt)
     n_predict = O.n_predict(n_predict)
-    endpoints = placement.parse_endpoints(rpc) if rpc is not None else None
+    endpoints = device_options.endpoints(rpc) if rpc is not None else None
     stats_file = None if stats_json is None or str(stats_json) == "-" else stats_json
     given = [p for p in (model, mtp, prompt_file, draft_profile) if p is not None]
     outputs = {opt: p for opt, p in (("--stats-json", stats_file), ("--spec-draft-profile-out", draft_profile_out))
@@ -160,7 +148,7 @@ def run(
     if not list_devices:  # a bad output fails now, not after the answer (nor after reaching an RPC server)
         _check_outputs(outputs, force=force, inputs=given)
     if endpoints:  # their devices join the registry first, as llama.cpp's --rpc (listing and start-up line see them)
-        placement.add_rpc_servers(endpoints)
+        add_servers(endpoints)
     if list_devices:
         typer.echo(devices.listing())
         raise typer.Exit()
@@ -170,31 +158,24 @@ def run(
     if no_mtp and mtp is not None:
         raise typer.BadParameter("a sidecar (--mtp/-md) and --no-mtp (--spec-type none) exclude each other")
     for name, text in (("--prompt", prompt), ("--system", system)):
-        if text is not None and not _is_utf8(text):
+        if text is not None and not is_utf8(text):
             raise typer.BadParameter(f"{name} is not valid UTF-8 text")
-    k, adaptive = _draft_n(draft_n_max)
+    cfg = session_options.session_config(
+        draft_n_max=draft_n_max, p_min=p_min, prompt_window=prompt_window, warmup=warmup, require_mtp=require_mtp,
+        n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers, device=device, device_draft=device_draft,
+        split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu, rpc=rpc, ctx_size=ctx_size,
+        batch_size=batch_size, threads=threads, flash_attn=flash_attn, timings=perf or None)
     for opt, val in (("--spec-draft-profile", draft_profile), ("--spec-draft-profile-out", draft_profile_out)):
-        if val is not None and (no_mtp or not adaptive):
+        if val is not None and (no_mtp or not cfg.adaptive):
             raise typer.BadParameter(f"{opt} needs --spec-draft-n-max auto (and MTP on)")
     if prompt_file is not None and prompt is not None:
         raise typer.BadParameter("--prompt and --file exclude each other")
-    cfg = SessionConfig(n_draft=k, adaptive=adaptive, p_min=p_min, n_ctx=ctx_size, n_batch=batch_size,
-                        n_threads=threads, n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                        require_mtp=require_mtp, prompt_window=prompt_window, warmup=warmup, timings=perf or None,
-                        devices=placement.parse_device_list(device) if device is not None else None,
-                        draft_devices=placement.parse_device_list(device_draft, "--device-draft")
-                        if device_draft is not None else None,
-                        split_mode=split_mode,
-                        tensor_split=placement.parse_tensor_split(tensor_split) if tensor_split else None,
-                        main_gpu=main_gpu, rpc=endpoints, flash_attn=O.flash_attn(flash_attn))
     err = lambda s: typer.echo(s, err=True)  # noqa: E731
-    # every option is checked before a file is opened or llama.cpp is reached
-    check_session(cfg, speculative=not no_mtp)
-    sampling, notes = check_sampling(SamplerConfig(
+    # the session's options are checked by MTPSession before it opens a file; sampling's here, before loading
+    sampling, notes = check_sampling(session_options.sampler_config(
         temp=temp, top_k=top_k, top_p=top_p, seed=seed, min_p=min_p, typical_p=typical_p,
-        repeat_penalty=repeat_penalty,
-        repeat_last_n=repeat_last_n, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-        ignore_eos=ignore_eos))
+        repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty, ignore_eos=ignore_eos))
     for n in notes:
         err(f"note: {n}")
     # opened now (a missing file or a FIFO fails before the model loads), read once the model says how long a
@@ -223,7 +204,7 @@ def run(
         if session.mtp_enabled:
             err(f"MTP: {session.pairing.source.value}"
                 + (f" {session.pairing.sidecar.path.name}" if session.pairing.sidecar else "")
-                + f", draft {'auto (max ' + str(k) + ')' if adaptive else k}"
+                + f", draft {'auto (max ' + str(cfg.n_draft) + ')' if cfg.adaptive else cfg.n_draft}"
                 + (f", rollback {session.engine.rollback.name}" if session.engine.rollback.name != "kv" else ""))
         if draft_profile is not None and session.mtp_enabled:
             note = draft_profile_mod.use(session, draft_profile)
@@ -295,15 +276,6 @@ def _read_prompt(fh: BinaryIO, path: Path, session: MTPSession) -> str:
         raise GgufMtpError(f"{path}: not valid UTF-8 text (byte {e.start}); save the prompt file as UTF-8") from None
 
 
-def _is_utf8(text: str) -> bool:
-    """False for text holding bytes that were not UTF-8 (Python keeps them as lone surrogates)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _out(s: str) -> None:
     """Generated text, shown as it comes."""
     sys.stdout.write(s)
@@ -334,7 +306,7 @@ def _chat(session: MTPSession, system: str | None, n_predict: int, sampling: Sam
         text = line.strip()
         if not text:
             continue
-        if not _is_utf8(text):
+        if not is_utf8(text):
             err("error: stdin: this message is not valid UTF-8 text; it was skipped")
             continue
         if text in ("/exit", "/quit"):

@@ -7,6 +7,10 @@ loading its libraries in a fresh process (a second copy of libggml in one proces
 first) and asking ggml's own backend registry: the backend's library must be in the wheel, export its
 registration function and load. Whether a device is visible is reported, not required (build machines
 often have none), unless ``--require-device``.
+
+The registry is read with the one wrapper of ggml's device registry (:class:`Registry`, :class:`Device`,
+llama.cpp's default device rule :func:`default_devices`), which the runtime uses too, on the llama.cpp it
+loaded (runtime/devices.py).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -85,20 +89,40 @@ def cmake_define(cmake_args: str, name: str) -> str | None:
     return next((v for n, v in reversed(_defines(cmake_args)) if n == name), None)
 
 
-# --------------------------------------------------------------------------------------------- probing
+# ------------------------------------------------------------------------------ ggml's device registry
+# The one wrapper of ggml's device registry, its Device and llama.cpp's default device rule: the build check
+# below reads a wheel's registry with them, and the runtime (runtime/devices.py) the registry of the
+# llama.cpp it loaded.
 
-@dataclass
+@dataclass(frozen=True)
 class Device:
-    name: str  # CUDA0, Vulkan0, CPU
+    name: str  # CUDA0, Vulkan1, RPC0, CPU
     description: str
     type: str  # CPU, GPU, IGPU, ACCEL
-    backend: str  # registry name
+    backend: str  # its registry: CUDA, Vulkan, RPC, CPU
     total: int  # bytes
     free: int
+    ptr: int = field(default=0, repr=False, compare=False)  # its ggml_backend_dev_t in the process that read it
+    device_id: str = ""  # the PCI bus id (0000:c1:00.0) a backend reports, "" when unknown
 
     def label(self) -> str:
         """llama.cpp's --list-devices line: ``CUDA0: NVIDIA H100 80GB HBM3 (81559 MiB, 80987 MiB free)``."""
         return f"{self.name}: {self.description} ({self.total // MiB} MiB, {self.free // MiB} MiB free)"
+
+
+def default_devices(devices: Sequence[Device]) -> list[Device]:
+    """The devices llama.cpp offloads a model to when none are named (``llama_prepare_model_devices`` in its
+    src/llama.cpp): RPC servers first (fewer transfers over the network), then the discrete GPUs, and the
+    integrated GPUs (of the first one's backend) only when there is no local discrete GPU; a card two backends
+    report under one PCI id is taken once. The CPU is not in the list: it holds whatever is not offloaded."""
+    rpc = [d for d in devices if d.type == "GPU" and d.backend == "RPC"]
+    gpus: list[Device] = []
+    for d in devices:  # a GPU two backends see (CUDA0 and Vulkan0 of one card) is used once, by the first
+        if d.type == "GPU" and d.backend != "RPC" and not (
+                d.device_id and any(g.device_id == d.device_id for g in gpus)):
+            gpus.append(d)
+    igpus = [d for d in devices if d.type == "IGPU"]
+    return rpc + (gpus or [d for d in igpus if d.backend == igpus[0].backend])
 
 
 @dataclass
@@ -121,7 +145,19 @@ class Probe:
         return [d for d in self.devices if d.backend == name]
 
 
-class Ggml:
+def _text(b: bytes | None) -> str:
+    return (b or b"").decode("utf-8", "replace")
+
+
+class _DeviceProps(ctypes.Structure):
+    """struct ggml_backend_dev_props (ggml-backend.h), with room for fields a later ggml adds at its end."""
+
+    _fields_ = [("name", ctypes.c_char_p), ("description", ctypes.c_char_p), ("memory_free", ctypes.c_size_t),
+                ("memory_total", ctypes.c_size_t), ("type", ctypes.c_int), ("device_id", ctypes.c_char_p),
+                ("caps", ctypes.c_bool * 5), ("_room", ctypes.c_byte * 256)]
+
+
+class Registry:
     """ctypes over libggml's backend registry (ggml-backend.h). ``lib`` is a loaded libggml (any handle
     whose dependencies include libggml-base)."""
 
@@ -130,56 +166,73 @@ class Ggml:
         vp, sz, cp = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p
         for fn, res, args in (
             ("ggml_backend_reg_count", sz, []), ("ggml_backend_reg_get", vp, [sz]),
-            ("ggml_backend_reg_name", cp, [vp]), ("ggml_backend_reg_dev_count", sz, [vp]),
+            ("ggml_backend_reg_name", cp, [vp]), ("ggml_backend_reg_by_name", vp, [cp]),
+            ("ggml_backend_reg_get_proc_address", vp, [vp, cp]), ("ggml_backend_register", None, [vp]),
             ("ggml_backend_dev_count", sz, []), ("ggml_backend_dev_get", vp, [sz]),
-            ("ggml_backend_dev_name", cp, [vp]), ("ggml_backend_dev_description", cp, [vp]),
-            ("ggml_backend_dev_type", ctypes.c_int, [vp]), ("ggml_backend_dev_backend_reg", vp, [vp]),
+            ("ggml_backend_dev_by_name", vp, [cp]), ("ggml_backend_dev_name", cp, [vp]),
+            ("ggml_backend_dev_description", cp, [vp]), ("ggml_backend_dev_type", ctypes.c_int, [vp]),
+            ("ggml_backend_dev_backend_reg", vp, [vp]),
             ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)]),
-            ("ggml_backend_reg_get_proc_address", vp, [vp, cp]), ("ggml_backend_buft_name", cp, [vp]),
+            ("ggml_backend_buft_name", cp, [vp]),
+            ("ggml_backend_dev_get_props", None, [vp, ctypes.POINTER(_DeviceProps)]),
         ):
             f = getattr(lib, fn)
             f.restype, f.argtypes = res, args
 
-    @staticmethod
-    def _s(b: bytes | None) -> str:
-        return (b or b"").decode("utf-8", "replace")
-
     def registries(self) -> list[str]:
-        return [self._s(self.lib.ggml_backend_reg_name(self.lib.ggml_backend_reg_get(i)))
+        return [_text(self.lib.ggml_backend_reg_name(self.lib.ggml_backend_reg_get(i)))
                 for i in range(self.lib.ggml_backend_reg_count())]
 
+    def device(self, ptr: int) -> Device:
+        """The device behind a ggml_backend_dev_t."""
+        lib = self.lib
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(ptr, ctypes.byref(free), ctypes.byref(total))
+        kind = lib.ggml_backend_dev_type(ptr)
+        reg = lib.ggml_backend_dev_backend_reg(ptr)
+        props = _DeviceProps()
+        lib.ggml_backend_dev_get_props(ptr, ctypes.byref(props))
+        return Device(_text(lib.ggml_backend_dev_name(ptr)), _text(lib.ggml_backend_dev_description(ptr)).strip(),
+                      DEVICE_TYPES[kind] if 0 <= kind < len(DEVICE_TYPES) else str(kind),
+                      _text(lib.ggml_backend_reg_name(reg)) if reg else "", total.value, free.value, ptr,
+                      _text(props.device_id))
+
     def devices(self) -> list[Device]:
-        out = []
-        for i in range(self.lib.ggml_backend_dev_count()):
-            d = self.lib.ggml_backend_dev_get(i)
-            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-            self.lib.ggml_backend_dev_memory(d, ctypes.byref(free), ctypes.byref(total))
-            t = self.lib.ggml_backend_dev_type(d)
-            out.append(Device(self._s(self.lib.ggml_backend_dev_name(d)),
-                              self._s(self.lib.ggml_backend_dev_description(d)).strip(),
-                              DEVICE_TYPES[t] if 0 <= t < len(DEVICE_TYPES) else str(t),
-                              self._s(self.lib.ggml_backend_reg_name(self.lib.ggml_backend_dev_backend_reg(d))),
-                              total.value, free.value))
-        return out
+        """Every device, in the registry's order."""
+        return [self.device(self.lib.ggml_backend_dev_get(i)) for i in range(self.lib.ggml_backend_dev_count())]
+
+    def by_name(self, name: str) -> Device | None:
+        ptr = self.lib.ggml_backend_dev_by_name(name.encode())
+        return self.device(ptr) if ptr else None
+
+    def function(self, registry: str, name: str) -> int | None:
+        """The address of a function a backend exports through its registry (``ggml_backend_rpc_add_server``),
+        or None when the backend or the function is missing."""
+        reg = self.lib.ggml_backend_reg_by_name(registry.encode())
+        if not reg:
+            return None
+        return self.lib.ggml_backend_reg_get_proc_address(reg, name.encode()) or None
+
+    def register(self, reg: int) -> None:
+        """Add a backend registry (an RPC server's) to ggml's, for the rest of the process."""
+        self.lib.ggml_backend_register(reg)
 
     def extra_buffer_types(self, device: str) -> list[str]:
         """Names of the extra weight buffer types ``device`` offers (the CPU's ``CPU_REPACK``, ``AMX``, ...):
         where llama.cpp puts weights it repacks for other kernels, unless ``use_extra_bufts`` is off."""
-        for i in range(self.lib.ggml_backend_dev_count()):
-            d = self.lib.ggml_backend_dev_get(i)
-            if self._s(self.lib.ggml_backend_dev_name(d)) != device:
-                continue
-            fn = self.lib.ggml_backend_reg_get_proc_address(self.lib.ggml_backend_dev_backend_reg(d),
-                                                            b"ggml_backend_dev_get_extra_bufts")
-            if not fn:
-                return []
-            bufts = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(fn)(d)
-            out, j = [], 0
-            while bufts and bufts[j]:
-                out.append(self._s(self.lib.ggml_backend_buft_name(bufts[j])))
-                j += 1
-            return out
-        return []
+        d = self.lib.ggml_backend_dev_by_name(device.encode())
+        if not d:
+            return []
+        fn = self.lib.ggml_backend_reg_get_proc_address(self.lib.ggml_backend_dev_backend_reg(d),
+                                                        b"ggml_backend_dev_get_extra_bufts")
+        if not fn:
+            return []
+        bufts = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(fn)(d)
+        out, j = [], 0
+        while bufts and bufts[j]:
+            out.append(_text(self.lib.ggml_backend_buft_name(bufts[j])))
+            j += 1
+        return out
 
 
 def _lib_file(libdir: Path, stem: str) -> Path | None:
@@ -244,9 +297,9 @@ def probe(libdir: str | os.PathLike[str]) -> Probe:
                 ggml.ggml_backend_load(str(_lib_file(d, b.lib)).encode())
         except (OSError, AttributeError) as e:
             pr.log.append(f"lib{b.lib}.so: {e}")
-    g = Ggml(ggml)
-    pr.registries = g.registries()
-    pr.devices = g.devices()
+    registry = Registry(ggml)
+    pr.registries = registry.registries()
+    pr.devices = registry.devices()
     f = lib.llama_supports_gpu_offload
     f.restype, f.argtypes = ctypes.c_bool, []
     pr.gpu_offload = bool(f())
@@ -538,14 +591,7 @@ SAMPLING_ENV = "GGUF_MTP_DEVICE_SAMPLING"
 SAMPLING_SETTINGS = ("auto", "off", "on")
 
 
-class _OnBackend(Protocol):
-    @property
-    def name(self) -> str: ...  # Vulkan0
-    @property
-    def backend(self) -> str: ...  # its registry: Vulkan
-
-
-def host_sampling_reason(offload: Sequence[_OnBackend], setting: str | None = None) -> str | None:
+def host_sampling_reason(offload: Sequence[Device], setting: str | None = None) -> str | None:
     """Why sampler chains must run on the host for a model whose layers go to ``offload``; None: they may run
     inside the decode graph. ``setting`` (``$GGUF_MTP_DEVICE_SAMPLING``): auto (the default: the host where a
     back-end is known to be unsafe), off (the host everywhere), on (the device even there: for checking a fixed
@@ -589,8 +635,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(" ".join(b.name for b in requested(a.cmake_args)))
         return 0
     if a.cmd == "probe":
-        pr = probe(a.libdir)
-        print(json.dumps(asdict(pr)))
+        found = asdict(probe(a.libdir))
+        for d in found["devices"]:
+            del d["ptr"]  # an address in this process only
+        print(json.dumps(found))
         return 0
     if a.cmd == "prereqs":
         errors, warnings = prerequisites(a.cmake_args)

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 import gguf_mtp
-from gguf_mtp import backends as B
+from gguf_mtp import backends
 from gguf_mtp.runtime import devices
 from gguf_mtp_cli.main import app
 
@@ -40,8 +40,8 @@ def cpu_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The build this test run loads, as a wheel: the CPU backend, with or without RPC (setup.sh's default
     adds it; RPC has no device until servers are named, so the build still runs on the CPU only)."""
     libdir = devices.lib_dir()
-    if B.local_gpu(B.files_present(libdir)):
-        pytest.skip(f"the installed llama-cpp-python has a GPU backend ({B.files_present(libdir)})")
+    if backends.local_gpu(backends.files_present(libdir)):
+        pytest.skip(f"the installed llama-cpp-python has a GPU backend ({backends.files_present(libdir)})")
     return pack_wheel(tmp_path_factory.mktemp("whl") / WHEEL_NAME, libdir)
 
 
@@ -58,17 +58,17 @@ def cpu_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ("'-DCMAKE_C_FLAGS=-O2 -g' -DGGML_HIP=TRUE", ["ROCm"]),
 ])
 def test_requested_backends(args: str, want: list[str]) -> None:
-    assert [b.name for b in B.requested(args)] == want
+    assert [b.name for b in backends.requested(args)] == want
 
 
 # --- the wheel check ---------------------------------------------------------------------------------------
 
 def test_cpu_wheel_passes_as_cpu_build(cpu_wheel: Path) -> None:
-    v = B.check_wheel(cpu_wheel, "")
+    v = backends.check_wheel(cpu_wheel, "")
     assert v.ok, v.lines
     assert v.probe is not None and v.probe.compiled in (["CPU"], ["CPU", "RPC"])
     assert v.probe.gpu_offload == ("RPC" in v.probe.compiled)  # llama.cpp counts RPC as offload-capable
-    assert v.probe.compiled == B.files_present(devices.lib_dir())
+    assert v.probe.compiled == backends.files_present(devices.lib_dir())
     assert [d.name for d in v.probe.devices] == ["CPU"] and v.probe.devices[0].total > 0
     assert "backends CPU" in v.lines[0]
 
@@ -77,8 +77,8 @@ def test_cpu_wheel_passes_as_cpu_build(cpu_wheel: Path) -> None:
                                               ("-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90", "CUDA", "libggml-cuda.so"),
                                               ("-DGGML_RPC=ON", "RPC", "libggml-rpc.so")])
 def test_cpu_wheel_labelled_as_gpu_build_is_refused(cpu_wheel: Path, args: str, backend: str, lib: str) -> None:
-    v = B.check_wheel(cpu_wheel, args)
-    if backend == "RPC" and "RPC" in B.files_present(devices.lib_dir()):
+    v = backends.check_wheel(cpu_wheel, args)
+    if backend == "RPC" and "RPC" in backends.files_present(devices.lib_dir()):
         # setup.sh's default build: the RPC backend registers although no server is named yet
         assert v.ok and v.probe is not None and "RPC" in v.probe.registries, v.lines
         assert not [ln for ln in v.lines if ln.startswith(("error", "warning"))], v.lines
@@ -97,7 +97,7 @@ def test_backend_library_that_is_not_one_is_refused(cpu_wheel: Path, tmp_path: P
         for n, data in entries.items():
             z.writestr(n, data)
         z.writestr("llama_cpp/lib/libggml-vulkan.so", b"\x7fELF not really")
-    v = B.check_wheel(fake, "-DGGML_VULKAN=on")
+    v = backends.check_wheel(fake, "-DGGML_VULKAN=on")
     assert not v.ok and v.probe is not None and "Vulkan" in v.probe.files and "Vulkan" not in v.probe.compiled
     assert any("libggml-vulkan.so is there but does not provide ggml_backend_vk_reg" in ln for ln in v.lines)
 
@@ -116,7 +116,7 @@ def test_damaged_wheels_are_refused(cpu_wheel: Path, tmp_path: Path) -> None:
     flipped.write_bytes(bytes(data))
     not_llama = pack_wheel(tmp_path / "n.whl", tmp_path / "g")  # a zip without libllama.so
     for w, words in ((garbage, "not a wheel"), (flipped, "damaged"), (not_llama, "no llama_cpp/lib/libllama.so")):
-        v = B.check_wheel(w, "")
+        v = backends.check_wheel(w, "")
         assert not v.ok and len(v.lines) == 1 and words in v.lines[0], (w, v.lines)
 
 
@@ -129,16 +129,16 @@ def test_names_in_a_wheel_never_leave_the_folder(cpu_wheel: Path, tmp_path: Path
     with zipfile.ZipFile(w, "w") as z:
         for n, data in {**entries, **bad}.items():
             z.writestr(n, data)
-    out = B.extract_libs(w, tmp_path / "x" / "lib")
+    out = backends.extract_libs(w, tmp_path / "x" / "lib")
     names = {p.name for p in out.iterdir()}
     assert "libllama.so" in names and not names & {"escaped.so", "libsub.so", "libabs.so", "notalib.txt", "libtop.so"}
     assert {p.name for p in (tmp_path / "x").iterdir()} == {"lib"} and not (tmp_path / "escaped.so").exists()
 
 
 def test_check_wheel_cli_exit_status(cpu_wheel: Path) -> None:
-    assert B.main(["check-wheel", str(cpu_wheel), "--cmake-args="]) == 0
-    assert B.main(["check-wheel", str(cpu_wheel), "--cmake-args=-DGGML_VULKAN=on"]) == 1
-    assert B.main(["check-wheel", str(cpu_wheel), "--cmake-args=", "--require-device"]) == 0  # CPU needs no GPU
+    assert backends.main(["check-wheel", str(cpu_wheel), "--cmake-args="]) == 0
+    assert backends.main(["check-wheel", str(cpu_wheel), "--cmake-args=-DGGML_VULKAN=on"]) == 1
+    assert backends.main(["check-wheel", str(cpu_wheel), "--cmake-args=", "--require-device"]) == 0  # CPU needs no GPU
 
 
 # --- prerequisites -------------------------------------------------------------------------------------------
@@ -171,28 +171,28 @@ def _env(tmp_path: Path, **kw: str) -> dict[str, str]:
 
 def test_vulkan_prerequisites_from_an_sdk(tmp_path: Path) -> None:
     _vulkan_tree(tmp_path / "sdk")
-    errors, warnings = B.prerequisites("-DGGML_VULKAN=on", _env(tmp_path, VULKAN_SDK=str(tmp_path / "sdk")), roots=())
+    errors, warnings = backends.prerequisites("-DGGML_VULKAN=on", _env(tmp_path, VULKAN_SDK=str(tmp_path / "sdk")), roots=())
     assert errors == [] and warnings == []
 
 
 def test_vulkan_prerequisites_debian_layout(tmp_path: Path) -> None:
     usr = tmp_path / "usr"
-    _vulkan_tree(usr, multiarch=B._multiarch()[0])
+    _vulkan_tree(usr, multiarch=backends._multiarch()[0])
     env = _env(tmp_path)
     env["PATH"] += os.pathsep + str(usr / "bin")
-    assert B.prerequisites("-DGGML_VULKAN=on", env, roots=(str(usr),)) == ([], [])
+    assert backends.prerequisites("-DGGML_VULKAN=on", env, roots=(str(usr),)) == ([], [])
 
 
 def test_vulkan_without_spirv_headers_names_the_package(tmp_path: Path) -> None:
     """The issue's case: libvulkan-dev and glslc installed, CMake then stops on SPIRV-Headers."""
     _vulkan_tree(tmp_path / "sdk", spirv=False)
-    errors, _ = B.prerequisites("-DGGML_VULKAN=on", _env(tmp_path, VULKAN_SDK=str(tmp_path / "sdk")), roots=())
+    errors, _ = backends.prerequisites("-DGGML_VULKAN=on", _env(tmp_path, VULKAN_SDK=str(tmp_path / "sdk")), roots=())
     assert len(errors) == 1 and "SPIRV-Headers not found" in errors[0]
     assert "apt-get install spirv-headers (" in errors[0] and "vulkan.lunarg.com" in errors[0]
 
 
 def test_vulkan_with_nothing_installed(tmp_path: Path) -> None:
-    errors, _ = B.prerequisites("-DGGML_VULKAN=on", _env(tmp_path), roots=())
+    errors, _ = backends.prerequisites("-DGGML_VULKAN=on", _env(tmp_path), roots=())
     assert len(errors) == 1
     assert "vulkan_core.h, libvulkan.so, glslc, SPIRV-Headers not found" in errors[0]
     assert "apt-get install libvulkan-dev glslc spirv-headers" in errors[0]
@@ -200,28 +200,28 @@ def test_vulkan_with_nothing_installed(tmp_path: Path) -> None:
 
 def test_cuda_prerequisites(tmp_path: Path) -> None:
     env = _env(tmp_path, CUDACXX=str(tmp_path / "nowhere/nvcc"))
-    errors, _ = B.prerequisites("-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90", env, gpus=0)
+    errors, _ = backends.prerequisites("-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90", env, gpus=0)
     assert len(errors) == 1 and "CUDACXX" in errors[0] and "not an executable" in errors[0]
 
-    errors, _ = B.prerequisites("-DGGML_CUDA=on", _env(tmp_path), gpus=0)
+    errors, _ = backends.prerequisites("-DGGML_CUDA=on", _env(tmp_path), gpus=0)
     assert len(errors) == 1 and "nvcc is not on PATH" in errors[0] and "cuda-toolkit" in errors[0]
 
     _exe(tmp_path / "tools/nvcc")
     env = _env(tmp_path)
-    errors, warnings = B.prerequisites("-DGGML_CUDA=on", env, gpus=0)  # native, and no GPU to detect
+    errors, warnings = backends.prerequisites("-DGGML_CUDA=on", env, gpus=0)  # native, and no GPU to detect
     assert errors == [] and len(warnings) == 1 and "-DCMAKE_CUDA_ARCHITECTURES=90" in warnings[0]
-    assert B.prerequisites("-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native", env, gpus=0)[1]
-    assert B.prerequisites("-DGGML_CUDA=on", env, gpus=1) == ([], [])
-    assert B.prerequisites("-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90", env, gpus=0) == ([], [])
-    assert B.prerequisites("-DGGML_CUDA=on -DGGML_NATIVE=OFF", env, gpus=0) == ([], [])
+    assert backends.prerequisites("-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native", env, gpus=0)[1]
+    assert backends.prerequisites("-DGGML_CUDA=on", env, gpus=1) == ([], [])
+    assert backends.prerequisites("-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90", env, gpus=0) == ([], [])
+    assert backends.prerequisites("-DGGML_CUDA=on -DGGML_NATIVE=OFF", env, gpus=0) == ([], [])
     env_cuda_path = {"PATH": str(tmp_path / "none"), "CUDA_PATH": str(tmp_path / "tools" / "..")}
     _exe(tmp_path / "bin/nvcc")
-    assert not [e for e in B.prerequisites("-DGGML_CUDA=on", env_cuda_path, gpus=1)[0] if "nvcc" in e]
+    assert not [e for e in backends.prerequisites("-DGGML_CUDA=on", env_cuda_path, gpus=1)[0] if "nvcc" in e]
 
 
 def test_cpu_build_needs_a_compiler_only(tmp_path: Path) -> None:
-    assert B.prerequisites("", _env(tmp_path)) == ([], [])
-    errors, warnings = B.prerequisites("", {"PATH": str(tmp_path / "empty")})
+    assert backends.prerequisites("", _env(tmp_path)) == ([], [])
+    errors, warnings = backends.prerequisites("", {"PATH": str(tmp_path / "empty")})
     assert "C++ compiler" in errors[0] and "cmake" in warnings[0]
 
 
@@ -250,11 +250,11 @@ def test_run_says_which_devices_it_uses(tmp_path: Path) -> None:
         first = next((ln for ln in r.stderr.splitlines() if ln.startswith("devices: ")), "")
         assert "CPU: " in first, r.stderr  # printed once the files passed their checks
         note = f"note: -ngl {ngl}: this llama-cpp-python build has no GPU backend, running on the CPU"
-        assert (note in r.stderr) == (ngl > 0 and not gpu and not B.local_gpu(B.files_present(devices.lib_dir())))
+        assert (note in r.stderr) == (ngl > 0 and not gpu and not backends.local_gpu(backends.files_present(devices.lib_dir())))
 
 
-def _dev(name: str, type_: str, backend: str) -> B.Device:
-    return B.Device(name, f"{name} model", type_, backend, 80 << 30, 79 << 30)
+def _dev(name: str, type_: str, backend: str) -> backends.Device:
+    return backends.Device(name, f"{name} model", type_, backend, 80 << 30, 79 << 30)
 
 
 def test_which_devices_a_model_uses() -> None:
@@ -267,3 +267,22 @@ def test_which_devices_a_model_uses() -> None:
         "devices: CUDA0: CUDA0 model (81920 MiB, 80896 MiB free), CPU: CPU model (-ngl 99)")
     assert devices.startup_line(0, [cuda, cpu]) == "devices: CPU: CPU model (-ngl 0: nothing offloaded to CUDA0)"
     assert devices.offload_note(99, [cuda, cpu]) is None and devices.offload_note(0, [cpu]) is None
+
+
+def test_the_default_devices_follow_llama_cpp_with_rpc_servers() -> None:
+    """llama_prepare_model_devices: RPC servers first (whatever the registry's order), then the discrete GPUs,
+    each card once; integrated GPUs join when no local discrete GPU is there (RPC servers do not count), those
+    of the first one's backend only."""
+    cuda, cpu = _dev("CUDA0", "GPU", "CUDA"), _dev("CPU", "CPU", "CPU")
+    rpc0, rpc1 = _dev("RPC0", "GPU", "RPC"), _dev("RPC1", "GPU", "RPC")
+    igpu, igpu_other = _dev("Vulkan0", "IGPU", "Vulkan"), _dev("SYCL0", "IGPU", "SYCL")
+    assert backends.default_devices([cuda, cpu, rpc0, rpc1]) == [rpc0, rpc1, cuda]
+    assert devices.used(99, [cuda, cpu, rpc0]) == [rpc0, cuda, cpu]
+    assert devices.used(99, [igpu, cpu, rpc0]) == [rpc0, igpu, cpu]
+    assert devices.used(99, [igpu, igpu_other, cpu]) == [igpu, cpu]
+    assert devices.startup_line(99, [cuda, cpu, rpc0]).startswith("devices: RPC0: RPC0 model")
+    # one card seen by two backends (a CUDA + Vulkan build): the first one's device only
+    card, same_card = (backends.Device(n, "H100", "GPU", b, 80 << 30, 79 << 30, device_id="0000:c1:00.0")
+                       for n, b in (("CUDA0", "CUDA"), ("Vulkan0", "Vulkan")))
+    other = backends.Device("Vulkan1", "H100", "GPU", "Vulkan", 80 << 30, 79 << 30, device_id="0000:c2:00.0")
+    assert backends.default_devices([card, same_card, other, cpu]) == [card, other]

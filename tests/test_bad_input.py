@@ -196,6 +196,14 @@ def test_cli_version(capsys) -> None:
 LONG = "9" * 5000
 
 
+def test_run_empty_prompt_is_refused_before_loading(converted, capsys) -> None:
+    """`run -p ''` loaded the model (and printed its start-up lines) before saying "empty prompt"; it is refused
+    as the options are read, in one line naming -p."""
+    assert main(["run", str(converted("qwen35", "bundled")), "-p", "", "-n", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "'--prompt' / '-p': empty" in err, err
+
+
 @pytest.mark.parametrize("argv", [
     ["convert", "{ck}", "-o", ""],  # wrote ./<model>-BF16.gguf
     ["convert", "{ck}", "-o", "x.gguf", "--draft-head-type", ""],  # wrote x.gguf without a draft head

@@ -89,3 +89,37 @@ def test_bench_processes_exit_after_their_results_without_teardown(body: str, rc
 def test_bench_scripts_that_write_results_leave_through_exit_after() -> None:
     for name in ("run", "side_by_side", "qwen3next", "acceptance_vs_llamacpp", "multi_gpu"):
         assert "exit_after(main)" in (BENCH / f"{name}.py").read_text(), name
+
+
+def test_release_shapes_are_inflated_templates_with_the_head_and_router_of_a_real_model(tmp_path: Path) -> None:
+    """bench/models.py --shape (issue 24): a 4-layer template at the shape's widths, inflated to full depth with
+    the trunk's matrices as sparse holes; the MTP block (noised or not) and the LM head are the template's bytes,
+    and oneshot.weight_bytes counts what a plain token and a draft read (routed experts at their used share)."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(BENCH))  # models.py imports big_model as bench/ scripts do
+    try:
+        models = _bench("models")
+        oneshot = _bench("oneshot")
+        made = models.shaped(tmp_path, "35b-a3b", vocab=4096, noises=(0.06, 0.0), trunks=("q8_0",), threads=2)
+    finally:
+        _sys.path.remove(str(BENCH))
+    from gguf_mtp.ggufio.model import GGUFModel
+
+    assert sorted(made) == ["35b-a3b Q8_0, noisy head (0.06)", "35b-a3b Q8_0, perfect head"]
+    noisy, perfect = (GGUFModel(made[k]) for k in sorted(made))
+    _, widths, layers, experts, used, _ = models.SHAPES["35b-a3b"]
+    for m in (noisy, perfect):
+        assert int(m.arch_get("{arch}.block_count")) == layers + 1
+        assert int(m.arch_get("{arch}.expert_count")) == experts and int(m.arch_get("{arch}.expert_used_count")) == used
+        assert int(m.arch_get("{arch}.embedding_length")) == widths["hidden"]
+        assert m.tensors["blk.0.ffn_gate_inp.weight"].info.shape[-1] == experts
+    dense = [n for n in noisy.tensors if not n.startswith("blk.") or n.startswith(f"blk.{layers}.")]
+    differ = sorted(n for n in dense if noisy.tensors[n].file.read_tensor_bytes(n)
+                    != perfect.tensors[n].file.read_tensor_bytes(n))
+    assert differ == [f"blk.{layers}.attn_output.weight", f"blk.{layers}.ffn_down_shexp.weight"], differ
+    assert made[sorted(made)[0]].stat().st_blocks * 512 < made[sorted(made)[0]].stat().st_size / 10  # holes
+    wb = oneshot.weight_bytes(made[sorted(made)[1]])
+    exps = sum(t.info.nbytes for n, t in perfect.tensors.items() if "_exps." in n and int(n.split(".")[1]) < layers)
+    assert exps * used / experts < wb["plain"] < perfect.path.stat().st_size - exps * (1 - used / experts) + 1
+    assert 0 < wb["draft"] < wb["plain"]

@@ -62,6 +62,20 @@ def test_bad_option_is_one_line_before_llama(converted, no_llama, capsys, args: 
     assert len(err) == 1 and err[0].startswith("error: ") and words in err[0], err
 
 
+def test_draft_limit_is_the_runtimes(converted, no_llama, capsys, monkeypatch) -> None:
+    """--spec-draft-n-max is bounded by the runtime's MAX_DRAFT (the CLI had its own 16 beside it)."""
+    import gguf_mtp.runtime.options as runtime_options
+
+    model = str(converted("qwen35", "bundled"))
+    assert main(["run", model, "-p", "hi", "--spec-draft-n-max", "17"]) == 2
+    assert "--spec-draft-n-max must be between 1 and 16" in capsys.readouterr().err
+    monkeypatch.setattr(runtime_options, "MAX_DRAFT", 8)
+    for value, words in (("9", "between 1 and 8"), ("x", "'x': a number (1-8) or 'auto'")):
+        assert main(["run", model, "-p", "hi", "--spec-draft-n-max", value]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err, err
+
+
 def test_library_refuses_the_same(converted, no_llama) -> None:
     model = converted("qwen35", "bundled")
     for kw in ({"n_batch": 0}, {"n_threads": 0}, {"n_ctx": 1 << 32}, {"p_min": float("nan")}, {"n_draft": 0},

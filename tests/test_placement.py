@@ -22,7 +22,9 @@ import pytest
 
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.ggufio.model import GGUFModel
-from gguf_mtp.runtime import placement as P
+from gguf_mtp.backends import Device
+from gguf_mtp.runtime import placement, rpc
+from gguf_mtp_cli import device_options
 from gguf_mtp_cli.main import main
 
 ORACLE = {"oracle_head": True, "trunk_scale": 0.5}
@@ -31,24 +33,35 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_option_parsing() -> None:
-    assert P.parse_device_list("CUDA0,CUDA1") == ["CUDA0", "CUDA1"]
-    assert P.parse_device_list("none") == []
+    assert device_options.device_list("CUDA0,CUDA1") == ["CUDA0", "CUDA1"]
+    assert device_options.device_list("none") == []
     for bad in ("", "CUDA0,", "none,CUDA0"):
         with pytest.raises(GgufMtpError, match="--device"):
-            P.parse_device_list(bad)
-    assert P.parse_tensor_split("3,1") == [3.0, 1.0] and P.parse_tensor_split("1/2/0") == [1.0, 2.0, 0.0]
+            device_options.device_list(bad)
+    assert device_options.tensor_split("3,1") == [3.0, 1.0] and device_options.tensor_split("1/2/0") == [1.0, 2.0, 0.0]
     for bad, why in (("a,1", "not a number"), ("-1,2", ">= 0"), ("0,0", "above 0"), ("nan", "finite")):
         with pytest.raises(GgufMtpError, match=why):
-            P.parse_tensor_split(bad)
-    assert P.parse_endpoints("10.0.0.2:50052,gpu-box:1") == [("10.0.0.2", 50052), ("gpu-box", 1)]
+            device_options.tensor_split(bad)
+    assert device_options.endpoints("10.0.0.2:50052,gpu-box:1") == [("10.0.0.2", 50052), ("gpu-box", 1)]
     for bad in ("10.0.0.2", "host:0", "host:70000", "a b:1", "[::1]:50052"):
         with pytest.raises(GgufMtpError, match="not host:port"):
-            P.parse_endpoints(bad)
+            device_options.endpoints(bad)
     with pytest.raises(GgufMtpError, match="--split-mode"):
-        P.Placement(split_mode="rows")
+        placement.Placement(split_mode="rows")
 
 
-def _layer_devices(order: list[P.Device], split: list[float], ngl: int, n_layer_all: int) -> list[str]:
+def test_option_strings_are_read_without_llama_cpp() -> None:
+    """The CLI reads --device, --tensor-split and --rpc before anything loads llama.cpp (or the runtime)."""
+    code = ("import sys; sys.modules['llama_cpp'] = None\n"
+            "from gguf_mtp_cli.device_options import device_list, endpoints, tensor_split\n"
+            "print(device_list('RPC0,CUDA0'), tensor_split('3/1'), endpoints('h:1'),"
+            " sorted(m for m in sys.modules if m.startswith('gguf_mtp.runtime')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "['RPC0', 'CUDA0'] [3.0, 1.0] [('h', 1)] []"
+
+
+def _layer_devices(order: list[Device], split: list[float], ngl: int, n_layer_all: int) -> list[str]:
     """llama.cpp's get_layer_buft_list, re-stated: the device of each layer and of the output layer (float32
     arithmetic as there)."""
     import numpy as np
@@ -77,9 +90,9 @@ def _layer_devices(order: list[P.Device], split: list[float], ngl: int, n_layer_
 ])
 def test_draft_split_puts_the_head_and_the_lm_head_on_the_draft_device(n_layer_all, n_mtp, ngl, split) -> None:
     gib = 1 << 30
-    a, b, c = (P.Device(n, "", "GPU", "X", free, 80 * gib, ptr) for n, free, ptr in
+    a, b, c = (Device(n, "", "GPU", "X", total=80 * gib, free=free, ptr=ptr) for n, free, ptr in
                (("CUDA0", 70 * gib, 1), ("CUDA1", 30 * gib, 2), ("CUDA2", 80 * gib, 3)))
-    order, tsplit, ngl2 = P.draft_split([a, b], c, split, ngl, n_layer_all, n_mtp)
+    order, tsplit, ngl2 = placement.draft_split([a, b], c, split, ngl, n_layer_all, n_mtp)
     where = _layer_devices(order, tsplit, ngl2, n_layer_all)
     n_trunk = n_layer_all - n_mtp
     assert where[n_trunk:] == ["CUDA2"] * (n_mtp + 1)  # MTP blocks and the output layer
@@ -92,11 +105,11 @@ def test_draft_split_puts_the_head_and_the_lm_head_on_the_draft_device(n_layer_a
         w = split or [7.0, 3.0]
         assert abs(trunk_gpu.count("CUDA0") / len(trunk_gpu) - w[0] / sum(w)) <= 1 / len(trunk_gpu) + 1e-9
     # the draft device also among the trunk's: it keeps its trunk share, then the head
-    order, tsplit, ngl2 = P.draft_split([a, b], b, split, ngl, n_layer_all, n_mtp)
+    order, tsplit, ngl2 = placement.draft_split([a, b], b, split, ngl, n_layer_all, n_mtp)
     where = _layer_devices(order, tsplit, ngl2, n_layer_all)
     assert [d.name for d in order] == ["CUDA0", "CUDA1"] and where[n_trunk:] == ["CUDA1"] * (n_mtp + 1)
     # the trunk on the CPU (--device none), the head offloaded alone
-    order, tsplit, ngl2 = P.draft_split([], c, None, ngl, n_layer_all, n_mtp)
+    order, tsplit, ngl2 = placement.draft_split([], c, None, ngl, n_layer_all, n_mtp)
     assert _layer_devices(order, tsplit, ngl2, n_layer_all) == ["CPU"] * n_trunk + ["CUDA2"] * (n_mtp + 1)
 
 
@@ -139,7 +152,7 @@ def test_unreachable_and_silent_rpc_servers_fail_fast(capsys) -> None:
     port = _free_port()  # nothing listens there
     t0 = time.monotonic()
     with pytest.raises(GgufMtpError, match=f"--rpc 127.0.0.1:{port}: cannot connect"):
-        P.probe_rpc("127.0.0.1", port)
+        rpc.probe("127.0.0.1", port)
     assert time.monotonic() - t0 < 5
     # a peer that accepts and never answers (a wrong port, a busy server): bounded by the probe's timeout
     srv = socket.socket()
@@ -150,7 +163,7 @@ def test_unreachable_and_silent_rpc_servers_fail_fast(capsys) -> None:
     th.start()
     t0 = time.monotonic()
     with pytest.raises(GgufMtpError, match="no answer within 0.5 s"):
-        P.probe_rpc("127.0.0.1", srv.getsockname()[1], timeout=0.5)
+        rpc.probe("127.0.0.1", srv.getsockname()[1], timeout=0.5)
     assert time.monotonic() - t0 < 3
     srv.close()
     for c in conns:
@@ -180,7 +193,7 @@ def _start_rpc_server(port: int) -> subprocess.Popen:
     deadline = time.monotonic() + 60
     while True:
         try:
-            P.probe_rpc("127.0.0.1", port, timeout=2)
+            rpc.probe("127.0.0.1", port, timeout=2)
             return p
         except GgufMtpError:
             if p.poll() is not None or time.monotonic() > deadline:
@@ -256,8 +269,8 @@ def test_the_head_on_its_own_rpc_device(converted, rpc_servers) -> None:
     spec = ORACLE
     bundled = converted("qwen35", "bundled", **spec)
     local, _, _ = _generate(bundled)
-    rpc = ["-ngl", "99", "--rpc", ",".join(rpc_servers), "--device", "RPC0", "--device-draft", "RPC1"]
-    out, st, err = _generate(bundled, *rpc, log=True)
+    rpc_args = ["-ngl", "99", "--rpc", ",".join(rpc_servers), "--device", "RPC0", "--device-draft", "RPC1"]
+    out, st, err = _generate(bundled, *rpc_args, log=True)
     assert out == local and st["drafted"] > 0 and st["accepted"] > 0
     assert st["placement"]["draft"].startswith("RPC1 (blk.4 and the LM head")
     m = GGUFModel(bundled)
@@ -268,7 +281,7 @@ def test_the_head_on_its_own_rpc_device(converted, rpc_servers) -> None:
     trunk_only = converted("qwen35", "trunk-only", **spec)
     for layout in ("head-only", "mtp-only"):
         side = converted("qwen35", layout, **spec)
-        out, st, err = _generate(trunk_only, "--mtp", str(side), *rpc, log=True)
+        out, st, err = _generate(trunk_only, "--mtp", str(side), *rpc_args, log=True)
         assert out == local and st["drafted"] > 0, layout
         assert _buffer_mib(err, rpc_servers[1]) > 0
         if layout == "mtp-only":  # a model of its own, placed by its own parameters
@@ -344,7 +357,7 @@ class _FakeRpcServer:
                     if size > 1 << 20 or _recv_exact(c, size) is None:
                         break
                     if cmd == _HELLO:  # protocol 7.0.0, no transport capabilities
-                        c.sendall(struct.pack("<Q", 28) + bytes([P._RPC_MAJOR, P._RPC_MINOR, 0, 0]) + bytes(24))
+                        c.sendall(struct.pack("<Q", 28) + bytes([rpc.PROTOCOL_MAJOR, rpc.PROTOCOL_MINOR, 0, 0]) + bytes(24))
                     elif self.mode == "garbage":
                         c.sendall(b"\xff" * 64)
                     else:

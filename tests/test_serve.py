@@ -43,9 +43,11 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Server:
     """``gguf-mtp serve`` in a subprocess on a free port (``--port 0``, read back from its start line)."""
 
-    def __init__(self, model: Path, *args: str, api_key: str = "none", ready: bool = True) -> None:
-        """``ready``: return once the model is loaded ("listening on"), else as soon as the port is open."""
-        cmd = [sys.executable, "-m", "gguf_mtp_cli.main", "serve", str(model), "--port", "0", "-t", "1", *args]
+    def __init__(self, model: Path, *args: str, api_key: str = "none", ready: bool = True,
+                 cmd: list[str] | None = None) -> None:
+        """``ready``: return once the model is loaded ("listening on"), else as soon as the port is open.
+        ``cmd``: another program that serves (the library's ``serve``), its start lines as the command's."""
+        cmd = cmd or [sys.executable, "-m", "gguf_mtp_cli.main", "serve", str(model), "--port", "0", "-t", "1", *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
         self.port = 0
@@ -405,6 +407,10 @@ def test_cli_errors(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad.write_text("{% for m in messages %}{{ m.content }")
     assert main(["serve", str(model), "--port", "0", "--chat-template-file", str(bad)]) == 2
     assert "bad.jinja" in capsys.readouterr().err
+    # a session option llama.cpp would abort on is refused before the port opens: one line, no start-up lines
+    assert main(["serve", str(model), "--port", "0", "-b", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --batch-size 2") and err.count("\n") == 1, err
 
 
 def test_text_stream_stops_and_utf8() -> None:
@@ -606,6 +612,35 @@ def test_signal_while_loading_exits_cleanly(model: Path, sig: int) -> None:
         time.sleep(0.05)
     log = "".join(s.log)
     assert rc == 0 and "Traceback" not in log and "Warning" not in log and log.rstrip().endswith("stopped"), log
+
+
+#: the library's serve() on a session its caller loaded (and keeps: it answers again once serve() returned)
+LIBRARY_SERVE = """
+import sys
+from gguf_mtp.runtime import MTPSession, SamplerConfig
+from gguf_mtp.server import serve
+
+with MTPSession(sys.argv[1], n_draft=2, n_ctx=1024, n_threads=1) as s:
+    serve(s, "127.0.0.1", 0, name="lib", sampling=SamplerConfig(temp=0.0, top_k=7), n_predict=5)
+    print("after serve:", len(s.generate("def f", max_tokens=2).tokens), "tokens", file=sys.stderr, flush=True)
+"""
+
+
+def test_library_serve_takes_a_loaded_session(model: Path) -> None:
+    """gguf_mtp.server.serve with an MTPSession: the request defaults and the name it was given, exit 0 on
+    SIGTERM as the command, and the session is its caller's (still open after serve returns)."""
+    s = Server(model, cmd=[sys.executable, "-c", LIBRARY_SERVE, str(model)])
+    assert any("gguf-mtp serve: lib (MTP bundled, draft 2), 1 slot(s)" in x for x in s.log), s.log
+    code, r = s.http("POST", "/completion", {"prompt": PROMPTS[0]})
+    assert code == 200 and r["tokens_predicted"] == 5 and r["model"] == "lib", r
+    settings = r["generation_settings"]
+    assert settings["n_predict"] == 5 and settings["temperature"] == 0 and settings["top_k"] == 7, settings
+    rc = s.stop(signal.SIGTERM)
+    deadline = time.monotonic() + 10  # the reader thread has the last lines once it has seen the pipe close
+    while time.monotonic() < deadline and "after serve" not in "".join(s.log):
+        time.sleep(0.05)
+    log = "".join(s.log)
+    assert rc == 0 and "Traceback" not in log and re.search(r"stopped\nafter serve: \d+ tokens", log), log
 
 
 def test_a_model_llama_cpp_refuses_ends_serve_after_the_port_opened(model: Path, tmp_path: Path) -> None:

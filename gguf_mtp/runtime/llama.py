@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import backends as B
+from .. import backends
 from ..errors import GgufMtpError, Terminated
 from .archs import arch_facts
 
@@ -116,13 +116,13 @@ def _init() -> None:
             _initialised = True
 
 
-def registry() -> B.Ggml:
+def registry() -> backends.Registry:
     """ggml's device registry as libllama sees it."""
     _init()  # llama.cpp's log goes to our buffer before a backend starts talking
     # libllama's own handle (dlsym searches its dependencies): a wheel holds libggml.so and libggml.so.0 as two
     # files, llama-cpp-python loads the first and libllama the second, each with its own registry, and only
     # libllama's sees the RPC servers --rpc adds
-    return B.Ggml(ctypes.CDLL(_ll.llama_cpp._lib._name))
+    return backends.Registry(ctypes.CDLL(_ll.llama_cpp._lib._name))
 
 
 #: GGUF_MTP_AMX=1 keeps ggml's AMX weight buffers on a CPU that has them (see ``amx_off``)
@@ -240,13 +240,11 @@ _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO
 def _host_sampling(n_gpu_layers: int, placement: ModelParams | None) -> str | None:
     """``backends.host_sampling_reason`` for the devices a model's layers go to (llama.cpp's defaults without a
     placement), under ``$GGUF_MTP_DEVICE_SAMPLING``."""
-    from .. import backends as B
-    from . import placement as P
-
     ngl = placement.n_gpu_layers if placement is not None else n_gpu_layers
-    offload = (placement.devices if placement is not None else P.default_offload_devices()) if ngl else []
+    offload = ((placement.devices if placement is not None else backends.default_devices(registry().devices()))
+               if ngl else [])
     try:
-        return B.host_sampling_reason(offload, os.environ.get(B.SAMPLING_ENV))
+        return backends.host_sampling_reason(offload, os.environ.get(backends.SAMPLING_ENV))
     except ValueError as e:
         raise GgufMtpError(str(e)) from None
 

@@ -46,7 +46,7 @@ _fired = False
 
 def _lib() -> ctypes.CDLL:
     """libggml-base's ``ggml_set_abort_callback``, through libllama's handle: the copy of ggml that llama.cpp and
-    its RPC backend use (see placement._Ggml)."""
+    its RPC backend use (see runtime.llama.registry)."""
     import llama_cpp.llama_cpp as ll
 
     lib = ctypes.CDLL(ll._lib._name)

@@ -19,7 +19,7 @@ from gguf import Keys
 
 from ..errors import GgufMtpError
 from ..head import find_head, plan_graft
-from . import devices, placement, tokens
+from . import devices, placement, rpc, tokens
 from .chat import ChatTemplate
 from .llama import Context, Model
 from .options import check_session
@@ -99,7 +99,7 @@ class MTPSession:
         if self.pairing.source == HeadSource.NONE and self.cfg.require_mtp:
             raise GgufMtpError(f"{model}: --require-mtp: {self.pairing.notice}")
         if self.cfg.rpc:  # their devices join the registry before anything counts devices
-            placement.add_rpc_servers(self.cfg.rpc)
+            rpc.add_servers(self.cfg.rpc)
         note = devices.offload_note(max(self.cfg.n_gpu_layers, self.cfg.draft_gpu_layers or 0))
         if note:  # -ngl with no GPU to take the layers: say so rather than run on the CPU silently
             self.notices.append(note)

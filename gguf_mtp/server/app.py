@@ -26,10 +26,8 @@ from starlette.routing import Route
 
 from .. import __version__
 from ..errors import GgufMtpError
-from ..runtime import tokens
+from ..runtime import MTPSession, SamplerConfig, tokens
 from ..runtime.options import check_sampling
-from ..runtime.sampling import SamplerConfig
-from ..runtime.session import MTPSession
 from .cors import CorsMiddleware, CorsPolicy
 from .engine import Defaults, Job, Scheduler, random_seed
 from .loader import Loader

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .text import is_utf8
+
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 MAX_STOP_LEN = 256
 INT32_MAX = (1 << 31) - 1
@@ -90,7 +92,7 @@ _SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
 def _lone_surrogate(body: dict[str, Any]) -> str | None:
     """Where a lone surrogate is (``messages[3].content``: two levels are named; "" for a key), else None."""
     for k, v in body.items():
-        if _bad_text(k):
+        if not is_utf8(k):
             return ""
         if not _holds_lone(v):
             continue
@@ -100,20 +102,10 @@ def _lone_surrogate(body: dict[str, Any]) -> str | None:
             where += f"[{i}]"
             v = v[i]
         if isinstance(v, dict):
-            kk = next(kk for kk, x in v.items() if _bad_text(kk) or _holds_lone(x))
+            kk = next(kk for kk, x in v.items() if not is_utf8(kk) or _holds_lone(x))
             where += f".{kk}" if _printable(kk) else ""
         return where
     return None
-
-
-def _bad_text(v: str) -> bool:
-    if v.isascii():
-        return False
-    try:
-        v.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def _holds_lone(v: Any) -> bool:
@@ -124,10 +116,10 @@ def _holds_lone(v: Any) -> bool:
         x = stack.pop()
         items = x.items() if isinstance(x, dict) else ((None, y) for y in x) if isinstance(x, list) else [(None, x)]
         for k, y in items:
-            if k is not None and _bad_text(k):
+            if k is not None and not is_utf8(k):
                 return True
             if isinstance(y, str):
-                if _bad_text(y):
+                if not is_utf8(y):
                     return True
             elif isinstance(y, (dict, list)):
                 stack.append(y)

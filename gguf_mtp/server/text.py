@@ -1,10 +1,23 @@
 """Token bytes to text deltas for one answer: UTF-8 decoded incrementally (a character split over tokens waits
 for its last byte), cut at the first stop sequence, and a tail that could begin a stop sequence held back until
-it is known not to. Streamed deltas therefore concatenate to exactly the non-streamed text."""
+it is known not to. Streamed deltas therefore concatenate to exactly the non-streamed text. :func:`is_utf8` is the
+one test of text coming in (a request's, a prompt on the command line, a line of chat)."""
 
 from __future__ import annotations
 
 import codecs
+
+
+def is_utf8(text: str) -> bool:
+    """False for text that cannot be written as UTF-8: it holds lone surrogates (bytes that were not UTF-8, which
+    Python keeps as surrogates, or a JSON ``"\\ud800"``), which llama.cpp's tokenizer cannot take."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class TextStream:
