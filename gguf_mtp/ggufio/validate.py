@@ -24,6 +24,7 @@ from gguf import MODEL_TENSOR, GGMLQuantizationType, GGUFValueType, Keys
 from ..archs import arch as arch_row
 from ..errors import FormatError, UnsupportedError
 from ..ggml_types import type_name
+from ..layout import block_parts, has_trunk_blocks
 from .format import KV
 from .keys import K_RECURRENT_LAYERS, K_SHARED_TARGET_TENSORS, K_VALUE_SCALE, arch_key
 from .names import in_block
@@ -260,7 +261,6 @@ def check_metadata(path: Path, kv: Mapping[str, KV]) -> None:
 # crashes at the first decode, src/models/<arch>.cpp) are the arch table's ``recurrent_needs`` and ``ffn_by_router``
 _FFN = {True: ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"),
         False: ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")}
-_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 _EH_PROJ = in_block(MODEL_TENSOR.NEXTN_EH_PROJ)  # the tensor llama.cpp probes to tell an MTP block
 
 
@@ -285,13 +285,13 @@ def check_tensor_set(path: Path, kv: Mapping[str, KV], names: Iterable[str]) -> 
     n_trunk = int(bc_kv.value) - n_mtp
     blocks: dict[int, set[str]] = {}
     for name in names:
-        m = _BLOCK.match(name)
-        if m:
-            blocks.setdefault(int(m.group(1)), set()).add(m.group(2))
+        parts = block_parts(name)
+        if parts and parts[1]:
+            blocks.setdefault(parts[0], set()).add(parts[1])
     missing = lambda il, what: FormatError(  # noqa: E731
         f"{path}: block {il} has no {what}; llama.cpp would load this file and crash when it runs it "
         "(the file is incomplete: download or convert it again)")
-    if n_mtp > 0 and any(b < n_trunk for b in blocks) and "blk.0.attn_norm.weight" not in names:
+    if n_mtp > 0 and has_trunk_blocks(names, n_trunk) and "blk.0.attn_norm.weight" not in names:
         # llama.cpp takes a file without it for an MTP sidecar and stops checking the trunk's tensors
         raise missing(0, "attn_norm.weight, but other trunk tensors")
     if n_mtp > 0 and any(b >= n_trunk for b in blocks):
@@ -328,16 +328,21 @@ ELEMENTWISE = re.compile(
     r"time_mix_(lerp_\w+|decay|[wav]0|k_k|k_a|r_k|ln|first)|channel_mix_lerp_[kr]|convnext\.\d+\.gamma)$")
 #: types ggml's CPU backend has no dot product (or row getter) for: unusable as a weight matrix
 NOT_A_MATRIX_TYPE = {T.Q8_1, T.Q8_K, T.I8, T.I16, T.I32, T.I64, T.F64}
-_BLK = re.compile(r"^blk\.\d+\.")
+
+
+def _in_block(name: str) -> str:
+    """``blk.3.attn_norm.weight`` -> ``attn_norm.weight``; other names as they are."""
+    parts = block_parts(name)
+    return parts[1] if parts else name
 
 
 def tensor_type_problem(name: str, ggml_type: int) -> str | None:
     """Why llama.cpp cannot use tensor ``name`` stored as ``ggml_type`` (None when it can)."""
     if name.endswith(".bias"):
-        base = _BLK.sub("", name)
+        base = _in_block(name)
         elementwise = True
     else:
-        base = _BLK.sub("", name).removesuffix(".weight")
+        base = _in_block(name).removesuffix(".weight")
         elementwise = bool(ELEMENTWISE.match(base))
     if elementwise:
         if ggml_type != T.F32:
