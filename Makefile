@@ -10,7 +10,7 @@ STAMP := $(VENV)/.gguf-mtp-installed
 
 .PHONY: setup demo test test-fast lint bench clean
 setup: $(STAMP)
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml scripts/setup.sh $(wildcard patches/llama.cpp/*.patch)
 	bash scripts/setup.sh
 
 TINY := out/tiny-qwen35-mtp-BF16.gguf

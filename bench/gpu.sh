@@ -23,7 +23,8 @@
 # CMakeLists.txt, cmake/, common/, ggml/, include/, src/, vendor/, licenses/, tools/ (CMakeLists.txt, completion/)
 # and examples/ (CMakeLists.txt, speculative-simple/), and the llama_cpp/ Python package) and .carry/whl/{gguf,
 # diskcache}-*.whl (`serve` also starlette, uvicorn, typer). Environment: OUT (results), CUDA=0 (a CPU build: how this script is tested without a GPU),
-# LCPP (build folder; an existing build is reused), WORK (models), SITE and BDIR (Python packages, unpacked
+# GGUF_MTP_PATCHES (0: stock llama.cpp; 1, the default: patches/llama.cpp as setup.sh applies them; proposed: also
+# patches/llama.cpp/proposed), LCPP (build folder; an existing build is reused), WORK (models), SITE and BDIR (Python packages, unpacked
 # sdist), LAYERS, VOCAB, WIDTHS, NOISE, QUANT, THREADS, BUDGET (seconds for the whole of `all`, default 540), BUILD_EXTRA (more llama.cpp targets for `all`'s build, e.g. llama-server), SBS_ARGS (more side_by_side.py options, e.g. --no-tools).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
@@ -42,8 +43,28 @@ NGL=99
 py() { PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" LLAMA_CPP_BIN="$LCPP/bin" python3 "$@"; }
 log() { echo "[$(( SECONDS - T0 ))s] $*"; }
 
+patch_llama() {  # our patches (patches/llama.cpp, as scripts/setup.sh applies them): GGUF_MTP_PATCHES=0|1|proposed
+    local mode="${GGUF_MTP_PATCHES:-1}" p list=()
+    case "$mode" in
+        0) log "llama.cpp patches: none (stock)"; return ;;
+        1) list=(patches/llama.cpp/*.patch) ;;
+        proposed) mapfile -t list < <(ls patches/llama.cpp/*.patch patches/llama.cpp/proposed/*.patch | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2) ;;
+        *) echo "GGUF_MTP_PATCHES=$mode: use 0, 1 or proposed" >&2; exit 2 ;;
+    esac
+    for p in "${list[@]}"; do
+        [ -f "$p" ] || continue
+        if command -v patch >/dev/null; then
+            patch -d "$SRC/vendor/llama.cpp" -p1 --forward --batch --fuzz=0 -s < "$p" || { echo "$p does not apply" >&2; exit 1; }
+        else
+            git -C "$SRC/vendor/llama.cpp" apply -p1 "$PWD/$p" 2>/dev/null || (cd "$SRC/vendor/llama.cpp" && git apply -p1 "$OLDPWD/$p") \
+                || { echo "$p does not apply (no patch; git apply failed)" >&2; exit 1; }
+        fi
+        log "applied $p"
+    done
+}
+
 deps() {  # llama-cpp-python's Python package (its libraries come from the llama.cpp build), gguf-mtp from here
-    [ -d "$SRC" ] || { rm -rf "$BDIR" && mkdir -p "$BDIR" && tar xzf .carry/llama_cpp_python-0.3.36-trim.tar.gz -C "$BDIR"; }
+    [ -d "$SRC" ] || { rm -rf "$BDIR" && mkdir -p "$BDIR" && tar xzf .carry/llama_cpp_python-0.3.36-trim.tar.gz -C "$BDIR" && patch_llama; }
     if [ ! -d "$SITE/llama_cpp" ]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .carry/whl/*.whl
         cp -r "$SRC/llama_cpp" "$SITE/llama_cpp"

@@ -131,7 +131,7 @@ def run(
       gguf-mtp run big.gguf -ngl 99 --rpc 192.168.1.20:50052 --tensor-split 1,1
     """
     # imported here, before anything loads numpy: llama.cpp's libraries must come first (see gguf_mtp.runtime)
-    from gguf_mtp.runtime import MTPSession, devices
+    from gguf_mtp.runtime import MTPSession, devices, patches
     from gguf_mtp.runtime import draft_profile as draft_profile_mod
     from gguf_mtp.runtime.options import check_sampling
     from gguf_mtp.runtime.rpc import add_servers
@@ -195,6 +195,7 @@ def run(
         if prompt_fh is not None and prompt_file is not None:
             prompt = _read_prompt(prompt_fh, prompt_file, session)
         err(devices.startup_line(max(n_gpu_layers, draft_gpu_layers or 0)))  # once the files passed their checks
+        err(patches.startup_line())
         sidecar = session.pairing.sidecar
         inputs = given + session.pairing.model.files + (sidecar.files if sidecar else [])
         for out in outputs.values():  # the sidecar found beside the model is an input too

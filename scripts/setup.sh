@@ -6,11 +6,18 @@
 #   CMAKE_ARGS="-DGGML_VULKAN=on" bash scripts/setup.sh    # Vulkan build (needs libvulkan-dev, glslc,
 #                                                          # spirv-headers; headers < 1.3.272 get scripts/vulkan-compat)
 #   bash scripts/setup.sh --wheel-only                     # only make sure the cache holds a checked wheel; print its path
+#   GGUF_MTP_PATCHES=0 bash scripts/setup.sh               # the stock llama.cpp, without patches/llama.cpp (own cache key)
+#   GGUF_MTP_PATCHES=proposed bash scripts/setup.sh        # also the patches in patches/llama.cpp/proposed (to measure)
+# The patches in patches/llama.cpp/*.patch (name order; each names the marker symbol it exports) are applied to the
+# sdist's vendor/llama.cpp before the build; one that does not apply stops the build (nothing is cached). Their
+# content is part of the cache key; with GGUF_MTP_PATCHES=0 the key is the one a setup.sh without patches used.
 # A wheel enters the cache only after gguf_mtp/backends.py has loaded it and found the backends CMAKE_ARGS
 # asks for; a cached wheel that fails that check is rebuilt. pip's own cache is never used for it.
 # env: VENV, PYTHON, CMAKE_ARGS, GGUF_MTP_WHEEL_CACHE, GGUF_MTP_SKIP_PREREQS=1 (build even when the
 #      prerequisite check fails), GGUF_MTP_WHEEL_BUILD_CMD (build with this bash command instead of pip; it
-#      gets the output folder as $1 and must leave one llama_cpp_python-*.whl there: an offline build, tests)
+#      gets the output folder as $1 and must leave one llama_cpp_python-*.whl there: an offline build, tests;
+#      with patches it gets the patched sdist folder as $2), GGUF_MTP_PATCHES=0|1|proposed (default 1),
+#      GGUF_MTP_SDIST (the llama-cpp-python sdist .tar.gz to patch instead of downloading it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -60,6 +67,25 @@ if [ -n "${VK_COMPAT:-}" ] && [ -d "$VK_COMPAT" ]; then
     SHIM="$(cd "$VK_COMPAT" && find . -type f -print0 | sort -z | xargs -0 sha1sum | sha1sum | cut -c1-12)"
     KEY_ARGS="${CMAKE_ARGS//$VK_COMPAT/vulkan-compat@$SHIM}"
 fi
+# llama.cpp patches: by their content in the key, so editing one builds again; none: the stock key
+PATCH_DIR="$PWD/patches/llama.cpp"
+PATCHES=()
+case "${GGUF_MTP_PATCHES:-1}" in
+    0) ;;
+    1) for p in "$PATCH_DIR"/*.patch; do [ -f "$p" ] && PATCHES+=("$p"); done ;;
+    proposed)  # and those still to be measured, in number order (patches/llama.cpp/proposed)
+       while IFS= read -r p; do PATCHES+=("$p"); done < <(
+           for p in "$PATCH_DIR"/*.patch "$PATCH_DIR"/proposed/*.patch; do [ -f "$p" ] && printf '%s\t%s\n' "${p##*/}" "$p"; done |
+           sort | cut -f2) ;;
+    *) echo "setup: error: GGUF_MTP_PATCHES=${GGUF_MTP_PATCHES} : use 1 (apply patches/llama.cpp, the default), 0 (stock llama.cpp) or proposed (also patches/llama.cpp/proposed)" >&2
+       exit 2 ;;
+esac
+PATCH_NAMES=""
+if [ ${#PATCHES[@]} -gt 0 ]; then
+    for p in "${PATCHES[@]}"; do n="${p##*/}"; n="${n%.patch}"; PATCH_NAMES="${PATCH_NAMES:+$PATCH_NAMES, }${n#[0-9][0-9][0-9][0-9]-}"; done
+    PATCH_HASH="$(cd "$PATCH_DIR" && for p in "${PATCHES[@]}"; do sha1sum -- "${p#"$PATCH_DIR"/}"; done | sha1sum | cut -c1-12)"
+    KEY_ARGS="$KEY_ARGS|llama.cpp-patches@$PATCH_HASH"
+fi
 TAG="$(printf '%s|%s' "$LLAMA_CPP_PYTHON_VERSION" "$KEY_ARGS" | sha1sum | cut -c1-12)"
 WHEEL_DIR="$CACHE/$TAG"
 
@@ -73,6 +99,7 @@ fi
 backends() { "$CHECK_PY" gguf_mtp/backends.py "$@"; }
 WANT="$(backends requested --cmake-args="$CMAKE_ARGS")"
 echo "setup: llama-cpp-python $LLAMA_CPP_PYTHON_VERSION with backends: CPU${WANT:+ $WANT} (CMAKE_ARGS='$CMAKE_ARGS')" >&2
+echo "setup: llama.cpp patches: ${PATCH_NAMES:-none (stock)}" >&2
 
 cached_wheel() { ls "$WHEEL_DIR"/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION"-*.whl 2>/dev/null | head -n 1 || true; }
 WHEEL="$(cached_wheel)"
@@ -104,14 +131,41 @@ if [ -z "$WHEEL" ]; then
     trap 'exit 130' INT TERM  # the EXIT trap removes the half-built wheel
     echo "setup: building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from source (CMAKE_ARGS='$CMAKE_ARGS'); ~5 min, cached in $WHEEL_DIR" >&2
     mkdir "$BUILD/out"
+    SRC=""  # the patched sdist folder; empty: pip builds the stock sdist
+    if [ ${#PATCHES[@]} -gt 0 ]; then
+        # patched in a copy inside $BUILD, which the EXIT trap removes: a failure leaves nothing half-applied
+        command -v patch >/dev/null ||
+            { echo "setup: error: applying patches/llama.cpp needs GNU patch (apt-get install patch); GGUF_MTP_PATCHES=0 builds the stock library" >&2; exit 1; }
+        SDIST="${GGUF_MTP_SDIST:-}"
+        if [ -z "$SDIST" ]; then
+            "$CHECK_PY" -m pip download -q --no-deps --no-binary :all: \
+                "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$BUILD/sdist" ||
+                { echo "setup: error: cannot download the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist to patch (see above); GGUF_MTP_SDIST=FILE uses a local one, GGUF_MTP_PATCHES=0 builds the stock library" >&2; exit 1; }
+            SDIST="$BUILD/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+        fi
+        mkdir "$BUILD/src"
+        tar xzf "$SDIST" -C "$BUILD/src" ||
+            { echo "setup: error: cannot unpack the llama-cpp-python sdist $SDIST" >&2; exit 1; }
+        SRC="$BUILD/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
+        [ -d "$SRC/vendor/llama.cpp" ] ||
+            { echo "setup: error: $SDIST has no llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp" >&2; exit 1; }
+        for p in "${PATCHES[@]}"; do
+            if ! patch -d "$SRC/vendor/llama.cpp" -p1 --forward --batch --fuzz=0 --no-backup-if-mismatch \
+                    --reject-file=- --quiet < "$p" >/dev/null 2>&1; then
+                echo "setup: error: patch patches/llama.cpp/${p#"$PATCH_DIR"/} does not apply to llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's vendor/llama.cpp: nothing was built or cached (update the patch, or GGUF_MTP_PATCHES=0 for the stock library)" >&2
+                exit 1
+            fi
+        done
+        echo "setup: applied patches/llama.cpp: $PATCH_NAMES" >&2
+    fi
     if [ -n "${GGUF_MTP_WHEEL_BUILD_CMD:-}" ]; then
-        bash -c "$GGUF_MTP_WHEEL_BUILD_CMD" build "$BUILD/out"
+        bash -c "$GGUF_MTP_WHEEL_BUILD_CMD" build "$BUILD/out" "$SRC"
     else
         # --no-cache-dir: pip's wheel cache is keyed by the sdist alone and would hand back an earlier
         # build made with other CMAKE_ARGS
         CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
             "$CHECK_PY" -m pip wheel --no-cache-dir --no-deps --no-binary llama-cpp-python \
-            "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$BUILD/out"
+            "${SRC:-llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION}" -w "$BUILD/out"
     fi
     NEW="$(ls "$BUILD"/out/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION"-*.whl 2>/dev/null | head -n 1 || true)"
     if [ -z "$NEW" ]; then
@@ -139,4 +193,6 @@ backends check-installed "$VENV/bin/python" --cmake-args="$CMAKE_ARGS" ||
     { echo "setup: error: the llama-cpp-python installed in $VENV is not the wheel just checked (see above)" >&2; exit 1; }
 "$VENV/bin/python" -m pip install -q -e ".[test,serve,lint,plot]"
 touch "$VENV/.gguf-mtp-installed"
+# which patches this venv's wheel was built with (tests/test_patches.py checks the library's markers against it)
+printf '%s\n' ${PATCH_NAMES//,/} > "$VENV/.gguf-mtp-llama-patches"
 echo "setup: ready ($VENV)" >&2

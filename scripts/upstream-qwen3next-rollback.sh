@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Test-only experiment for the upstream proposal docs/upstream/qwen3next-rs-rollback.md: build libllama from the
-# llama.cpp that llama-cpp-python 0.3.36 vendors, with LLM_ARCH_QWEN3NEXT added to llm_arch_supports_rs_rollback
-# (docs/upstream/qwen3next-rs-rollback.patch), and run gguf-mtp's qwen3next tests against it. gguf-mtp must then
-# pick native rollback (n_rs_seq snapshots) by itself, and output must still equal plain decoding. Nothing here is
-# installed or shipped: the build lives in $WORK, the venv's llama-cpp-python is untouched.
+# libllama alone, for the upstream proposal docs/upstream/qwen3next-rs-rollback.md: build it from the llama.cpp
+# that llama-cpp-python 0.3.36 vendors with patches/llama.cpp/0001-qwen3next-rs-rollback.patch (the patch
+# scripts/setup.sh ships in the wheel), and run gguf-mtp's qwen3next tests against it through LLAMA_CPP_LIB_PATH.
+# gguf-mtp must then pick native rollback (n_rs_seq snapshots) by itself, and output must still equal plain
+# decoding. Nothing here is installed: the build lives in $WORK, the venv's llama-cpp-python is untouched.
 #
 #   bash scripts/upstream-qwen3next-rollback.sh            # ~5-8 min on 2 cores (libllama + ggml, CPU only)
 #   SRC=/path/to/llama_cpp_python-0.3.36 bash scripts/upstream-qwen3next-rollback.sh   # an unpacked sdist
@@ -27,7 +27,7 @@ if [ ! -f "$WORK/llama.cpp/.patched" ]; then
     rm -rf "$WORK/llama.cpp"
     cp -r "$SRC/vendor/llama.cpp" "$WORK/llama.cpp"
     rm -rf "$WORK/llama.cpp/.git"  # a submodule pointer in some unpacked copies; the build only asks it for a version
-    patch -d "$WORK/llama.cpp" -p1 < "$ROOT/docs/upstream/qwen3next-rs-rollback.patch"
+    patch -d "$WORK/llama.cpp" -p1 < "$ROOT/patches/llama.cpp/0001-qwen3next-rs-rollback.patch"
     touch "$WORK/llama.cpp/.patched"
 fi
 if [ ! -f "$WORK/build/bin/libllama.so" ]; then

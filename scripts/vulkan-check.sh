@@ -12,7 +12,7 @@
 #      REF_NAME (its label, default cpu), N (tokens, 64), DRAFT (--spec-draft-n-max, 3),
 #      MODES (default "plain fixed auto": --no-mtp, --spec-draft-n-max DRAFT, --spec-draft-n-max auto),
 #      PROMPTS (how many of the 16 reference prompts the API part generates; default all),
-#      GGUF_MTP_DEVICE_SAMPLING (auto, off or on: where sampler chains run, in both builds; see the README),
+#      GGUF_MTP_DEVICE_SAMPLING (auto, off or on: where sampler chains run, in both builds; see docs/devices.md),
 #      OUTTYPE (convert --outtype, default f32: a bf16 trunk makes the CPU round activations to bf16 in
 #      its dot products while Vulkan keeps them f32, which flips greedy near-ties: measured 2 of 16
 #      reference prompts diverge at top-2 logit gaps of 0.007 and 0.021; f32 gives 16 of 16 identical),

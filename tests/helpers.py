@@ -17,7 +17,12 @@ from gguf import GGUFValueType
 from gguf_mtp.ggufio.format import KV
 
 if TYPE_CHECKING:
-    from gguf_mtp.runtime.llama import Context
+    from gguf_mtp.runtime.llama import Context, Model
+
+
+def detokenize(model: "Model", tokens: Sequence[int]) -> str:
+    """The text of ``tokens``: their pieces joined (invalid UTF-8 replaced)."""
+    return b"".join(model.piece(t) for t in tokens).decode("utf-8", "replace")
 
 
 def whole(ref: Any) -> np.ndarray:

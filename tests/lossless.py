@@ -2,7 +2,7 @@
 
 llama.cpp computes the k+1 rows of a verify batch with other kernels (and other summation orders) than the one
 row of a plain step, on some CPUs and on every GPU. The logits then differ by rounding, and a greedy pick whose two
-best logits are that close can go the other way. So the rule (README, "Lossless"): speculative output equals
+best logits are that close can go the other way. So the rule (docs/run.md, "Lossless"): speculative output equals
 plain decoding token for token, except that at the first token where they differ the plain run's logits of the two
 tokens may tie within ``tolerance(row)``; after such a tie the two texts are different continuations and are not
 compared further.

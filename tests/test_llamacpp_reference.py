@@ -34,7 +34,7 @@ LAYOUT = {(): "bundled", ("--mtp",): "mtp-only", ("--no-mtp",): "trunk-only"}
 #: families whose reference has no MTP layer although ours keeps it (llama.cpp drops DeepSeek-V3's: skip_mtp)
 DROPS_MTP = {"deepseek2"}
 #: tensors we leave out on purpose: the MTP layer's copies of the embeddings / LM head when byte-identical to
-#: token_embd / output (llama.cpp's graphs fall back to those; README "Supported architectures")
+#: token_embd / output (llama.cpp's graphs fall back to those; docs/architectures.md)
 SHARED_COPIES = {".nextn.embed_tokens.weight": "token_embd.weight", ".nextn.shared_head_head.weight": "output.weight"}
 #: F32 tensors computed with a transcendental function (ssm_a = -exp(A_log), Llama 3 rope factors): torch's and
 #: numpy's float32 exp may differ in the last bit; everything else must be bit-identical

@@ -62,7 +62,7 @@ def test_import_gguf_mtp_loads_neither_numpy_nor_llama() -> None:
 
 @pytest.mark.parametrize("how", ["import gguf_mtp.runtime", "cli run"])
 def test_runtime_loads_llama_before_numpy(how: str, tmp_path: Path) -> None:
-    """A CUDA build's libggml-cuda must be loaded before numpy's libraries (README, "CUDA")."""
+    """A CUDA build's libggml-cuda must be loaded before numpy's libraries (docs/devices.md, "CUDA")."""
     first = ("import gguf_mtp.runtime" if how.startswith("import") else
              "from gguf_mtp_cli.main import main; main(['run', 'missing.gguf', '-p', 'x'])")
     code = (f"import sys; {first}\nm = list(sys.modules)\n"

@@ -16,7 +16,7 @@ import pytest
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.quantize import quantize_model
 from gguf_mtp.runtime import MTPSession, SamplerConfig, SessionConfig
-from gguf_mtp.runtime.options import check_sampling, check_session, check_threads, cpu_count
+from gguf_mtp.runtime.options import MAX_THREADS, check_sampling, check_session, check_threads, cpu_count
 from gguf_mtp.runtime.sampling import Sampler
 from gguf_mtp_cli.main import main
 
@@ -26,6 +26,8 @@ BAD = [
     (["-b", "3", "--spec-draft-n-max", "2"], "--batch-size 3"),
     (["-t", "0"], "--threads 0"),
     (["-t", "-3"], "--threads -3"),
+    (["-t", "513"], "--threads 513: must be at most 512"),
+    (["-t", "100000"], "--threads 100000: must be at most 512"),
     (["-c", "4294967360"], "--ctx-size 4294967360"),
     (["-c", "-1"], "--ctx-size -1"),
     (["--temp", "nan"], "--temp nan"),
@@ -88,13 +90,15 @@ def test_library_refuses_the_same(converted, no_llama) -> None:
 
 
 def test_llama_cpp_meanings_are_kept(converted, capsys) -> None:
-    """--seed -1 is a random seed (said in a note), -c 0 the model's own context, -t above the CPUs is clamped."""
+    """--seed -1 is a random seed (said in a note), -c 0 the model's own context, -t above the CPUs (up to ggml's
+    limit) is clamped."""
     model = converted("qwen35", "bundled")
     assert main(["run", str(model), "-p", "hi", "-n", "4", "--seed", "-1", "--temp", "0.8", "-c", "0",
-                 "-t", "100000"]) == 0
+                 "-t", str(MAX_THREADS)]) == 0
     err = capsys.readouterr().err
     assert "note: --seed -1: random seed" in err
-    assert f"note: --threads 100000 is more than the {cpu_count()} CPUs" in err
+    if cpu_count() < MAX_THREADS:
+        assert f"note: --threads {MAX_THREADS} is more than the {cpu_count()} CPUs" in err
     cfg, _ = check_sampling(SamplerConfig(seed=-1))
     assert 0 <= cfg.seed < 1 << 32
     with MTPSession(model, n_ctx=0) as s:  # llama.cpp's 0: the model's context length
@@ -107,8 +111,11 @@ def test_llama_cpp_meanings_are_kept(converted, capsys) -> None:
 def test_threads_rule() -> None:
     assert check_threads(None) == (None, [])
     assert check_threads(1) == (1, [])
-    n, notes = check_threads(10**6)
-    assert n == cpu_count() and len(notes) == 1
+    n, notes = check_threads(MAX_THREADS)
+    assert n == min(cpu_count(), MAX_THREADS) and len(notes) == (cpu_count() < MAX_THREADS)
+    for n in (MAX_THREADS + 1, 10**6):  # ggml aborts the process above its limit
+        with pytest.raises(GgufMtpError, match=f"--threads {n}: must be at most {MAX_THREADS} "):
+            check_threads(n)
     assert check_threads(0, zero_means_all=True) == (0, [])
     with pytest.raises(GgufMtpError, match="--threads 0: must be at least 1"):
         check_threads(0)
@@ -119,8 +126,11 @@ def test_quantize_threads(converted, tmp_path: Path, capsys) -> None:
     assert main(["quantize", str(model), str(tmp_path / "q.gguf"), "Q8_0", "-t", "-1"]) == 2
     assert "--threads -1" in capsys.readouterr().err
     assert not (tmp_path / "q.gguf").exists()
-    r = quantize_model(model, tmp_path / "q.gguf", "Q8_0", threads=10**5)
-    assert any("--threads 100000" in n for n in r.notes)
+    assert main(["quantize", str(model), str(tmp_path / "q.gguf"), "Q8_0", "-t", "100000"]) == 2
+    assert "--threads 100000: must be at most 512" in capsys.readouterr().err
+    assert not (tmp_path / "q.gguf").exists()
+    r = quantize_model(model, tmp_path / "q.gguf", "Q8_0", threads=MAX_THREADS)
+    assert cpu_count() >= MAX_THREADS or any(f"--threads {MAX_THREADS}" in n for n in r.notes)
 
 
 BATCH = textwrap.dedent(f"""

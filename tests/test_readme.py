@@ -1,5 +1,6 @@
-"""The README's examples that can go stale (issue 27): the `inspect` example is what the shipped model gives, and
-every `pip install` line installs something that exists (gguf-mtp is not on PyPI; extras are pyproject's)."""
+"""The docs' examples that can go stale (issue 27): the `inspect` example (docs/tools.md) is what the shipped model
+gives, and every `pip install` in README.md and docs/*.md installs something that exists (gguf-mtp is not on PyPI;
+extras are pyproject's). tests/test_docs_commands.py runs every other command the docs show."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from .reliability import ROOT, sub
 pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
 
 README = (ROOT / "README.md").read_text()
+TOOLS = (ROOT / "docs" / "tools.md").read_text()
+ALL_DOCS = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 
 
 def _inspect_block() -> list[str]:
-    section = README[README.index("\n## Inspect\n"):]
+    section = TOOLS[TOOLS.index("\n## Inspect\n"):]
     block = section[section.index("```console\n") + len("```console\n"):]
     return block[:block.index("```")].splitlines()
 
@@ -46,8 +49,8 @@ def test_every_pip_install_line_installs_what_exists() -> None:
     section = toml[toml.index("[project.optional-dependencies]"):].split("\n[", 1)[0]
     extras = set(re.findall(r"^([\w-]+)\s*=", section, re.M))
     assert {"serve", "plot"} <= extras, extras
-    found = re.findall(r"pip install ([^`\n#]+)", README)
-    assert found
+    found = re.findall(r"pip install ([^`\n#]+)", ALL_DOCS)
+    assert len(found) >= 6 and re.search(r"pip install", README), found
     for args in found:
         for target in shlex.split(args):
             if target.startswith("-"):
@@ -57,3 +60,57 @@ def test_every_pip_install_line_installs_what_exists() -> None:
             assert name in (".", "./") or name.startswith(("/", "./", "git+")) or name in {"matplotlib"}, target
             for e in extra.rstrip("]").split(",") if extra else ():
                 assert e.strip() in extras, (target, extras)
+
+
+def test_the_headline_table_is_the_one_shot_reference() -> None:
+    """README's speed table (issue 24 item 6) is bench/reference/oneshot-h100-32L-auto-timed/oneshot.txt: every
+    tokens/s and ratio to llama-completion, llama.cpp's MTP rows beside ours, to the printed rounding."""
+    ref = ROOT / "bench" / "reference" / "oneshot-h100-32L-auto-timed" / "oneshot.txt"
+    assert str(ref.parent.relative_to(ROOT)) in README
+    rows: dict[tuple[str, str], float] = {}
+    for line in ref.read_text().splitlines():
+        m = re.match(r"(Q8_0, (?:noisy head \(0\.06\)|perfect head))\s{2,}(\S.*?)\s{2,}([\d.]+)\s", line)
+        if m:
+            rows[(m[1], m[2])] = float(m[3])
+    section = README[README.index("\n## Speed\n") + 1:]
+    table = [ln for ln in section.split("\n## ", 1)[0].splitlines() if ln.startswith("| ") and "---" not in ln]
+    header, body = table[0], table[1:]
+    assert [c.strip() for c in header.strip("|").split("|")][2:] == ["plain", "k=1", "k=2", "k=3", "k=4", "auto"]
+    models = ["Q8_0, noisy head (0.06)", "Q8_0, perfect head"]
+    lcpp = ["llama-completion", *(f"llama-speculative-simple k={k}" for k in range(1, 5)), None]
+    ours = ["run --no-mtp", *(f"run k={k}" for k in range(1, 5)), "run auto"]
+    assert len(body) == 4
+    for i, line in enumerate(body):
+        model, names = models[i // 2], (lcpp, ours)[i % 2]
+        base = rows[(model, "llama-completion")]
+        cells = [c.strip() for c in line.strip("|").split("|")][2:]
+        for cell, name in zip(cells, names, strict=True):
+            if name is None:
+                assert cell == "", line
+                continue
+            v = rows[(model, name)]
+            assert cell == f"{v:.1f} ({v / base:.2f}x)", (line, name, cell)
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's id for a heading: lower case, punctuation but - and _ dropped, spaces to -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_pages_resolves() -> None:
+    """Relative links in README.md and docs/*.md name files that exist, and #anchors headings of the page."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    checked = 0
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            assert dest.exists(), (page.name, target)
+            if anchor:
+                headings = re.findall(r"^#+ (.+)$", dest.read_text(), re.M)
+                assert anchor in {_anchor(h) for h in headings}, (page.name, target)
+            checked += 1
+    assert checked >= 30, checked

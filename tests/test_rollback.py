@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+import gguf_mtp.archs as arch_table
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.runtime import SamplerConfig
-from gguf_mtp.runtime import archs as archs_mod
 from gguf_mtp.runtime.archs import ArchFacts
 from gguf_mtp.runtime.llama import Context, Model, _ll
 from tests.lossless import Reference, References
@@ -331,8 +331,9 @@ def test_the_strategy_comes_from_the_context_not_the_table(q3n, converted, nativ
         assert s.engine.rollback.name == "kv"
     # a table that is wrong either way: llama.cpp's answer wins (a future llama.cpp that snapshots qwen3next
     # is used natively; a qwen35 listed as snapshot-less still gets its snapshots, on one sequence)
-    monkeypatch.setitem(archs_mod.ARCHS, "qwen3next", ArchFacts(recurrent=True, rs_rollback=True))
-    monkeypatch.setitem(archs_mod.ARCHS, "qwen35", ArchFacts(recurrent=True, rs_rollback=False, why="x"))
+    monkeypatch.setattr(arch_table, "ARCHS", {**arch_table.ARCHS,
+                                              "qwen3next": ArchFacts(recurrent=True, rs_rollback=True),
+                                              "qwen35": ArchFacts(recurrent=True, rs_rollback=False, why="x")})
     with session(model, "auto") as s:
         assert s.engine.rollback.name == expected(native, 3)
     with session(converted("qwen35", "bundled", **ORACLE), "auto", n_draft=2) as s:

@@ -230,13 +230,13 @@ def test_prompt_window_is_lossless_and_feeds_only_the_window(pairings, family: s
     for window in (1, 40):  # inside the last batch, and across a batch boundary (n_batch 32)
         with session(model, mtp, n_draft=3, prompt_window=window) as s:
             fed: list[tuple[int, int]] = []
-            feed_mtp = s.engine._feed_mtp
+            feed_mtp = s.engine.head.feed  # type: ignore[attr-defined]
 
             def spy(toks, pos0, rows, h_before, fed=fed, feed_mtp=feed_mtp):  # type: ignore[no-untyped-def]
                 fed.append((pos0, len(toks)))
                 return feed_mtp(toks, pos0, rows, h_before)
 
-            s.engine._feed_mtp = spy  # type: ignore[method-assign]
+            s.engine.head.feed = spy  # type: ignore[attr-defined]
             g = s.generate(LONG, max_tokens=32)
             ref.check(g, f"{family} window={window}")
             n_prompt = g.stats.prompt_tokens
@@ -662,3 +662,23 @@ def test_a_llama_cpp_log_line_at_exit_does_not_crash_the_process() -> None:
     r = subprocess.run([sys.executable, "-c", LOG_AT_EXIT], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert r.stdout == "results written\n" and "a log line after the interpreter is gone" in r.stderr, r.stderr
+
+
+def test_set_draft_changes_the_length_for_the_next_turn(converted) -> None:
+    """MTPSession.set_draft (bench compares draft lengths on one load): the new length is used, clamped to the
+    session's own, output stays plain decoding's, and the session's totals carry on."""
+    model = converted("qwen35", "bundled", **ORACLE)
+    with session(model, "auto", n_draft=3) as s:
+        base = s.generate(LONG, max_tokens=24)
+        assert max(base.stats.draft_lengths) == 3
+        s.set_draft(1)
+        one = s.generate(LONG, max_tokens=24)
+        assert s.engine.n_draft_max == 1 and set(one.stats.draft_lengths) == {1}
+        assert one.tokens == base.tokens
+        s.set_draft(99)  # above the session's length: clamped to it
+        assert s.engine.n_draft_max == 3
+        s.set_draft(2, adaptive=True)
+        auto = s.generate(LONG, max_tokens=24)
+        assert s.engine.adaptive is not None and auto.tokens == base.tokens
+        assert max(auto.stats.draft_lengths, default=0) <= 2
+        assert s.stats.emitted == len(base.tokens) + len(one.tokens) + len(auto.tokens)

@@ -568,7 +568,7 @@ def test_loading_answers_503_then_serves(model: Path) -> None:
 
     from gguf_mtp.server.app import LOADING, ServerState, build_app
     from gguf_mtp.server.cors import CorsPolicy
-    from gguf_mtp.server.engine import Defaults, Scheduler
+    from gguf_mtp.server.scheduler import Defaults, Scheduler
     from gguf_mtp.server.loader import Loader
     from gguf_mtp.server.metrics import Metrics
 

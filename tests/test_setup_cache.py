@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def setup_sh(cache: Path, cmake_args: str, build_from: Path | None, calls: Path, **env: str) -> subprocess.CompletedProcess:
     """``setup.sh --wheel-only`` with a stub build that copies ``build_from`` (or leaves nothing)."""
     stub = f'echo built >> "{calls}"' + (f'; cp "{build_from}" "$1/"' if build_from else "")
+    # the stock build unless a test asks for patches (tests/test_patches.py): no sdist to fetch
     e = {**os.environ, "GGUF_MTP_WHEEL_CACHE": str(cache), "CMAKE_ARGS": cmake_args, "PYTHON": sys.executable,
-         "GGUF_MTP_WHEEL_BUILD_CMD": stub, **env}
+         "GGUF_MTP_WHEEL_BUILD_CMD": stub, "GGUF_MTP_PATCHES": "0", **env}
     return subprocess.run(["bash", str(ROOT / "scripts/setup.sh"), "--wheel-only"], env=e, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
 

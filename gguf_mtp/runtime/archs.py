@@ -10,16 +10,13 @@ in ``llm_arch_supports_rs_rollback``; for any other arch it clamps ``n_rs_seq`` 
 
 from __future__ import annotations
 
-from .. import archs as _table
+from .. import archs as _table  # read at each call: tests patch the table (monkeypatch)
 from ..archs import Arch as ArchFacts
 
-__all__ = ["ArchFacts", "ARCHS", "arch_facts"]
-
-#: the arch table's rows by GGUF arch name (a dict, so tests can patch an entry)
-ARCHS: dict[str, ArchFacts] = dict(_table.ARCHS)
+__all__ = ["ArchFacts", "arch_facts"]
 
 
 def arch_facts(arch: str, recurrent: bool) -> ArchFacts:
     """The table's entry, or (an arch gguf-mtp does not convert) what the loaded model says, assuming snapshots."""
-    return ARCHS.get(arch) or ArchFacts(recurrent=recurrent, rs_rollback=recurrent,
+    return _table.ARCHS.get(arch) or ArchFacts(recurrent=recurrent, rs_rollback=recurrent,
                                         why=f"llama.cpp keeps no rollback snapshots of {arch}'s recurrent state")

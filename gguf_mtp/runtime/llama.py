@@ -19,7 +19,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -29,7 +29,6 @@ from .archs import arch_facts
 
 if TYPE_CHECKING:
     from .placement import ModelParams
-    from .sampling import ContextSampler
 
 try:
     import llama_cpp as _ll
@@ -325,9 +324,6 @@ class Model:
             n = _ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
         return buf.raw[:n]
 
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
-
     def is_eog(self, token: int) -> bool:
         return bool(_ll.llama_vocab_is_eog(self.vocab, token))
 
@@ -424,6 +420,12 @@ class Batch:
         return i
 
 
+class Attachment(Protocol):
+    """Something bound to a context that must let go of it before the context is freed (a sampler chain)."""
+
+    def close(self) -> None: ...
+
+
 class Context:
     """A llama.cpp context on ``model``. ``mtp=True`` makes an MTP (NextN draft) context."""
 
@@ -434,7 +436,8 @@ class Context:
         """``n_outputs_max`` / ``n_outputs_per_seq``: logits rows one decode may ask for, in all and per sequence
         (a verify step: draft + 1 per sequence); they also bound the graph a device sampler adds. 0: n_batch."""
         self.model = model
-        self._samplers: dict[int, ContextSampler] = {}
+        #: objects bound to this context (sampling.py's chains, by key), closed before it is freed
+        self.attached: dict[object, Attachment] = {}
         p = _ll.llama_context_default_params()
         p.n_ctx = n_ctx
         p.n_batch = n_batch
@@ -499,14 +502,6 @@ class Context:
             raise_interrupt()
         if rc != 0:
             raise GgufMtpError(f"{self.model.path}: llama_decode failed with code {rc}: {last_error()}")
-
-    def sampler(self, seq: int = 0) -> ContextSampler:
-        """The llama.cpp sampler chain of sequence ``seq`` of this context (``sampling.ContextSampler``)."""
-        if seq not in self._samplers:
-            from .sampling import ContextSampler
-
-            self._samplers[seq] = ContextSampler(self, seq)
-        return self._samplers[seq]
 
     def set_sampler(self, chain: int | None, seq: int = 0) -> bool:
         """Attach a llama.cpp sampler chain to sequence ``seq`` so it runs inside the decode graph (only token ids,
@@ -584,8 +579,8 @@ class Context:
 
     def close(self) -> None:
         if getattr(self, "ptr", None):
-            for smp in getattr(self, "_samplers", {}).values():
-                smp.close()  # detach before the context goes: llama.cpp keeps the pointer
+            for obj in getattr(self, "attached", {}).values():
+                obj.close()  # detach before the context goes: llama.cpp keeps the pointer
             _ll.llama_free(self.ptr)
             self.ptr = None
             m = self.model

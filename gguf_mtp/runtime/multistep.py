@@ -17,11 +17,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ..errors import GgufMtpError
+import numpy as np
+
 from .adaptive import DraftLength
 from .llama import Batch, Context
+from .proposer import MtpProposer
 from .sampling import Sampler
-from .speculative import ContextFull, Engine
+from .speculative import Engine
 from .stats import Stats
 
 
@@ -31,6 +33,13 @@ def _pooled(engines: Sequence[Engine]) -> Stats:
     for e in engines:
         p.merge(e.stats)
     return p
+
+
+def _heads(engines: Sequence[Engine]) -> list[MtpProposer]:
+    """The engines' MTP heads (a session's engines all have one, or none)."""
+    heads = [e.head for e in engines]
+    assert all(isinstance(h, MtpProposer) for h in heads)
+    return heads  # type: ignore[return-value]
 
 
 class MultiStep:
@@ -59,22 +68,16 @@ class MultiStep:
 
     def step(self, engines: Sequence[Engine], samplers: Sequence[Sampler]) -> list[list[int]]:
         """One step of every engine (distinct sequences, in increasing sequence order for llama.cpp's splits);
-        returns the tokens each emitted."""
+        returns the tokens each emitted. Each engine's own operations (``begin_step``, ``add_verify``, ``accept``,
+        ``commit``: the ones :meth:`Engine.step` is made of) run on the shared batches."""
         if any(e.chain for e in engines):
             return [e.step(s) for e, s in zip(engines, samplers)]
         t_step = time.perf_counter()
-        lasts: list[int] = []  # each engine's id_last
-        for e, s in zip(engines, samplers):
-            if e.id_last is None:
-                raise GgufMtpError("nothing to decode: feed a prompt first")
-            if e.n_ctx - len(e.tokens) - 1 < 1:
-                raise ContextFull(e.n_ctx)
-            e.use_sampler(s)  # a new job's sampler starts from its seed; the same one carries on
-            lasts.append(e.id_last)
+        rooms = [e.begin_step(s) for e, s in zip(engines, samplers)]  # a new job's sampler starts from its seed
+        lasts = [e.id_last for e in engines if e.id_last is not None]  # begin_step checked each
         n_past = [len(e.tokens) for e in engines]
         shared = self.adaptive.next(_pooled(engines)) if self.adaptive is not None else None
-        ks = [min(e._next_k() if shared is None else shared, e.n_ctx - n - 2) if e.mtp is not None else 0
-              for e, n in zip(engines, n_past)]
+        ks = [e.draft_length(room, shared) for e, room in zip(engines, rooms)]
         for e, k in zip(engines, ks):
             if k > 0:  # a plain step (k=0) leaves its engine's MTP queue and cache alone (see the feed below)
                 e.before_batched_step()
@@ -82,60 +85,32 @@ class MultiStep:
         # verify: every sequence's [id_last, drafts] in one target batch
         tb = self.tbatch
         tb.clear()
-        offs, pres = [], []
-        for e, n, d, last in zip(engines, n_past, drafts, lasts):
-            pres.append(len(pre := e.rollback.prefix(e.tokens, drafts=bool(d))))  # accepted tokens to decode again
-            for i, t in enumerate(pre):
-                tb.add(t, n - len(pre) + i, logits=False, seq=e.seq)
-            offs.append(tb.n)
-            tb.add(last, n, logits=True, seq=e.seq)
-            for i, t in enumerate(d):
-                tb.add(t, n + 1 + i, logits=True, seq=e.seq)
+        offs = [e.add_verify(tb, d) for e, d in zip(engines, drafts)]
         tv = self._decode(self.tgt, tb)
-        out: list[list[int]] = []
-        accepted: list[int] = []
-        for e, d, o in zip(engines, drafts, offs):
-            emitted: list[int] = []
-            for i in range(len(d) + 1):
-                t = e.tsampler.sample(o + i)
-                emitted.append(t)
-                if i >= len(d) or t != d[i]:
-                    break
-            out.append(emitted)
-            accepted.append(len(emitted) - 1)
+        out = [e.accept(o, d) for e, d, o in zip(engines, drafts, offs)]
         share = 1.0 / len(engines)
         feed_t = 0.0
+        rows: list[np.ndarray | None] = [None] * len(engines)
+        helds = [0] * len(engines)
         if self.mtp is not None:
             h_all = self.tgt.h_rows(tb.n)
             rows = [h_all[o: o + len(d) + 1].copy() for o, d in zip(offs, drafts)]
             mb = self.mbatch
-            assert mb is not None and mb.embd is not None
+            assert mb is not None
             mb.clear()
-            for e, n, d, r, last, k in zip(engines, n_past, drafts, rows, lasts, ks):
+            for s, (head, e, n, d, r, last, k) in enumerate(zip(_heads(engines), engines, n_past, drafts, rows, lasts,
+                                                                 ks)):
                 if k == 0:  # a plain step: into the engine's own queue, out with its next draft (Engine.step)
-                    e._feed_mtp([last], n, r, e.pending_h)
                     continue
+                assert r is not None
                 for i, t in enumerate([last] + d):  # the MTP context gets (x_p, h_{p-1})
-                    mb.add(t, n + i, logits=False, embd=e.pending_h if i == 0 else r[i - 1], seq=e.seq)
+                    mb.add(t, n + i, logits=False, embd=head.pending_h if i == 0 else r[i - 1], seq=e.seq)
+                helds[s] = len(d) + 1
             if mb.n:
                 feed_t = self._decode(self.mtp, mb)
-            for e, n, d, r, j, k in zip(engines, n_past, drafts, rows, accepted, ks):
-                e._remember_h(n, r[: j + 1])
-                e.pending_h = r[j].copy()
-                if d:
-                    e.stats.record(len(d), j)
-                elif k == 0:
-                    e.stats.plain_steps += 1
-        for e, n, d, emitted, j, p, last in zip(engines, n_past, drafts, out, accepted, pres, lasts):
-            if j < len(d) and self.mtp is not None:
-                self.mtp.seq_rm(n + j + 1, seq=e.seq)
-            e.tokens.extend(([last] + d)[: j + 1])
-            spent, replayed = e.rollback.settle(e.tokens, n + len(d) + 1)
-            e.stats.rollback_seconds += spent
-            e.stats.replayed_tokens += replayed + p
-            e.id_last = emitted[-1]
-            e.stats.steps += 1
-            e.stats.llama_seconds += (draft_t + tv + feed_t) * share + spent
+        for e, d, emitted, r, k, held in zip(engines, drafts, out, rows, ks, helds):
+            e.commit(d, emitted, r, k=k, held=held)
+            e.stats.llama_seconds += (draft_t + tv + feed_t) * share
         step_s = time.perf_counter() - t_step
         if self.adaptive is not None and shared is not None:
             self.adaptive.observe(shared, step_s)
@@ -154,7 +129,8 @@ class MultiStep:
         mb = self.mbatch
         assert mb is not None
         tok = list(lasts)  # each sequence's token to draft from: id_last, then its drafts
-        h = [e.pending_h for e in engines]
+        heads = _heads(engines)
+        h = [head.pending_h for head in heads]
         live = [k > 0 for k in ks]
         spent = 0.0
         for i in range(max(ks)):
@@ -168,7 +144,7 @@ class MultiStep:
                 break
             spent += self._decode(self.mtp, mb)
             for r, s in enumerate(rows):
-                d = engines[s]._pick_draft(r)  # that sequence's greedy chain (p_min: None below it)
+                d = heads[s].pick(r)  # that sequence's greedy chain (p_min: None below it)
                 if d is None:
                     live[s] = False
                     continue

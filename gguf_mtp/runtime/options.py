@@ -19,29 +19,20 @@ import math
 import os
 import secrets
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from ..errors import GgufMtpError
-
-if TYPE_CHECKING:
-    from .sampling import SamplerConfig
-    from .session import SessionConfig
-
-#: longest draft a step may take (llama.cpp's --spec-draft-n-max is unbounded; longer drafts never pay off and
-#: every draft token costs a row in each batch)
-MAX_DRAFT = 16
-#: llama.cpp's positions are int32
-MAX_CTX = (1 << 31) - 1
-#: ggml's thread pool limit (GGML_MAX_N_THREADS)
-MAX_THREADS = 512
-SEED_RANDOM = -1
-U32_MAX = (1 << 32) - 1
-#: the largest single-precision float: llama.cpp's samplers take floats, and a larger temperature becomes inf
-F32_MAX = 3.4028234663852886e38
-#: temperatures above 0 and below this are greedy: llama.cpp divides the logits by the temperature in single
-#: precision, and below it the quotient overflows to inf and the probabilities become NaN (greedy is the limit of
-#: sampling as the temperature goes to 0)
-MIN_TEMP = 1e-30
+from .config import (
+    F32_MAX,
+    MAX_CTX,
+    MAX_DRAFT,
+    MAX_THREADS,
+    MIN_TEMP,
+    SEED_RANDOM,
+    U32_MAX,
+    SamplerConfig,
+    SessionConfig,
+    parse_rollback,
+)
 
 
 def _fail(option: str, value: object, why: str) -> GgufMtpError:
@@ -70,7 +61,8 @@ def cpu_count() -> int:
 
 def check_threads(n: int | None, option: str = "--threads", *,
                   zero_means_all: bool = False) -> tuple[int | None, list[str]]:
-    """A thread count: None (llama.cpp's default), or 1..CPUs; more than the CPUs here is clamped with a note.
+    """A thread count: None (llama.cpp's default), or 1..CPUs; more than the CPUs here is clamped with a note, more
+    than :data:`MAX_THREADS` (ggml aborts the process there) is refused.
     ``zero_means_all`` (the quantizer's ``-t 0``) accepts 0 as "every core"."""
     if n is None:
         return None, []
@@ -80,6 +72,8 @@ def check_threads(n: int | None, option: str = "--threads", *,
     if n < 1:
         raise _fail(option, n, "must be at least 1"
                     + (" (0: all cores)" if zero_means_all else " (omit it for llama.cpp's default)"))
+    if n > MAX_THREADS:
+        raise _fail(option, n, f"must be at most {MAX_THREADS} (ggml's thread limit)")
     cpus = cpu_count()
     if n > cpus:
         return cpus, [f"{option} {n} is more than the {cpus} CPUs this process may use; using {cpus}"]
@@ -115,10 +109,7 @@ def check_session(cfg: SessionConfig, *, speculative: bool = True) -> tuple[Sess
     window = _int("--spec-draft-prompt-window", cfg.prompt_window)
     if window < 0:
         raise _fail("--spec-draft-prompt-window", window, "must be 0 (the whole prompt) or more")
-    if cfg.rollback != "auto":
-        from .rollback import parse  # needs llama.cpp: only for a non-default choice
-
-        parse(cfg.rollback)
+    parse_rollback(cfg.rollback)
     return replace(cfg, n_threads=threads), notes
 
 
@@ -176,4 +167,4 @@ def check_sampling(cfg: SamplerConfig, n_vocab: int | None = None) -> tuple[Samp
                    repeat_last_n=last_n), notes
 
 
-__all__ = ["check_session", "check_sampling", "check_threads", "cpu_count", "MAX_DRAFT"]
+__all__ = ["check_session", "check_sampling", "check_threads", "cpu_count", "MAX_DRAFT", "MAX_CTX", "MAX_THREADS"]

@@ -25,11 +25,13 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..errors import GgufMtpError
 from .archs import arch_facts
+from .config import RollbackChoice, parse_rollback
 from .llama import Batch, Context, Model, _ll
+from .patches import rs_rollback_archs
 
 PARTIAL = _ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY  # hybrid memory: the recurrent part only, not the attention KV
 ON_DEVICE = _ll.LLAMA_STATE_SEQ_FLAGS_ON_DEVICE  # tensor bytes stay in a device buffer of llama.cpp's
@@ -189,38 +191,13 @@ class Replay(Rollback):
         self.pending = 0
 
 
-@dataclass(frozen=True)
-class Choice:
-    kind: str  # auto | native | replay
-    store: str = "seq"
-    every: int = 1
-    merge: int = 0
-
-
-def parse(spec: str) -> Choice:
-    """``auto``, ``native``, ``replay`` or ``replay:store=seq|state|state-device,every=N,merge=N``."""
-    kind, _, opts = spec.partition(":")
-    if kind not in ("auto", "native", "replay") or (opts and kind != "replay"):
-        raise GgufMtpError(f"rollback {spec!r}: use auto, native, or "
-                           "replay[:store=seq|state|state-device,every=N,merge=N]")
-    choice = Choice(kind)
-    for item in filter(None, opts.split(",")):
-        key, _, val = item.partition("=")
-        if key == "store" and val in ("seq", "state", "state-device"):
-            choice = replace(choice, store=val)
-        elif key == "every" and val.isdigit():
-            choice = replace(choice, every=int(val))
-        elif key == "merge" and val.isdigit():
-            choice = replace(choice, merge=int(val))
-        else:
-            raise GgufMtpError(f"rollback {spec!r}: unknown option {item!r} "
-                               "(store=seq|state|state-device, every=N, merge=N)")
-    return choice
-
+#: the parsed ``SessionConfig.rollback`` (config.py: parsed before llama.cpp loads)
+Choice = RollbackChoice
+parse = parse_rollback
 
 #: what ``auto`` picks where llama.cpp keeps no snapshots. bench/qwen3next.py measures the alternatives: saving is
 #: free with store=seq; merging the re-decode into the next verify batch saves a decode call per rejection
-#: (CPU time per token at a ~70% head 5-15% below re-decoding at once, README), more on a GPU, where a decode
+#: (CPU time per token at a ~70% head 5-15% below re-decoding at once, docs/run.md), more on a GPU, where a decode
 #: of a few more tokens costs about the same; 8 bounds how far a run of rejections can grow the batch.
 DEFAULT_REPLAY = Choice("replay", store="seq", every=1, merge=8)
 
@@ -251,7 +228,8 @@ def open_target(model: Model, arch: str, k: int, make: Callable[[int, int, bool]
     if want.kind == "replay":
         ctx = make(0, 2 * n_seq if spares else n_seq, spares)
         return ctx, replay(ctx), ""
-    predict_native = want.kind == "native" or facts.rs_rollback
+    # a patched llama.cpp (patches/llama.cpp) may snapshot more archs than the table's stock list
+    predict_native = want.kind == "native" or facts.rs_rollback or arch in rs_rollback_archs()
     ctx = make(k, n_seq if predict_native or not spares else 2 * n_seq, not predict_native and spares)
     if ctx.n_rs_seq() >= k:
         if not predict_native and spares:  # the table expected no snapshots, but this llama.cpp keeps them

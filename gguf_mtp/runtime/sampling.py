@@ -21,46 +21,18 @@ aborts the process for a k above the vocabulary. The MTP head's drafts are greed
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 # isort: split
 # Not sorted on purpose: .llama comes before llama_cpp, as it turns a missing or broken llama-cpp-python
 # into one clear error (llama_cpp itself would raise a bare ImportError or OSError first).
+from .config import SamplerConfig
 from .llama import Context
 from .options import check_sampling
 
 # isort: split
 import llama_cpp as _ll
-
-
-@dataclass
-class SamplerConfig:
-    temp: float = 0.0  # <= 0: greedy
-    top_k: int = 40
-    top_p: float = 0.95
-    seed: int = 0  # -1: a random seed (llama.cpp's default)
-    min_p: float = 0.0  # drop tokens less likely than min_p times the most likely one (0: off)
-    typical_p: float = 1.0  # locally typical sampling (1: off)
-    repeat_penalty: float = 1.0  # llama.cpp's penalties (1, 0, 0: off) over the last repeat_last_n tokens
-    repeat_last_n: int = 64  # -1: the whole context; 0: penalties off
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    ignore_eos: bool = False  # never pick an end-of-generation token (generate until the limit)
-
-    @property
-    def penalized(self) -> bool:
-        """Whether the repetition penalties change anything (then the chain keeps a token history). llama.cpp
-        reads them in single precision, and leaves its penalties out when they round to 1, 0, 0."""
-        f32 = np.float32
-        return self.repeat_last_n != 0 and (f32(self.repeat_penalty) != 1 or f32(self.presence_penalty) != 0
-                                            or f32(self.frequency_penalty) != 0)
-
-    @property
-    def plain_greedy(self) -> bool:
-        """Greedy with nothing before the pick: one shared chain, no history."""
-        return self.temp <= 0 and not self.penalized and not self.ignore_eos
 
 
 class Sampler:
@@ -181,6 +153,14 @@ class ContextSampler:
         self.chain, self.key, self.on_device = None, None, False
 
 
+def context_sampler(ctx: Context, seq: int = 0) -> ContextSampler:
+    """The sampler chain of sequence ``seq`` of ``ctx``, made on first use and closed with the context."""
+    smp = ctx.attached.get((ContextSampler, seq))
+    if not isinstance(smp, ContextSampler):
+        smp = ctx.attached[(ContextSampler, seq)] = ContextSampler(ctx, seq)
+    return smp
+
+
 def chain_names(chain: int) -> list[str]:
     """The names of a chain's samplers, in order (llama.cpp marks those it runs on the device with "+")."""
     return [(_ll.llama_sampler_name(_ll.llama_sampler_chain_get(chain, i)) or b"").decode().lstrip("+")
@@ -193,4 +173,4 @@ def top1_prob(logits: np.ndarray) -> float:
     return 1.0 / float(np.exp(logits.astype(np.float64) - m).sum())
 
 
-__all__ = ["SamplerConfig", "Sampler", "ContextSampler", "chain_names", "top1_prob"]
+__all__ = ["SamplerConfig", "Sampler", "ContextSampler", "context_sampler", "chain_names", "top1_prob"]

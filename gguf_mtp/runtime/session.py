@@ -21,11 +21,12 @@ from ..errors import GgufMtpError
 from ..head import find_head, plan_graft
 from . import devices, placement, rpc, tokens
 from .chat import ChatTemplate
+from .config import SamplerConfig, SessionConfig
 from .llama import Context, Model
 from .options import check_session
 from .pairing import HeadSource, Pairing, resolve
 from .rollback import Rollback, open_target
-from .sampling import Sampler, SamplerConfig
+from .sampling import Sampler
 from .speculative import ContextFull, Engine
 from .stats import Stats
 
@@ -38,44 +39,6 @@ class Generation:
     tokens: list[int]
     stats: Stats
     stopped: str  # "eog", "length", "stop" (a stop text), "context" (no limit, the context is full), "interrupted"
-
-
-@dataclass
-class SessionConfig:
-    n_draft: int = 3
-    adaptive: bool = False
-    p_min: float = 0.0
-    n_ctx: int = 4096
-    n_batch: int = 512
-    n_threads: int | None = None
-    n_gpu_layers: int = 0
-    draft_gpu_layers: int | None = None
-    require_mtp: bool = False
-    # >0: the MTP head sees only the last N tokens of each prompt (bounds its prompt cost; lossless either way)
-    prompt_window: int = 0
-    # conversations held at once (server slots), each in its own llama.cpp sequence; n_ctx is split between them
-    n_parallel: int = 1
-    # how the target undoes rejected drafts: auto | native | replay[:store=..,every=..,merge=..] (rollback.py)
-    rollback: str = "auto"
-    # placement, in llama.cpp's terms (see runtime.placement): device names (None: llama.cpp's default, []: none)
-    devices: list[str] | None = None
-    draft_devices: list[str] | None = None  # the MTP head's device(s); None: where the target's layers put it
-    split_mode: str = "layer"
-    tensor_split: list[float] | None = None
-    main_gpu: int = 0
-    rpc: list[tuple[str, int]] | None = None  # RPC servers whose devices join the registry before loading
-    # sampler chains inside the decode graph where the back-end can (only token ids come back); False: on the host
-    device_sampling: bool = True
-    # per-phase timing of each decode step into Stats.breakdown (None: the GGUF_MTP_TIMINGS environment variable)
-    timings: bool | None = None
-    # pad every MTP decode to one shape so llama.cpp (and CUDA) reuse its graph (None: when a dense head is offloaded)
-    stable_shapes: bool | None = None
-    # decode every shape the first answer uses once at load, as llama.cpp's tools do (None: when layers are
-    # offloaded, where a shape's first use costs kernel loads and graph captures; on the CPU it costs more than
-    # it saves)
-    warmup: bool | None = None
-    # llama.cpp's flash attention (-fa): True on, False off, None auto (llama.cpp decides)
-    flash_attn: bool | None = None
 
 
 class MTPSession:
@@ -251,7 +214,16 @@ class MTPSession:
         return head is not None and any("ffn_gate_inp" in t.info.name for t in head.tensors)
 
     def set_draft(self, n_draft: int, *, adaptive: bool = False) -> None:
-        """Change the draft length (up to the one the session was opened with) for the next turn."""
+        """Change the draft length for the next turn: 1 up to the length the session was opened with (a longer one
+        is clamped), fixed or (``adaptive``) chosen by ``auto`` up to it. The session's totals carry on; the model
+        stays loaded. Benchmarks compare lengths this way on one load.
+
+        Example:
+            >>> with MTPSession("Qwen3.5-9B-Q4_K_M.gguf", n_draft=4) as s:               # doctest: +SKIP
+            ...     for k in (1, 2, 4):
+            ...         s.set_draft(k)
+            ...         print(k, s.generate("def fib(n):", max_tokens=64).stats.compact())
+        """
         e = self.engine
         k = max(1, min(n_draft, self.cfg.n_draft))
         self.engine = self._engine(e.tgt, e.mtp, k, adaptive, rollback=e.rollback)

@@ -29,9 +29,9 @@ from ..errors import GgufMtpError
 from ..runtime import MTPSession, SamplerConfig, tokens
 from ..runtime.options import check_sampling
 from .cors import CorsMiddleware, CorsPolicy
-from .engine import Defaults, Job, Scheduler, random_seed
 from .loader import Loader
 from .metrics import Metrics
+from .scheduler import Defaults, Job, Scheduler, random_seed
 from .schemas import (
     SAMPLING_NAMES,
     APIError,

@@ -97,7 +97,7 @@ def serve(session: MTPSession | SessionLoad, host: str = "127.0.0.1", port: int 
         >>> with MTPSession("Qwen3.5-9B-Q8_0.gguf", n_parallel=4, n_ctx=16384) as s:  # doctest: +SKIP
         ...     serve(s, "0.0.0.0", 8080, name="qwen", api_key="sekrit")
     """
-    from ..runtime import devices  # first: llama.cpp's libraries before any other (see gguf_mtp.runtime)
+    from ..runtime import devices, patches  # first: llama.cpp's libraries before any other (see gguf_mtp.runtime)
 
     try:
         import uvicorn
@@ -122,6 +122,7 @@ def serve(session: MTPSession | SessionLoad, host: str = "127.0.0.1", port: int 
     h, p = sock.getsockname()[:2]
     url = f"http://{_url_host(h)}:{p}"
     log(devices.startup_line(max(cfg.n_gpu_layers, cfg.draft_gpu_layers or 0)))
+    log(patches.startup_line())
     name = name or model_path.stem
     metrics = Metrics(cfg.n_parallel)
 
@@ -184,7 +185,7 @@ def _state(session: MTPSession, metrics: Any, *, name: str, sampling: SamplerCon
     by the vocabulary now (a top-k above it keeps every token, said in a note)."""
     from ..runtime import tokens
     from .app import ServerState
-    from .engine import Defaults, Scheduler
+    from .scheduler import Defaults, Scheduler
 
     applied = _request_defaults(sampling, log, session.model.n_vocab)
     tokens.facts(session.model)  # read the vocabulary's facts now, not in the first long request

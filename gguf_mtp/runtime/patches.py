@@ -1,0 +1,61 @@
+"""Which of gguf-mtp's llama.cpp patches (``patches/llama.cpp`` in the repository, applied by ``scripts/setup.sh``)
+the loaded libllama carries. Each patch exports an empty C function as its marker; whether ``dlsym`` finds it is
+the test, so the library itself tells a stock wheel, a patched one and a ``LLAMA_CPP_LIB_PATH`` build apart, and
+every feature a patch enables falls back to the stock path where its marker is missing."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One patch: its name (the patch file's, without the number), its marker symbol, what it grants."""
+
+    name: str
+    marker: str
+    #: archs whose recurrent state the patched llama.cpp snapshots for rollback (``llm_arch_supports_rs_rollback``)
+    rs_rollback_archs: frozenset[str] = frozenset()
+
+
+#: every patch gguf-mtp knows, shipped (patches/llama.cpp) or still to be measured (patches/llama.cpp/proposed,
+#: applied by GGUF_MTP_PATCHES=proposed), in number order; tests/test_patches.py checks the files against it
+KNOWN: tuple[Patch, ...] = (
+    Patch("qwen3next-rs-rollback", "gguf_mtp_patch_qwen3next_rs_rollback", rs_rollback_archs=frozenset({"qwen3next"})),
+    Patch("cuda-graph-per-shape", "gguf_mtp_patch_cuda_graph_per_shape"),  # nothing to switch: ggml-cuda's own
+)
+
+
+def _has_symbol(lib: ctypes.CDLL, name: str) -> bool:
+    try:
+        getattr(lib, name)
+    except AttributeError:
+        return False
+    return True
+
+
+@functools.cache
+def loaded() -> tuple[Patch, ...]:
+    """The patches the libllama that llama-cpp-python loaded carries (a process loads one library: cached)."""
+    import llama_cpp.llama_cpp as ll
+
+    # an own handle on the same file (dlopen returns the loaded one): lookups do not add attributes to theirs
+    lib = ctypes.CDLL(ll._lib._name)
+    return tuple(p for p in KNOWN if _has_symbol(lib, p.marker))
+
+
+def names() -> list[str]:
+    """The loaded library's patches by name."""
+    return [p.name for p in loaded()]
+
+
+def rs_rollback_archs() -> frozenset[str]:
+    """Archs the loaded library keeps recurrent-state rollback snapshots for beyond stock llama.cpp's list."""
+    return frozenset().union(*(p.rs_rollback_archs for p in loaded()))
+
+
+def startup_line() -> str:
+    """One line for start-up, beside the ``devices:`` line: ``llama.cpp patches: qwen3next-rs-rollback``."""
+    return "llama.cpp patches: " + (", ".join(names()) or "none (stock)")

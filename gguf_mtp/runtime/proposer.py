@@ -1,0 +1,356 @@
+"""Who proposes an engine's drafts: :class:`Proposer` (no head: every step is plain, the target returns no
+hidden rows) or :class:`MtpProposer` (the MTP head, see speculative.py's docstring for its queue). The engine's
+step asks its proposer and never asks whether there is a head.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Sequence
+from time import perf_counter as _clock
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import GgufMtpError
+from .llama import Batch, Context
+from .sampling import ContextSampler, context_sampler, top1_prob
+from .stats import Stats
+
+if TYPE_CHECKING:
+    from .speculative import Engine
+
+_NEVER = sys.maxsize  # a position no prompt reaches
+
+
+class Proposer:
+    """No head (``--no-mtp``, or none found): no drafts, and the target's hidden rows are never read."""
+
+    ctx: Context | None = None
+    msampler: ContextSampler | None = None
+    mbatch: Batch | None = None
+    n_draft_max = 0
+    n_heads = 0
+    chain = False
+
+    def graphs_reused(self) -> int:
+        return 0
+
+    def reset(self) -> None:
+        """The conversation was cleared."""
+
+    def prompt_start(self, n_tokens: int, end: int, window: int) -> int:
+        """First position of a prompt (``n_tokens``..``end``) the head is given; it forgets what a gap leaves."""
+        return _NEVER
+
+    def rows_for(self, on: bool) -> None:
+        """Whether the next target decodes return hidden rows (prompt chunks the head does not see need none)."""
+
+    def take_prompt(self, chunk: Sequence[int], pos0: int, rows: np.ndarray, start: int) -> None:
+        """A prompt chunk at ``pos0``.. was decoded with its hidden ``rows``; the head takes its part from ``start``."""
+
+    def flush_prompt(self) -> None:
+        """The prompt's chunks are decoded."""
+
+    def end_prompt(self) -> None:
+        """The prompt is over (also after ContextFull)."""
+
+    def synchronize(self) -> None:
+        """Wait for the head's decodes."""
+
+    def can_rewind(self, n_keep: int) -> bool:
+        return True
+
+    def rewind(self, n_keep: int, n_tokens: int) -> None:
+        """Forget positions from ``n_keep`` on (the target held ``n_tokens``)."""
+
+    def before_batched_step(self) -> None:
+        """A batched step (multistep.py) decodes the head itself."""
+
+    def propose(self, last: int, pos0: int, k: int) -> tuple[list[int], bool]:
+        """Up to ``k`` drafts after ``last`` at ``pos0``, and whether the MTP context now holds ``last`` there."""
+        return [], False
+
+    def verify_rows(self, tgt: Context, row: int, n: int) -> tuple[np.ndarray | None, int]:
+        """The target's hidden rows of the ``n`` verify rows from ``row``, and how many rows came back in all."""
+        return None, 0
+
+    def commit(self, stats: Stats, last: int, drafts: list[int], j: int, rows: np.ndarray | None, n_past: int,
+               *, k: int, held: int) -> None:
+        """Take a step's outcome (``j`` accepted drafts): see :meth:`Engine.commit`."""
+
+
+class MtpProposer(Proposer):
+    """The MTP head's context and queue for one conversation (sequence) of ``engine``."""
+
+    ctx: Context
+    mbatch: Batch
+    msampler: ContextSampler
+
+    def __init__(self, engine: Engine, mtp: Context, n_draft: int, p_min: float, *, device_sampling: bool,
+                 stable_shapes: bool) -> None:
+        self.engine, self.ctx, self.seq = engine, mtp, engine.seq
+        # several trained heads (mimo2, step35): one head per draft step, chained through their own outputs
+        self.n_heads = max(1, mtp.model.n_nextn)
+        self.chain = self.n_heads > 1
+        if self.chain:
+            n_draft = min(n_draft, self.n_heads)
+        self.n_draft_max = max(1, n_draft)
+        self.p_min = p_min
+        # every MTP decode padded to k + 1 tokens (single head), k the draft length (auto: its current choice, not
+        # a probe's): one graph shape, so llama.cpp reuses its graph and CUDA its captured one; costs the head's
+        # block over the padding (cheap on a GPU only). Padding to n_draft_max + 1 under auto instead cost 0.3 ms a
+        # step at k=1 on an H100 (the head's block over 5 rows, and the rows copied): 8%.
+        self.stable = stable_shapes and not self.chain
+        # (position, token, input row) of the MTP cache's tail; room for a step's drafts, which leave again
+        self._held: deque[tuple[int, int, np.ndarray]] = deque(maxlen=2 * (self.n_draft_max + 1))
+        n_embd = engine.tgt.model.n_embd_out
+        # the MTP batch doubles as its queue: verified tokens waiting for the next MTP decode
+        self.mbatch = Batch(max(engine.tgt.n_batch, self.n_draft_max + 1), n_embd, seq=self.seq)
+        self.pending_h = np.zeros(n_embd, dtype=np.float32)  # the target's hidden row at n_past - 1
+        self.h_hist: dict[int, np.ndarray] = {}  # recent target hidden rows by position (chat rollback)
+        self.msampler = context_sampler(mtp, self.seq)
+        # drafts are greedy; p_min needs the head's logits, so those stay on the host
+        self.msampler.use(None, device=device_sampling and p_min <= 0)
+
+    def graphs_reused(self) -> int:
+        return self.ctx.graphs_reused()
+
+    # -- the queue ------------------------------------------------------------------------------
+    def feed(self, toks: Sequence[int], pos0: int, rows: np.ndarray, h_before: np.ndarray) -> None:
+        """Queue tokens at pos0.. for the MTP context, paired with the target's hidden row of the previous
+        position (``h_before`` for the first token, ``rows[i - 1]`` for the others). They go out with the next
+        MTP decode (normally the next draft's)."""
+        b, n = self.mbatch, len(toks)
+        if b.n and int(b.pos_np[b.n - 1]) + 1 != pos0:
+            raise GgufMtpError(f"internal: MTP queue gap at position {pos0}")
+        if b.n + n > b.capacity:
+            self.flush(in_step=False)
+        assert b.embd is not None and n <= b.capacity
+        b.tok_np[b.n:b.n + n] = toks
+        b.pos_np[b.n:b.n + n] = np.arange(pos0, pos0 + n)
+        b.logits_np[b.n:b.n + n] = 0
+        b.embd[b.n] = h_before
+        b.embd[b.n + 1:b.n + n] = rows[: n - 1]
+        b.n += n
+
+    def flush(self, *, wait: bool = False, in_step: bool = True) -> None:
+        """Decode the queue into the MTP context (every head's cache for several heads), no outputs."""
+        b = self.mbatch
+        if not b.n:
+            return
+        spent = 0.0
+        if not self.chain:
+            spent = self._decode(b, wait=wait, in_step=in_step)
+        else:
+            pos0 = int(b.pos_np[0])
+            for head in range(self.n_heads):  # every head keeps its own layer's cache for these positions
+                self.ctx.seq_rm(pos0, seq=self.seq)
+                self.ctx.set_head(head)
+                spent += self.engine._decode(self.ctx, b, wait=wait, in_step=in_step)
+            self.ctx.set_head(0)
+        if in_step:
+            self.engine.timing.feed(spent)
+        b.clear()
+
+    def _remember_h(self, pos0: int, rows: np.ndarray) -> None:
+        for i, row in enumerate(rows):
+            self.h_hist[pos0 + i] = row.copy()
+        if len(self.h_hist) > 256:
+            for p in sorted(self.h_hist)[:-128]:
+                del self.h_hist[p]
+
+    # -- stable shapes --------------------------------------------------------------------------
+    @property
+    def _shape(self) -> int:
+        """Rows every MTP decode is padded to: the draft length + 1 (auto: its current choice, not a probe's)."""
+        adaptive = self.engine.adaptive
+        return max(1, adaptive.k if adaptive is not None else self.n_draft_max) + 1
+
+    def _decode(self, b: Batch, *, wait: bool = True, in_step: bool = True) -> float:
+        """Decode ``b`` on the (single-head) MTP context. With stable shapes, pad it first to k + 1 tokens with the
+        positions just before it, taken from the cache's tail: they are dropped and decoded again from the same
+        inputs, so the cache ends up the same and every decode has one shape."""
+        if self.stable and b.n < self._shape:
+            self._pad(b)
+        dt = self.engine._decode(self.ctx, b, wait=wait, in_step=in_step)
+        if self.stable:
+            p0 = int(b.pos_np[0])
+            while self._held and self._held[-1][0] >= p0:
+                self._held.pop()
+            assert b.embd is not None
+            for i in range(max(0, b.n - self.n_draft_max - 1), b.n):
+                self._held.append((int(b.pos_np[i]), int(b.tok_np[i]), b.embd[i].copy()))
+        return dt
+
+    def _pad(self, b: Batch) -> None:
+        assert b.embd is not None
+        p0 = int(b.pos_np[0])
+        take: list[tuple[int, int, np.ndarray]] = []
+        for e in reversed(self._held):  # contiguous positions ending right before the batch
+            if e[0] >= p0:
+                continue
+            if e[0] != p0 - 1 - len(take) or len(take) + b.n >= self._shape:
+                break
+            take.append(e)
+        m = len(take)
+        if not m or b.n + m > b.capacity:
+            return
+        take.reverse()
+        n = b.n
+        for arr in (b.tok_np, b.pos_np, b.logits_np, b.embd):
+            arr[m:m + n] = arr[:n].copy()
+        for i, (pos, tok, row) in enumerate(take):
+            b.tok_np[i], b.pos_np[i], b.logits_np[i] = tok, pos, 0
+            b.embd[i] = row
+        b.n = n + m
+        self.ctx.seq_rm(take[0][0], seq=self.seq)
+
+    # -- the conversation -----------------------------------------------------------------------
+    def reset(self) -> None:
+        self.ctx.clear(self.seq)
+        self.mbatch.clear()
+        self._held.clear()
+        self.h_hist = {}
+        self.pending_h[:] = 0
+
+    def prompt_start(self, n_tokens: int, end: int, window: int) -> int:
+        start = max(n_tokens, end - window) if window else n_tokens
+        if start > n_tokens:
+            self.mbatch.clear()  # the queue ends where the gap starts
+            self._held.clear()
+            if self.ctx.pos_max(self.seq) >= 0:
+                self.ctx.clear(self.seq)  # positions must not jump over a gap in a non-empty cache (llama.cpp refuses)
+        return start
+
+    def rows_for(self, on: bool) -> None:
+        self.engine.tgt.set_nextn_rows(on)
+
+    def take_prompt(self, chunk: Sequence[int], pos0: int, rows: np.ndarray, start: int) -> None:
+        skip = max(0, start - pos0)
+        if skip < len(chunk):
+            self.feed(chunk[skip:], pos0 + skip, rows[skip:], self.pending_h if skip == 0 else rows[skip - 1])
+        keep = min(len(rows), 64)
+        self._remember_h(pos0 + len(rows) - keep, rows[len(rows) - keep:])
+        self.pending_h = rows[-1].copy()
+
+    def end_prompt(self) -> None:
+        self.engine.tgt.set_nextn_rows(True)  # every verify step needs them, even after ContextFull
+
+    def flush_prompt(self) -> None:
+        """A prompt's worth of queue gets its own decode (short queues ride with the first draft)."""
+        if self.mbatch.n > self.n_draft_max + 1:
+            self.flush(in_step=False)
+
+    def synchronize(self) -> None:
+        self.ctx.synchronize()  # prompt time includes the head's share of it
+
+    def can_rewind(self, n_keep: int) -> bool:
+        return (n_keep - 1) in self.h_hist
+
+    def rewind(self, n_keep: int, n_tokens: int) -> None:
+        b = self.mbatch
+        q0 = int(b.pos_np[0]) if b.n else n_tokens
+        if n_keep <= q0:
+            b.clear()
+            self.ctx.seq_rm(n_keep, seq=self.seq)
+            while self._held and self._held[-1][0] >= n_keep:
+                self._held.pop()
+        else:
+            b.n = n_keep - q0  # drop the queued tail
+        self.pending_h = self.h_hist[n_keep - 1].copy()
+
+    def before_batched_step(self) -> None:
+        self.flush()
+        self._held.clear()
+
+    # -- drafts ---------------------------------------------------------------------------------
+    def pick(self, i: int) -> int | None:
+        """The head's greedy token for MTP batch entry ``i`` (a row of this sequence); None below ``p_min``."""
+        t = _clock()
+        if self.p_min > 0 and top1_prob(self.ctx.logits_view(i)) < self.p_min:
+            d = None
+        else:
+            d = self.msampler.sample(i)
+        timing = self.engine.timing
+        timing.d2h(self.msampler, self.ctx.model.n_vocab, 1, 1)
+        timing.read(_clock() - t)
+        return d
+
+    def _draft_chain(self, last: int, pos0: int, k: int) -> list[int]:
+        """Draft step i runs head i over the whole draft prefix (its layer has no cache there yet). Leaves
+        nothing at ``n_past`` in the MTP context: id_last goes out with the verified tokens."""
+        self.flush()
+        b, mtp = self.mbatch, self.ctx
+        toks, rows = [last], [self.pending_h]
+        out: list[int] = []
+        for i in range(k):
+            mtp.seq_rm(pos0, seq=self.seq)
+            mtp.set_head(i)
+            b.fill(toks, pos0, last_logits=True, embd=np.stack(rows))
+            self.engine.timing.draft(i, self.engine._decode(mtp, b))
+            d = self.pick(len(toks) - 1)
+            if d is None:
+                break
+            out.append(d)
+            toks.append(d)
+            rows.append(mtp.h_row(len(toks) - 2).copy())
+        b.clear()
+        mtp.set_head(0)
+        mtp.seq_rm(pos0, seq=self.seq)
+        return out
+
+    def propose(self, last: int, pos0: int, k: int) -> tuple[list[int], bool]:
+        if self.chain:
+            return self._draft_chain(last, pos0, k), False
+        b = self.mbatch
+        if b.n >= b.capacity:
+            self.flush()
+        # the queue and (id_last, pending_h) in one decode: the feed and the first draft share it
+        b.add(last, pos0, logits=True, embd=self.pending_h)
+        out: list[int] = []
+        timing = self.engine.timing
+        for step in range(k):
+            timing.draft(step, self._decode(b))
+            i = b.n - 1  # the output row is the last one
+            d = self.pick(i)
+            if d is None:
+                break
+            out.append(d)
+            if step + 1 < k:  # the next draft: this one paired with the head's own hidden row
+                h = self.ctx.h_row(i)
+                b.clear()
+                b.add(d, pos0 + 1 + step, logits=True, embd=h)
+        b.clear()
+        if out and k > 1:  # a decode ran at pos0 + 1 or later
+            self.ctx.seq_rm(pos0 + 1, seq=self.seq)  # the drafts' own positions leave no trace; (last) at pos0 stays
+            while self._held and self._held[-1][0] > pos0:
+                self._held.pop()
+        return out, True
+
+    # -- a step's outcome -----------------------------------------------------------------------
+    def verify_rows(self, tgt: Context, row: int, n: int) -> tuple[np.ndarray | None, int]:
+        return tgt.h_rows(row + n)[row:], row + n
+
+    def commit(self, stats: Stats, last: int, drafts: list[int], j: int, rows: np.ndarray | None, n_past: int,
+               *, k: int, held: int) -> None:
+        assert rows is not None
+        self._remember_h(n_past, rows[: j + 1])
+        if held > j + 1:
+            self.ctx.seq_rm(n_past + j + 1, seq=self.seq)
+        elif held < j + 1:
+            # After a plain step (k=0) too: the head drafts from (token, target hidden row of the position
+            # before) at every position, so a later draft needs all of them in its cache. They wait in the
+            # queue and go out in one batch with the next draft (or at the queue's capacity): one MTP decode
+            # for a whole run of plain steps, not one per step, and none at all if no draft follows.
+            verified = [last, *drafts]
+            self.feed(verified[held: j + 1], n_past + held, rows[held:],
+                      self.pending_h if held == 0 else rows[held - 1])
+        self.pending_h = rows[j].copy()
+        if drafts:
+            stats.record(len(drafts), j)
+        elif k == 0:  # chose not to draft: no drafted-and-rejected position, no dilution of tok/step
+            stats.plain_steps += 1
+
+__all__ = ["Proposer", "MtpProposer"]

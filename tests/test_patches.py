@@ -1,0 +1,212 @@
+"""gguf-mtp's llama.cpp patch set (patches/llama.cpp): every patch file names its marker and runtime/patches.py
+knows it; scripts/setup.sh applies them to the sdist before the build, refuses in one line a patch that does not
+apply (nothing built, nothing cached) and keys the wheel cache by their content, with GGUF_MTP_PATCHES=0 keeping
+the stock key; the loaded library's markers say which patches it carries, and the qwen3next rollback choice
+follows them. The library-facing tests hold for a stock and a patched build alike (.ci/run runs them on both)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from gguf_mtp.runtime import patches
+from gguf_mtp.runtime.llama import Context, Model
+from gguf_mtp.runtime.rollback import open_target
+from tests.test_setup_cache import CPU_ONLY, entries, n_calls, setup_sh
+
+from .test_runtime import lossless_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+PATCH_DIR = ROOT / "patches/llama.cpp"
+FILES = sorted(PATCH_DIR.glob("*.patch"))  # what setup.sh applies
+ALL = sorted([*FILES, *PATCH_DIR.glob("proposed/*.patch")], key=lambda f: f.name)  # GGUF_MTP_PATCHES=proposed
+#: the patch set setup.sh applied to this venv's wheel (written beside the venv; absent for other libraries)
+RECORD = Path(sys.prefix) / ".gguf-mtp-llama-patches"
+#: CI names what the library it tests must carry (a comma list, or "none")
+EXPECT_ENV = "GGUF_MTP_EXPECT_PATCHES"
+
+
+def header(path: Path) -> dict[str, str]:
+    """The ``Key: value`` lines before the diff."""
+    head = path.read_text().split("\n--- a/", 1)[0]
+    return dict(m.groups() for m in re.finditer(r"^([\w -]+): (.*)$", head, re.M))
+
+
+def test_every_patch_file_is_known_and_exports_its_marker() -> None:
+    assert FILES, "patches/llama.cpp holds no patch"
+    assert [p.name for p in patches.KNOWN] == [re.sub(r"^\d{4}-", "", f.stem) for f in ALL]
+    assert len({f.name[:4] for f in ALL}) == len(ALL)  # one number each
+    for f, known in zip(ALL, patches.KNOWN, strict=True):
+        h = header(f)
+        assert h.get("gguf-mtp patch") == known.name and h.get("Marker") == known.marker, (f.name, h)
+        assert {"What", "Why", "Upstream"} <= h.keys(), f.name
+        added = [ln[1:] for ln in f.read_text().splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+        assert any(re.search(rf"\bvoid {known.marker}\(void\) \{{\}}", ln) for ln in added), f.name
+
+
+# --- setup.sh applies them -----------------------------------------------------------------------------------
+
+def pre_images(patch: Path, break_context: bool = False) -> dict[str, str]:
+    """What each file the patch touches must hold for it to apply: its hunks' old lines (patch finds them at
+    any offset). ``break_context`` changes one context line, as an upstream edit would."""
+    files: dict[str, list[str]] = {}
+    cur: list[str] = []
+    for ln in patch.read_text().splitlines():
+        if ln.startswith("--- a/"):
+            cur = files.setdefault(ln[6:], [])
+        elif ln.startswith("@@"):
+            cur.append("// (elided)")
+        elif cur is not None and ln[:1] in (" ", "-") and not ln.startswith("---"):
+            cur.append(ln[1:])
+    if break_context:
+        lines = next(iter(files.values()))
+        i = next(i for i, s in enumerate(lines) if s.strip() and s != "// (elided)")
+        lines[i] += " // changed upstream"
+    return {k: "\n".join(v) + "\n" for k, v in files.items()}
+
+
+def fake_sdist(path: Path, files: dict[str, str]) -> Path:
+    """A llama-cpp-python sdist holding ``files`` under vendor/llama.cpp (only what the patches touch)."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"llama_cpp_python-0.3.36/vendor/llama.cpp/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def patched_key(cmake_args: str, files: list[Path]) -> str:
+    digest = "".join(f"{hashlib.sha1(f.read_bytes()).hexdigest()}  {f.relative_to(PATCH_DIR)}\n" for f in files)
+    h = hashlib.sha1(digest.encode()).hexdigest()[:12]
+    return hashlib.sha1(f"0.3.36|{cmake_args}|llama.cpp-patches@{h}".encode()).hexdigest()[:12]
+
+
+def stock_key(cmake_args: str) -> str:
+    return hashlib.sha1(f"0.3.36|{cmake_args}".encode()).hexdigest()[:12]
+
+
+@pytest.mark.parametrize("switch", ["1", "proposed"])
+def test_patches_reach_the_build_and_key_the_cache(tmp_path: Path, switch: str) -> None:
+    cache, calls, seen = tmp_path / "cache", tmp_path / "calls", tmp_path / "seen"
+    applied = FILES if switch == "1" else ALL
+    files: dict[str, str] = {}
+    for f in ALL:  # (patches touching one file would need its pre-image built patch by patch)
+        files.update({k: v for k, v in pre_images(f).items() if k not in files})
+    sdist = fake_sdist(tmp_path / "sdist.tar.gz", files)
+    before = sdist.read_bytes()
+    # the build sees the patched source as $2 and keeps a copy of it
+    build = f'echo built >> "{calls}"; cp -r "$2/vendor/llama.cpp" "{seen}"'
+    r = setup_sh(cache, CPU_ONLY, None, calls, GGUF_MTP_PATCHES=switch, GGUF_MTP_SDIST=str(sdist),
+                 GGUF_MTP_WHEEL_BUILD_CMD=build)
+    names = ", ".join(re.sub(r"^\d{4}-", "", f.stem) for f in applied)
+    assert f"setup: llama.cpp patches: {names}" in r.stderr and f"applied patches/llama.cpp: {names}" in r.stderr
+    assert f"cached in {cache / patched_key(CPU_ONLY, applied)}" in r.stderr and n_calls(calls) == 1, r.stderr
+    for p in patches.KNOWN:  # the applied ones' markers are in the source the build gets, the others' not
+        found = any(p.marker in f.read_text() for f in seen.rglob("*") if f.is_file())
+        assert found == (p.name in names.split(", ")), p.marker
+    assert r.returncode == 1 and entries(cache) == []  # the stub made no wheel: nothing cached, nothing left
+    assert sdist.read_bytes() == before  # the input is never modified
+
+    r = setup_sh(cache, CPU_ONLY, None, calls, GGUF_MTP_PATCHES="0", GGUF_MTP_SDIST=str(sdist))
+    assert "setup: llama.cpp patches: none (stock)" in r.stderr and "applied" not in r.stderr
+    assert f"cached in {cache / stock_key(CPU_ONLY)}" in r.stderr  # the key a setup.sh without patches used
+
+
+def test_a_patch_that_does_not_apply_stops_setup_in_one_line(tmp_path: Path) -> None:
+    cache, calls = tmp_path / "cache", tmp_path / "calls"
+    sdist = fake_sdist(tmp_path / "sdist.tar.gz", pre_images(FILES[0], break_context=True))
+    r = setup_sh(cache, CPU_ONLY, None, calls, GGUF_MTP_PATCHES="1", GGUF_MTP_SDIST=str(sdist))
+    assert r.returncode == 1 and n_calls(calls) == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "error" in ln]
+    assert lines == [f"setup: error: patch patches/llama.cpp/{FILES[0].name} does not apply to llama-cpp-python "
+                     "0.3.36's vendor/llama.cpp: nothing was built or cached (update the patch, or "
+                     "GGUF_MTP_PATCHES=0 for the stock library)"], r.stderr
+    assert entries(cache) == []  # no half-patched tree, no build folder
+
+
+@pytest.mark.parametrize("content", [None, b"not a tarball", "no-vendor"])
+def test_an_unusable_sdist_stops_setup(tmp_path: Path, content: bytes | str | None) -> None:
+    cache, calls, sdist = tmp_path / "cache", tmp_path / "calls", tmp_path / "sdist.tar.gz"
+    if content == "no-vendor":
+        fake_sdist(sdist, {})
+        with tarfile.open(sdist, "w:gz") as tar:  # a tarball without vendor/llama.cpp
+            tar.addfile(tarfile.TarInfo("llama_cpp_python-0.3.36/README.md"), io.BytesIO(b""))
+    elif isinstance(content, bytes):
+        sdist.write_bytes(content)
+    r = setup_sh(cache, CPU_ONLY, None, calls, GGUF_MTP_PATCHES="1", GGUF_MTP_SDIST=str(sdist))
+    assert r.returncode == 1 and n_calls(calls) == 0 and entries(cache) == [], r.stderr
+    want = (f"{sdist} has no llama_cpp_python-0.3.36/vendor/llama.cpp" if content == "no-vendor"
+            else f"cannot unpack the llama-cpp-python sdist {sdist}")
+    assert f"setup: error: {want}" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("value", ["yes", "2", "on"])
+def test_bad_patches_switch(tmp_path: Path, value: str) -> None:
+    r = setup_sh(tmp_path / "cache", CPU_ONLY, None, tmp_path / "calls", GGUF_MTP_PATCHES=value)
+    assert r.returncode == 2 and f"setup: error: GGUF_MTP_PATCHES={value} : use 1" in r.stderr
+    assert entries(tmp_path / "cache") == []
+
+
+# --- the loaded library -----------------------------------------------------------------------------------
+
+def expected_patches() -> list[str] | None:
+    """What the loaded library must carry: CI's word, else the record setup.sh left in this venv."""
+    want = os.environ.get(EXPECT_ENV)
+    if want is not None:
+        return [] if want.strip() == "none" else [w.strip() for w in want.split(",") if w.strip()]
+    if os.environ.get("LLAMA_CPP_LIB_PATH") or not RECORD.exists():
+        return None
+    return RECORD.read_text().split()
+
+
+def test_the_loaded_library_carries_what_setup_applied() -> None:
+    want = expected_patches()
+    if want is None:
+        pytest.skip(f"no record of this library's patches ({EXPECT_ENV} unset, {RECORD} absent)")
+    assert patches.names() == want
+    line = patches.startup_line()
+    assert line == "llama.cpp patches: " + (", ".join(want) if want else "none (stock)")
+
+
+def test_the_start_up_line_names_the_patches(converted, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Beside the devices: line, in `run` (serve prints the same pair before it loads)."""
+    from gguf_mtp_cli.main import main
+
+    model = converted("qwen3next", "bundled", **lossless_spec(converted, "qwen3next"))
+    assert main(["run", str(model), "-p", "The quick", "-n", "2", "-t", "1", "-c", "256", "--no-mtp"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("devices: "))
+    assert lines[i + 1] == patches.startup_line(), lines
+
+
+def test_qwen3next_rollback_follows_the_marker(converted) -> None:  # type: ignore[no-untyped-def]
+    """With qwen3next-rs-rollback loaded the target context is made once, for native rollback; without it
+    the replay fallback, also made once. llama.cpp's own answer (n_rs_seq) must agree with the marker."""
+    model_path = converted("qwen3next", "bundled", **lossless_spec(converted, "qwen3next"))
+    made: list[tuple[int, int, bool]] = []
+    with Model(model_path) as model:
+        def make(n_rs_seq: int, n_seq_max: int, kv_unified: bool) -> Context:
+            made.append((n_rs_seq, n_seq_max, kv_unified))
+            return Context(model, n_ctx=128, n_threads=1, n_rs_seq=n_rs_seq, n_seq_max=n_seq_max,
+                           kv_unified=kv_unified)
+
+        ctx, rbs, note = open_target(model, "qwen3next", 3, make)
+        try:
+            native = ctx.n_rs_seq() >= 3
+        finally:
+            ctx.close()
+    marked = "qwen3next-rs-rollback" in patches.names()
+    assert native == marked, (native, patches.names())
+    assert len(made) == 1, made
+    if marked:
+        assert [r.name for r in rbs] == ["native (n_rs_seq=3)"] and note == "" and made == [(3, 1, False)]
+    else:
+        assert rbs[0].name.startswith("replay") and "keeps no rollback snapshots" in note
