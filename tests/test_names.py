@@ -14,6 +14,8 @@ from gguf_mtp.runtime.pairing import HeadSource, resolve
 
 from .reliability import sub
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 CONVERT = {"bundled": [], "trunk-only": ["--no-mtp"], "mtp-only": ["--mtp"], "head-only": ["--mtp", "--head-only"]}
 EXTRACT = {"mtp-only": [], "head-only": ["--head-only"], "trunk-only": ["--strip"]}
 
