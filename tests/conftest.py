@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import gguf_mtp.runtime  # noqa: F401  (llama.cpp before numpy, as on a CUDA build; loads without it too)
+
 try:
-    import gguf_mtp.runtime  # noqa: F401  (llama.cpp before numpy, as on a CUDA build)
+    import gguf_mtp.runtime.llama  # noqa: F401  (the ctypes layer: fails when llama-cpp-python cannot load)
 
     HAVE_LLAMA = True
 except Exception:  # noqa: BLE001 - the fast tier (make test-fast) runs without llama-cpp-python

@@ -68,3 +68,15 @@ def test_marks_are_read_from_the_source(tmp_path: Path) -> None:
     for src, want in cases.items():
         (tmp_path / "test_x.py").write_text("import pytest\n" + src)
         assert module_marks(tmp_path / "test_x.py") == want, src
+
+
+def test_without_llama_cpp_only_the_fast_tier_is_collected() -> None:
+    """What `make test-fast` sees in .venv-fast: every fast module collected without an error, no other module."""
+    code = ("import sys; sys.modules['llama_cpp'] = None; import pytest; "
+            "sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', 'tests']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=TESTS.parent)
+    assert r.returncode == 0 and " error" not in r.stdout.splitlines()[-1], r.stdout[-3000:] + r.stderr[-2000:]
+    collected = {ln.split("::")[0].removeprefix("tests/").removesuffix(".py") for ln in r.stdout.splitlines()
+                 if ln.startswith("tests/test_") and "::" in ln}
+    fast = {p.stem for p in TESTS.glob("test_*.py") if "fast" in module_marks(p)}
+    assert collected == fast, (sorted(collected - fast), sorted(fast - collected))
