@@ -2,8 +2,8 @@
 same GGUF, same prompts, same token count, same llama.cpp build (point LLAMA_CPP_LIB_PATH at the tools'
 libraries). The reproduction for docs/upstream/mtp-acceptance.md.
 
-    LLAMA_CPP_LIB_PATH=build/bin python bench/acceptance_vs_llamacpp.py --bin build/bin            # tiny model
-    LLAMA_CPP_LIB_PATH=build/bin python bench/acceptance_vs_llamacpp.py --bin build/bin --model M.gguf
+    LLAMA_CPP_LIB_PATH=build/bin python -m bench.acceptance_vs_llamacpp --bin build/bin            # tiny model
+    LLAMA_CPP_LIB_PATH=build/bin python -m bench.acceptance_vs_llamacpp --bin build/bin --model M.gguf
 
 Default model: the shipped trained tiny Qwen3.5 (examples/tiny-qwen35-mtp), converted here, with its 16
 reference prompts (64 tokens each). Each configuration runs greedy (``--temp 0``, what gguf-mtp's figures are)
@@ -17,21 +17,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gguf_mtp.runtime  # noqa: E402,F401  (loads llama.cpp's libraries before numpy)
-import llamacpp  # noqa: E402
-from common import exit_after, machine, save, table  # noqa: E402
+import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp's libraries before numpy)
+
+# isort: split
+
+# isort: split
+from bench import llamacpp
+from bench.common import exit_after, machine, save, table
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "examples" / "tiny-qwen35-mtp"
 
 
 def tiny_model(work: Path) -> tuple[Path, list[str], int]:
-    from gguf_mtp import convert
+    from gguf_mtp.convert import convert
 
     ref = json.loads((TINY / "reference.json").read_text())
     out = work / "tiny-qwen35-mtp-BF16.gguf"
@@ -101,7 +103,7 @@ def main() -> None:
         model, prompts, n = tiny_model(work)
         prompts, n = a.prompt or prompts, a.n_predict or n
     if a.tie_period:
-        from models import tie_rows
+        from bench.models import tie_rows
 
         model = tie_rows(model, work / f"{model.stem}-tied{a.tie_period}.gguf", a.tie_period)
     rows = []

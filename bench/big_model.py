@@ -9,7 +9,7 @@ the exception: they get random weights, so each token picks its own experts as i
 would send every token to the same experts and flatter batched verification). Token embeddings, LM head and
 the MTP block keep the template's Q8_0.
 
-    python bench/big_model.py TEMPLATE.gguf OUT.gguf --layers 40 [--experts 512 --experts-used 10] [--trunk-type q4_k_m]
+    python -m bench.big_model TEMPLATE.gguf OUT.gguf --layers 40 [--experts 512 --experts-used 10] [--trunk-type q4_k_m]
 """
 
 from __future__ import annotations
@@ -17,20 +17,16 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
+from gguf import GGMLQuantizationType, Keys
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gguf import GGMLQuantizationType as T  # noqa: E402
-from gguf import Keys
-
-from gguf_mtp.ggufio import keys as K  # noqa: E402
-from gguf_mtp.ggml_types import tensor_nbytes  # noqa: E402
-from gguf_mtp.ggufio.format import KV, GGUFValueType  # noqa: E402
-from gguf_mtp.ggufio.model import GGUFModel  # noqa: E402
-from gguf_mtp.ggufio.writer import OutTensor, copy_range, write_gguf  # noqa: E402
+from gguf_mtp.ggml_types import tensor_nbytes
+from gguf_mtp.ggufio.format import KV, GGUFValueType
+from gguf_mtp.ggufio.keys import arch_key
+from gguf_mtp.ggufio.model import GGUFModel
+from gguf_mtp.ggufio.writer import OutTensor, copy_range, write_gguf
 
 _BLK = re.compile(r"blk\.(\d+)\.(.+)")
 _EXPERTS = re.compile(r"ffn_(gate|up|down|gate_up)_exps\.weight$")
@@ -47,10 +43,11 @@ def _trunk_type(suffix: str, shape: tuple[int, ...], layer: int, n_layers: int, 
     if len(shape) < 2 or "ssm_conv1d" in suffix or suffix in (_ROUTER, "ffn_gate_inp_shexp.weight"):
         return template_type
     if trunk == "q8_0":
-        return T.Q8_0 if shape[0] % 32 == 0 else template_type
+        return GGMLQuantizationType.Q8_0 if shape[0] % 32 == 0 else template_type
     if shape[0] % 256:
         return template_type
-    return T.Q6_K if _MORE_BITS.search(suffix) and _more_bits(layer, n_layers) else T.Q4_K
+    more = _MORE_BITS.search(suffix) and _more_bits(layer, n_layers)
+    return GGMLQuantizationType.Q6_K if more else GGMLQuantizationType.Q4_K
 
 
 def _hole(nbytes: int):  # type: ignore[no-untyped-def]
@@ -82,17 +79,18 @@ def inflate(template: Path, out: Path, layers: int, *, experts: int | None = Non
     m = GGUFModel(template)
     arch = m.arch
     n_mtp = int(m.arch_get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0) or 0)
-    n_tpl = int(m.arch_get(Keys.LLM.BLOCK_COUNT)) - n_mtp  # type: ignore[arg-type]
+    n_tpl = int(m.arch_get(Keys.LLM.BLOCK_COUNT)) - n_mtp
     n_all = layers + n_mtp
     kvs = []
     for key, kv in m.kv.items():
-        if key == K.arch_key(Keys.LLM.BLOCK_COUNT, arch):
+        if key == arch_key(Keys.LLM.BLOCK_COUNT, arch):
             kv = KV.u32(key, n_all)
         elif experts and key == f"{arch}.expert_count":
             kv = KV.u32(key, experts)
         elif experts_used and key == f"{arch}.expert_used_count":
             kv = KV.u32(key, experts_used)
-        elif kv.vtype == GGUFValueType.ARRAY and kv.item_type != GGUFValueType.STRING and len(kv.value) == n_tpl + n_mtp:
+        elif (kv.vtype == GGUFValueType.ARRAY and kv.item_type is not None and kv.item_type != GGUFValueType.STRING
+              and len(kv.value) == n_tpl + n_mtp):
             v = list(kv.value)  # per-layer arrays: the template's pattern, then the head's entries
             kv = KV.array(key, kv.item_type, [v[i % n_tpl] for i in range(layers)] + v[n_tpl:])
         kvs.append(kv)
@@ -103,7 +101,8 @@ def inflate(template: Path, out: Path, layers: int, *, experts: int | None = Non
         if b:
             blocks.setdefault(int(b.group(1)), []).append((b.group(2), t))
         else:
-            tensors.append(OutTensor(name, t.info.shape, t.info.ggml_type, _copy(t), source=(t.file.path, t.info.offset)))
+            tensors.append(OutTensor(name, t.info.shape, t.info.ggml_type, _copy(t),
+                                     source=(t.file.path, t.info.offset)))
     seed = 0
     for il in range(n_all):
         head = il >= layers
@@ -115,12 +114,14 @@ def inflate(template: Path, out: Path, layers: int, *, experts: int | None = Non
             name = f"blk.{il}.{suffix}"
             if suffix == _ROUTER and experts:
                 seed += 1
-                tensors.append(OutTensor(name, shape, T.F32, _random_f32(shape, seed)))
+                tensors.append(OutTensor(name, shape, GGMLQuantizationType.F32, _random_f32(shape, seed)))
             elif head:  # the MTP block keeps the template's values (its experts, when widened, are zeros)
                 if shape == tuple(t.info.shape):
-                    tensors.append(OutTensor(name, shape, t.info.ggml_type, _copy(t), source=(t.file.path, t.info.offset)))
+                    tensors.append(OutTensor(name, shape, t.info.ggml_type, _copy(t),
+                                             source=(t.file.path, t.info.offset)))
                 else:
-                    tensors.append(OutTensor(name, shape, t.info.ggml_type, _hole(tensor_nbytes(shape, t.info.ggml_type))))
+                    tensors.append(OutTensor(name, shape, t.info.ggml_type,
+                                             _hole(tensor_nbytes(shape, t.info.ggml_type))))
             elif len(shape) >= 2 and "ssm_conv1d" not in suffix and suffix != "ffn_gate_inp_shexp.weight":
                 ty = _trunk_type(suffix, shape, il, layers, trunk, t.info.ggml_type)
                 tensors.append(OutTensor(name, shape, ty, _hole(tensor_nbytes(shape, ty))))

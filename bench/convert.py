@@ -1,8 +1,9 @@
 """Benchmark `gguf-mtp convert` on a generated Qwen3.5-shaped checkpoint against `cp` of the same input bytes.
 
 Prints a table and writes bench/results/convert.json. Usage:
-    python bench/convert.py [--size-gb 2.1] [--workdir /tmp/gguf-mtp-bench] [--keep]
-Each contender runs 3 times (outputs removed and `sync` before each); the best time counts. Targets (issue 2): bf16 within 1.5x of cp; q8_0 >= 0.5 GB/s of input; peak RSS < 1 GB.
+    python -m bench.convert [--size-gb 2.1] [--workdir /tmp/gguf-mtp-bench] [--keep]
+Each contender runs 3 times (outputs removed and `sync` before each); the best time counts. Targets (issue 2):
+bf16 within 1.5x of cp; q8_0 >= 0.5 GB/s of input; peak RSS < 1 GB.
 """
 
 from __future__ import annotations
@@ -12,11 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
-from common import best_of, machine, run_measured, save, table  # noqa: E402
-
-from tests.synthetic import SyntheticSpec, write_checkpoint  # noqa: E402
+from bench.common import best_of, machine, run_measured, save, table
+from tests.synthetic import SyntheticSpec
 
 
 def spec_for(size_gb: float) -> SyntheticSpec:
@@ -38,7 +36,7 @@ def main() -> None:
     if not (ck / "config.json").exists():
         print(f"generating a {a.size_gb} GB checkpoint in {ck} ...", file=sys.stderr)
         # in a child process: peak RSS is inherited across fork/exec, so the parent must stay small
-        gen = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import convert as b; "
+        gen = (f"from bench import convert as b; "
                f"from pathlib import Path; b.write_checkpoint(Path({str(ck)!r}), b.spec_for({a.size_gb}))")
         run_measured([sys.executable, "-c", gen])
     shards = sorted(ck.glob("*.safetensors"))

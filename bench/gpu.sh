@@ -4,7 +4,7 @@
 # (llama-completion, llama-speculative-simple) and gguf-mtp (through LLAMA_CPP_LIB_PATH) run the same code.
 #
 #   bash bench/gpu.sh all        # ONE command: build + benchmark models + side-by-side benchmark -> $OUT
-#                                #   (table side-by-side.txt, side-by-side.json; plot it here: python bench/plot.py)
+#                                #   (table side-by-side.txt, side-by-side.json; plot it here: python -m bench.plot)
 #   bash bench/gpu.sh build      # only the build (~4.5 min on 16 cores)
 #   bash bench/gpu.sh test       # tests/test_runtime.py, test_rollback.py, test_tiny_model.py on the GPU
 #   bash bench/gpu.sh bench [SIZE_GB] [HEAD_NOISE]   # bench/run.py (prompt cost, memory)
@@ -96,9 +96,9 @@ models() {  # $1: python (no llama.cpp needed: runs while it builds) | llama (th
     local m=(--workdir "$WORK" --widths "${WIDTHS:-9b}" --layers "${LAYERS:-12}" --vocab "${VOCAB:-248320}"
              --noise "${NOISE:-0.06}" --quant "${QUANT:-Q4_K_M}" --stage "$1" ${DRAFT_HEAD:+--draft-head "$DRAFT_HEAD"})
     if [ "$1" = python ]; then
-        PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 bench/models.py "${m[@]}" --threads 4
+        PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 -m bench.models "${m[@]}" --threads 4
     else
-        py bench/models.py "${m[@]}" --manifest "$WORK/models.txt"
+        py -m bench.models "${m[@]}" --manifest "$WORK/models.txt"
     fi
 }
 
@@ -117,7 +117,7 @@ all)
     while IFS= read -r line; do args+=(--model "$line"); done < "$WORK/models.txt"
     left=$(( ${BUDGET:-540} - (SECONDS - T0) ))
     log "side-by-side benchmark, $left s left"
-    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 bench/side_by_side.py "${args[@]}" \
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 -m bench.side_by_side "${args[@]}" \
         --bin "$LCPP/bin" --ngl $NGL ${THREADS:+--threads $THREADS} -n 128 --repeats 2 --tool-repeats 1 ${SBS_ARGS:-} \
         --out "$OUT/side-by-side.json" 2>&1 | tee "$OUT/side-by-side.txt" || log "side-by-side stopped early (time budget or error); the JSON keeps every finished model"
     log "done"
@@ -135,7 +135,7 @@ test)
     ;;
 bench)
     build
-    py bench/run.py --make "${2:-8}" --head-noise "${3:-0.15}" --ngl $NGL --threads "$(nproc)" -n 128 --repeats 2 --workdir "$WORK" \
+    py -m bench.run --make "${2:-8}" --head-noise "${3:-0.15}" --ngl $NGL --threads "$(nproc)" -n 128 --repeats 2 --workdir "$WORK" \
         --out "$OUT/run-gpu.json" 2>&1 | tee "$OUT/run-gpu.txt"
     ;;
 lcpp-server)
@@ -146,7 +146,7 @@ serve)
     # gguf-mtp serve (MTP on/off) vs llama-server (draft-mtp/plain, if lcpp-server ran) at 1/4/8 clients
     build
     LS=(); [ -x "$LCPP/bin/llama-server" ] && LS=(--llama-server "$LCPP/bin/llama-server")
-    py bench/serve.py --make "${2:-8}" --head-noise "${3:-0.15}" --ngl $NGL --threads 4 -n 128 \
+    py -m bench.serve --make "${2:-8}" --head-noise "${3:-0.15}" --ngl $NGL --threads 4 -n 128 \
         --seconds "${SERVE_SECONDS:-20}" --draft "${SERVE_DRAFT:-3}" --workdir "$WORK" "${LS[@]}" \
         --out "$OUT/serve-gpu.json" 2>&1 | tee "$OUT/serve-gpu.txt"
     ;;
@@ -158,7 +158,7 @@ qwen3next)
     ;;
 multi)  # 2 GPUs: one GPU vs layer split vs head on GPU 1, dense / MoE / a >80 GB MoE (bench/multi_gpu.py)
     build
-    py bench/multi_gpu.py --devices CUDA0,CUDA1 --models "${2:-dense,moe,big}" --threads "$(nproc)" \
+    py -m bench.multi_gpu --devices CUDA0,CUDA1 --models "${2:-dense,moe,big}" --threads "$(nproc)" \
         --workdir /tmp/gguf-mtp-mgpu --out "$OUT/multi-gpu.json" 2>&1 | tee "$OUT/multi-gpu.txt"
     ;;
 oneshot)  # $2: which heads, in order ("noisy perfect"); NOISE sets the noisy one's noise (default 0.06);
@@ -166,7 +166,7 @@ oneshot)  # $2: which heads, in order ("noisy perfect"); NOISE sets the noisy on
     deps
     L="${LAYERS:-32}"
     log "models ($L layers, python stage) in the background, llama.cpp build in the foreground"
-    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 bench/models.py --workdir "$WORK" \
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 -m bench.models --workdir "$WORK" \
         --widths "${WIDTHS:-9b}" --layers "$L" --vocab "${VOCAB:-248320}" --noise "${NOISE:-0.06}" --quant "" \
         --stage python --threads "$(nproc)" --manifest "$WORK/models.txt" > "$OUT/models.log" 2>&1 &
     MODELS=$!
@@ -177,7 +177,7 @@ oneshot)  # $2: which heads, in order ("noisy perfect"); NOISE sets the noisy on
     for h in ${2:-noisy perfect}; do args+=(--model "$(grep -m1 "$h head" "$WORK/models.txt")"); done
     left=$(( ${BUDGET:-540} - (SECONDS - T0) ))
     log "one-shot rows, $left s left"
-    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 bench/oneshot.py "${args[@]}" \
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 -m bench.oneshot "${args[@]}" \
         --bin "$LCPP/bin" --ngl $NGL -n "${NPRED:-256}" --drafts ${DRAFTS:-1 2 3 4} ${BEFORE:+--before "$BEFORE"} \
         ${ONESHOT_ARGS:-} --out "$OUT/oneshot.json" 2>&1 \
         | tee "$OUT/oneshot.txt" || log "oneshot stopped early (time budget or error); the JSON keeps every finished row"
@@ -188,7 +188,7 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     SPECS="${2:-27b:q8_0,q4_k_m 35b-a3b:q8_0}"
     log "models (python stage) in the background, llama.cpp build in the foreground"
     (for sp in $SPECS; do
-        PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 bench/models.py --workdir "$WORK" \
+        PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 -m bench.models --workdir "$WORK" \
             --shape "${sp%%:*}" --trunks "${sp#*:}" --vocab "${VOCAB:-248320}" ${NOISE:+--noise "$NOISE"} \
             --threads "$(nproc)" --manifest "$WORK/models-${sp%%:*}.txt" || exit 1
      done) > "$OUT/models.log" 2>&1 &
@@ -206,7 +206,7 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     done
     left=$(( ${BUDGET:-560} - (SECONDS - T0) ))
     log "one-shot rows, $left s left"
-    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 bench/oneshot.py "${args[@]}" \
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 -m bench.oneshot "${args[@]}" \
         --bin "$LCPP/bin" --ngl $NGL -n "${NPRED:-256}" --drafts ${DRAFTS:-2 3 4} --perf \
         ${BEFORE:+--before "$BEFORE"} ${ONESHOT_ARGS:-} --out "$OUT/oneshot.json" 2>&1 \
         | tee "$OUT/oneshot.txt" || log "oneshot stopped early (time budget or error); the JSON keeps every finished row"
@@ -214,7 +214,7 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     ;;
 serve-shaped)  # serve vs llama-server (draft-mtp and plain) at 1 and 4 clients on the oneshot's ~70% head model
     deps
-    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 bench/models.py --workdir "$WORK" \
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 -m bench.models --workdir "$WORK" \
         --widths "${WIDTHS:-9b}" --layers "${LAYERS:-32}" --vocab "${VOCAB:-248320}" --noise "${NOISE:-0.06}" \
         --quant "" --stage python --threads "$(nproc)" --manifest "$WORK/models.txt" > "$OUT/models.log" 2>&1 &
     MODELS=$!
@@ -223,7 +223,7 @@ serve-shaped)  # serve vs llama-server (draft-mtp and plain) at 1 and 4 clients 
     M="$(grep -m1 'noisy head' "$WORK/models.txt" | cut -d= -f2-)"
     left=$(( ${BUDGET:-540} - (SECONDS - T0) ))
     log "serve benchmark on $M, $left s left"
-    py bench/serve.py --model "$M" --llama-server "$LCPP/bin/llama-server" --ngl $NGL --threads 4 -n 128 \
+    py -m bench.serve --model "$M" --llama-server "$LCPP/bin/llama-server" --ngl $NGL --threads 4 -n 128 \
         --clients "${CLIENTS:-1,4}" --seconds "${SERVE_SECONDS:-15}" --draft "${SERVE_DRAFT:-2}" -c 8192 \
         --workdir "$WORK" --out "$OUT/serve-shaped.json" --plot "$OUT/serve-shaped.png" 2>&1 | tee "$OUT/serve-shaped.txt"
     log "done"

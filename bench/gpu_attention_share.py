@@ -3,25 +3,29 @@ and 8 full-attention layers (the rest Gated DeltaNet; llama.cpp's qwen35 needs a
 layer), each with its MTP block: time 2048 prompt tokens through the trunk alone and the MTP context alone,
 and fit trunk = n_attn * attention layer + (16 - n_attn) * DeltaNet layer. If attention layers dominate on
 this back-end, the MTP context (one attention block plus eh_proj) costs about one attention layer.
-Usage: python bench/gpu_attention_share.py [WORKDIR] [NGL]"""
+Usage: python -m bench.gpu_attention_share [WORKDIR] [NGL]"""
 
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp before numpy)
-import numpy as np  # noqa: E402
 
-from gguf_mtp import convert  # noqa: E402
-from gguf_mtp.runtime.llama import Batch, Context, Model  # noqa: E402
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
-from tests.synthetic import SyntheticSpec, write_checkpoint  # noqa: E402
+# isort: split
+
+# isort: split
+import numpy as np
+
+from gguf_mtp.convert import convert
+from gguf_mtp.runtime.llama import Batch, Context, Model
+from tests.synthetic import SyntheticSpec, write_checkpoint
 
 work = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/tmp/gguf-mtp-attn")
 ngl = int(sys.argv[2]) if len(sys.argv) > 2 else 99
 NB, N = 512, 2048
-widths = dict(hidden=2048, heads=16, kv_heads=4, head_dim=128, intermediate=8192, lin_k_heads=8, lin_v_heads=16,
-              lin_head_dim=128, vocab_size=32768)
+widths: dict[str, Any] = dict(hidden=2048, heads=16, kv_heads=4, head_dim=128, intermediate=8192, lin_k_heads=8,
+                              lin_v_heads=16, lin_head_dim=128, vocab_size=32768)
 
 
 def timed(m: Model, mtp: bool) -> float:

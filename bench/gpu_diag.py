@@ -5,9 +5,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gguf_mtp import convert
-ROOT = str(Path(__file__).resolve().parent.parent)
-sys.path.insert(0, ROOT)  # the repo root: tests.synthetic, tests.helpers
+from gguf_mtp.convert import convert
 from tests.synthetic import SyntheticSpec, write_checkpoint
 
 d = Path(tempfile.mkdtemp())
@@ -22,14 +20,14 @@ cases = [
 ]
 for log in ("", "raw"):
     for name, expr in cases:
-        code = (f"import sys; sys.path.insert(0, {ROOT!r})\n"
-                "from gguf_mtp.runtime.llama import Model, Context\nfrom tests.helpers import greedy\n"
+        code = ("from gguf_mtp.runtime.llama import Model, Context\nfrom tests.helpers import greedy\n"
                 f"m = {expr}\nc = Context(m)\nprint(greedy(c, m.tokenize('hello world'), 4))")
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env={**__import__("os").environ, "GGUF_MTP_LLAMA_LOG": log})
         tail = (r.stdout.strip() or r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "")[-200:]
         print(f"{'raw-log' if log else 'py-log':8} {name:28} rc={r.returncode} {tail}")
-for name, mtp in (("bundled MTP", "auto"), ("head-only", str(files["head-only"])), ("self-contained", str(files["mtp-only"]))):
+for name, mtp in (("bundled MTP", "auto"), ("head-only", str(files["head-only"])),
+                  ("self-contained", str(files["mtp-only"]))):
     model = files["bundled"] if mtp == "auto" else files["trunk-only"]
     code = ("from gguf_mtp.runtime import MTPSession\n"
             f"s = MTPSession({str(model)!r}, mtp={mtp!r}, n_gpu_layers=99, n_draft=3)\n"

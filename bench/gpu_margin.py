@@ -2,13 +2,16 @@
 differ only by float noise (batch of 2 vs batch of 1) and that the top-2 margin there is smaller than that noise."""
 
 import sys
-from pathlib import Path
 
 from gguf_mtp.runtime import MTPSession  # first: loads llama.cpp before numpy (see gguf_mtp/runtime)
-import numpy as np  # noqa: E402
-from gguf_mtp import convert  # noqa: E402
+
+# isort: split
+
+# isort: split
+import numpy as np
+
+from gguf_mtp.convert import convert
 from gguf_mtp.runtime.llama import Batch
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
 from tests import helpers
 from tests.synthetic import SyntheticSpec, write_checkpoint
 
@@ -33,6 +36,7 @@ if i is not None:
             e.feed(prompt + ref[:i])  # positions before i decoded; ref[i-1] pending at position n
             n = len(e.tokens)
             b = Batch(4)
+            assert e.id_last is not None  # fed above
             b.add(e.id_last, n, logits=True)
             if toks == 2:
                 b.add(ref[i], n + 1, logits=True)

@@ -2,15 +2,19 @@
 sizes (fixed vs per-row costs), flash attention on/off, and the time to fill the hidden rows in Python.
 With GGML_SCHED_DEBUG=2 GGUF_MTP_LLAMA_LOG=1 and --one, decodes a single MTP batch so the scheduler's
 split of the graph across back-ends can be read from stderr.
-Usage: python bench/gpu_mtp_graph.py MODEL.gguf [NGL] [--one]"""
+Usage: python -m bench.gpu_mtp_graph MODEL.gguf [NGL] [--one]"""
 
 import sys
 import time
 
 import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp before numpy)
-import numpy as np  # noqa: E402
 
-from gguf_mtp.runtime.llama import Batch, Context, Model  # noqa: E402
+# isort: split
+
+# isort: split
+import numpy as np
+
+from gguf_mtp.runtime.llama import Batch, Context, Model
 
 path, ngl = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 99
 m = Model(path, load_mtp=True, n_gpu_layers=ngl)
@@ -45,6 +49,8 @@ if "--one" in sys.argv:
     sys.exit(0)
 print(f"n_embd {m.n_embd_out}, {len(toks)} tokens")
 for nb in (512, 256, 128):
-    for what, mtp, fa in (("trunk", False, None), ("MTP", True, None), ("MTP FA on", True, True), ("MTP FA off", True, False)):
+    for what, mtp, fa in (("trunk", False, None), ("MTP", True, None), ("MTP FA on", True, True),
+                          ("MTP FA off", True, False)):
         dec, fill = run(nb, mtp, fa)
-        print(f"batch {nb:4} {what:<11} decode {dec * 1000:7.1f} ms ({dec / len(toks) * 1e6:6.1f} us/token), fill {fill * 1000:5.1f} ms")
+        print(f"batch {nb:4} {what:<11} decode {dec * 1000:7.1f} ms ({dec / len(toks) * 1e6:6.1f} us/token), "
+              f"fill {fill * 1000:5.1f} ms")

@@ -1,14 +1,18 @@
 """Where the prompt-processing cost of MTP goes: a 2048-token prompt decoded (A) plainly, (B) with the target
 emitting hidden rows, (C) as B plus the MTP context fed those rows (what `gguf-mtp run` does), (D) the MTP
-context alone. Best of 3, synchronised. Usage: python bench/gpu_prompt.py MODEL.gguf [NGL]"""
+context alone. Best of 3, synchronised. Usage: python -m bench.gpu_prompt MODEL.gguf [NGL]"""
 
 import sys
 import time
 
 import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp before numpy)
-import numpy as np  # noqa: E402
 
-from gguf_mtp.runtime.llama import Batch, Context, Model  # noqa: E402
+# isort: split
+
+# isort: split
+import numpy as np
+
+from gguf_mtp.runtime.llama import Batch, Context, Model
 
 path, ngl = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 99
 m = Model(path, load_mtp=True, n_gpu_layers=ngl)
@@ -45,9 +49,10 @@ def run(nextn: bool, feed: bool, mtp_only: bool = False, fa: bool | None = None)
 
 a, b_, c, d = run(False, False), run(True, False), run(True, True), run(False, False, mtp_only=True)
 e, f = run(False, False, mtp_only=True, fa=True), run(False, False, mtp_only=True, fa=False)
-from gguf_mtp.runtime import llama as _L  # noqa: E402
+from gguf_mtp.runtime import llama  # noqa: E402
 
-print("llama.cpp log on the MTP context:", [s.strip() for s in _L._log if "flash" in s.lower() or "not supported" in s][-4:])
+print("llama.cpp log on the MTP context:",
+      [s.strip() for s in llama._log if "flash" in s.lower() or "not supported" in s][-4:])
 for name, t in (("A plain", a), ("B + hidden rows", b_), ("C + MTP fed (run)", c), ("D MTP context alone", d),
                 ("E MTP alone, FA on", e), ("F MTP alone, FA off", f)):
     print(f"{name:22} {t * 1000:8.1f} ms  {N / t:8.0f} t/s  (+{(t / a - 1) * 100:5.1f}% vs plain)")

@@ -126,7 +126,7 @@ if [ "$MODE" != check ]; then
         late "bench $b" 60 && continue
         src=(--make "$GB"); [ "$b" = vk ] && [ -f "$W/bench-$GB-0.15-bundled.gguf" ] && src=(--model "$W/bench-$GB-0.15-bundled.gguf")
         say "bench $b (${src[*]})"
-        timeout "$(( $(left) < 200 ? $(left) : 200 ))" $TMPR/venv-$b/bin/python bench/run.py "${src[@]}" --ngl 99 --threads "$(nproc)" -n "${N:-128}" \
+        timeout "$(( $(left) < 200 ? $(left) : 200 ))" $TMPR/venv-$b/bin/python -m bench.run "${src[@]}" --ngl 99 --threads "$(nproc)" -n "${N:-128}" \
             --drafts 1 2 3 --repeats 2 --no-memory --workdir "$W" --out "$OUT/run-$b.json" 2>&1 | tee "$OUT/run-$b.txt"
         say "bench $b exit ${PIPESTATUS[0]}"
     done

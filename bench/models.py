@@ -6,7 +6,7 @@ embedding) and the head computes the same function one token later (``oracle_hea
 (``attn_output``, ``ffn_down``): the head's answer drifts and acceptance drops with ``noise``, while the
 trunk, its speed and its output stay exactly the same. One checkpoint thus gives the whole set:
 
-    python bench/models.py --workdir /tmp/m --layers 12 --vocab 248320 --noise 0.06 --quant Q4_K_M
+    python -m bench.models --workdir /tmp/m --layers 12 --vocab 248320 --noise 0.06 --quant Q4_K_M
 
 How much noise gives what acceptance depends on the widths (the trunk's greedy path soon cycles, so acceptance
 moves in steps): at Qwen3.5-9B widths 0.02 gave 64% at every position and 0.04 56/56/44% (4 layers, 32k
@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 try:  # llama.cpp's libraries before numpy (README, CUDA pitfall); the "python" stage runs without them
     import gguf_mtp.runtime  # noqa: F401
@@ -30,9 +31,7 @@ except Exception:  # noqa: BLE001 - no llama.cpp yet (gpu.sh builds it meanwhile
     pass
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
-
-WIDTHS = {  # Qwen3.5-9B's widths
+WIDTHS: dict[str, dict[str, Any]] = {  # Qwen3.5-9B's widths
     "9b": dict(hidden=4096, heads=16, kv_heads=4, head_dim=256, intermediate=12288, lin_k_heads=16, lin_v_heads=32,
                lin_head_dim=128),
     "small": dict(hidden=1024, heads=8, kv_heads=2, head_dim=128, intermediate=3072, lin_k_heads=8, lin_v_heads=16,
@@ -113,20 +112,19 @@ def _alive(pid: int) -> bool:
 
 
 def convert(ck: Path, out: Path, outtype: str, threads: int) -> Path:
-    from gguf_mtp import convert as _convert
+    from gguf_mtp.convert import convert as convert_checkpoint
 
     if not out.exists():
-        _convert(ck, outfile=out, outtype=outtype, layout="bundled", progress=False, threads=threads)
+        convert_checkpoint(ck, outfile=out, outtype=outtype, layout="bundled", progress=False, threads=threads)
     return out
 
 
 def noisy_head(src: Path, out: Path, noise: float, seed: int = 1) -> Path:
     """``src`` (bundled) with random ``attn_output`` / ``ffn_down`` in its MTP block, encoded as they were."""
+    from gguf_mtp.ggml_types import encode
     from gguf_mtp.ggufio.atomic import atomic_paths
     from gguf_mtp.ggufio.model import GGUFModel
-    from gguf_mtp.ggufio.writer import OutTensor, write_all, write_gguf
-    from gguf_mtp.ggml_types import encode
-    from gguf_mtp.surgery import _copy
+    from gguf_mtp.ggufio.writer import OutTensor, copy_tensor, write_all, write_gguf
 
     if out.exists():
         return out
@@ -145,7 +143,7 @@ def noisy_head(src: Path, out: Path, noise: float, seed: int = 1) -> Path:
 
             tensors.append(OutTensor(name, info.shape, info.ggml_type, write))
         else:
-            tensors.append(_copy(t))
+            tensors.append(copy_tensor(t))
     with atomic_paths([out]) as (tmp,):
         write_gguf(tmp, m.model_kvs(), tensors)
     return out
@@ -157,15 +155,14 @@ def tie_rows(src: Path, out: Path, period: int) -> Path:
     (a pool of 2^22 values tiled, so rows repeated every 2^22 / hidden tokens). For the tie-breaking report."""
     from gguf_mtp.ggufio.atomic import atomic_paths
     from gguf_mtp.ggufio.model import GGUFModel
-    from gguf_mtp.ggufio.writer import OutTensor, write_all, write_gguf
-    from gguf_mtp.surgery import _copy
+    from gguf_mtp.ggufio.writer import OutTensor, copy_tensor, write_all, write_gguf
 
     m = GGUFModel(src)
     name = "output.weight" if "output.weight" in m.tensors else "token_embd.weight"
     tensors = []
     for n, t in m.tensors.items():
         if n != name:
-            tensors.append(_copy(t))
+            tensors.append(copy_tensor(t))
             continue
         info = t.info
         rows = int(info.shape[1])
@@ -262,7 +259,7 @@ def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float |
     """label -> model at a release ``shape`` (SHAPES): each head noise (0: always right) x each trunk type
     (``q8_0``, ``q4_k_m``: llama.cpp's Q4_K/Q6_K rule for the trunk; embeddings, LM head and head stay Q8_0).
     A noise of None is the shape's ~70% one."""
-    from big_model import inflate
+    from bench.big_model import inflate
 
     work.mkdir(parents=True, exist_ok=True)
     _, _, layers, experts, used, typical = SHAPES[shape]

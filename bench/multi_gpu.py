@@ -3,9 +3,9 @@ layer over two, or keeps the trunk on one device and the MTP head (with the LM h
 too big for one 80 GB card split over two. Same GGUF and same call for every placement.
 
     # two GPUs (bench/gpu.sh build first; ~4 min after the build on 2x H100)
-    python bench/multi_gpu.py --devices CUDA0,CUDA1 --models dense,moe,big --out $OUT/multi-gpu.json
+    python -m bench.multi_gpu --devices CUDA0,CUDA1 --models dense,moe,big --out $OUT/multi-gpu.json
     # the same on a CPU, two loopback RPC servers standing in for the GPUs (small widths)
-    python bench/multi_gpu.py --rpc-local 2 --small --models dense,moe --threads 1
+    python -m bench.multi_gpu --rpc-local 2 --small --models dense,moe --threads 1
 
 Models (bench/big_model.py inflates a small converted template, so even the big one is written in seconds):
 dense = Qwen3.5-9B-class (hidden 4096, 32 trunk layers); moe = Qwen3.5-35B-A3B-class (hidden 2048, 40 layers,
@@ -28,11 +28,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
 import gguf_mtp.runtime  # noqa: E402,F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
+
+# isort: split
+
+# isort: split
 
 PROMPT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n"
           "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n") * 8
@@ -51,9 +54,8 @@ SMALL = dict(hidden=512, heads=8, kv_heads=2, head_dim=64, intermediate=1536, li
 
 
 def make_model(work: Path, name: str, small: bool, vocab: int, threads: int) -> Path:
-    from big_model import inflate
-
-    from gguf_mtp import convert
+    from bench.big_model import inflate
+    from gguf_mtp.convert import convert
     from tests.synthetic import SyntheticSpec, write_checkpoint
 
     family, widths, layers, experts, used = MODELS[name]
@@ -114,7 +116,7 @@ def worker(job: dict) -> dict:
         finally:
             in_step[0] = False
 
-    Engine._decode, Engine.step = timed, step  # type: ignore[method-assign]
+    Engine._decode, Engine.step = timed, step  # type: ignore[method-assign,assignment]
     p = job["placement"]
     cfg = SessionConfig(n_draft=job["draft"], n_ctx=2048, n_batch=512, n_threads=job.get("threads"), n_gpu_layers=999,
                         devices=p.get("devices"), draft_devices=p.get("draft_devices"),
@@ -123,7 +125,7 @@ def worker(job: dict) -> dict:
     with MTPSession(job["model"], mtp=p.get("mtp", "auto"), config=cfg) as s:
         load_s = time.perf_counter() - t0
         s.generate(PROMPT, max_tokens=16)
-        runs = []
+        runs: list[dict[str, Any]] = []
         for _ in range(job["repeats"]):
             spent.update(target=0.0, mtp=0.0)
             st = s.generate(PROMPT, max_tokens=job["n"]).stats
@@ -186,7 +188,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="dense,moe,big")
     ap.add_argument("--devices", default="CUDA0,CUDA1", help="the two devices (names as --list-devices prints them)")
-    ap.add_argument("--rpc-local", type=int, default=0, help="start N loopback RPC servers and use RPC0,RPC1 (CPU runs)")
+    ap.add_argument("--rpc-local", type=int, default=0,
+                    help="start N loopback RPC servers and use RPC0,RPC1 (CPU runs)")
     ap.add_argument("--small", action="store_true", help="small widths (CPU runs)")
     ap.add_argument("--vocab", type=int, default=151936)
     ap.add_argument("--draft", type=int, default=3)
@@ -201,7 +204,7 @@ def main() -> None:
     if a.worker:
         print("RESULT " + json.dumps(worker(json.loads(a.worker))), flush=True)
         return
-    from common import machine, save, table
+    from bench.common import machine, save, table
 
     a.workdir.mkdir(parents=True, exist_ok=True)
     procs, eps = start_rpc(a.rpc_local, a.threads) if a.rpc_local else ([], [])
@@ -216,10 +219,11 @@ def main() -> None:
                 job = dict(model=str(model), placement=pl, draft=a.draft, n=a.n, repeats=a.repeats,
                            threads=a.threads, rpc=eps)
                 try:
-                    r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(job)], capture_output=True,
-                                       text=True, timeout=a.timeout)
+                    r = subprocess.run([sys.executable, "-m", "bench.multi_gpu", "--worker", json.dumps(job)],
+                                       capture_output=True, text=True, timeout=a.timeout)
                     line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
-                    res = json.loads(line[7:]) if line else {"error": (r.stderr.strip().splitlines() or ["?"])[-1][:300]}
+                    last = (r.stderr.strip().splitlines() or ["?"])[-1]
+                    res = json.loads(line[7:]) if line else {"error": last[:300]}
                 except subprocess.TimeoutExpired:
                     res = {"error": f"timed out after {a.timeout:g} s"}
                 res.update(model=name, mode=label, size_gb=round(model.stat().st_size / 1e9, 1))
@@ -229,18 +233,20 @@ def main() -> None:
     finally:
         for p in procs:
             p.terminate()
-    plain = {(r["model"], r["mode"].replace("plain", "MTP")): r.get("tps") for r in rows if r["mode"].startswith("plain")}
-    for r in rows:
-        base = (plain.get((r["model"], r["mode"])) or plain.get((r["model"], "MTP, 1 device"))
-                or plain.get((r["model"], "MTP, 2 devices (layer)")))  # head elsewhere: vs the target's own placement
-        r["x_plain"] = round(r["tps"] / base, 2) if r.get("tps") and base and r["mode"].startswith("MTP") else ""
-        if r.get("acc") is not None:
-            r["acc_pct"] = round(100 * r["acc"], 1)
+    plain = {(r["model"], r["mode"].replace("plain", "MTP")): r.get("tps")
+             for r in rows if r["mode"].startswith("plain")}
+    for row in rows:
+        base = (plain.get((row["model"], row["mode"])) or plain.get((row["model"], "MTP, 1 device"))
+                or plain.get((row["model"], "MTP, 2 devices (layer)")))  # head elsewhere: vs the target's own placement
+        mtp_row = row.get("tps") and base and row["mode"].startswith("MTP")
+        row["x_plain"] = round(row["tps"] / base, 2) if mtp_row else ""
+        if row.get("acc") is not None:
+            row["acc_pct"] = round(100 * row["acc"], 1)
             # bytes of hidden rows through the host per step: (k+1) rows out of the target, tok/step rows in
-            r["rows_kb_step"] = round(r["n_embd"] * 4 * (a.draft + 1 + r["tok_step"]) / 1024, 1)
+            row["rows_kb_step"] = round(row["n_embd"] * 4 * (a.draft + 1 + row["tok_step"]) / 1024, 1)
         for k in ("tps", "target_ms", "mtp_ms", "load_s", "tok_step"):
-            if isinstance(r.get(k), float):
-                r[k] = round(r[k], 2)
+            if isinstance(row.get(k), float):
+                row[k] = round(row[k], 2)
     cols = ["model", "size_gb", "mode", "tps", "x_plain", "acc_pct", "tok_step", "target_ms", "mtp_ms",
             "rows_kb_step", "rows_copy_us", "gpu_mib", "load_s", "error"]
     print(table(rows, cols))
@@ -248,6 +254,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from common import exit_after
+    from bench.common import exit_after
 
     exit_after(main)

@@ -2,7 +2,7 @@
 `llama-completion` and `llama-speculative-simple` (issue 24). The page cache is filled first, so no row pays the
 disk; everything else a first answer pays (kernel loads, graph captures, the warm-up at load) is in its row.
 
-    python bench/oneshot.py --model LABEL=PATH --bin LLAMA_BIN -ngl 99 -n 256 --drafts 1 2 3 4 --out o.json
+    python -m bench.oneshot --model LABEL=PATH --bin LLAMA_BIN -ngl 99 -n 256 --drafts 1 2 3 4 --out o.json
 
 Rows: llama-completion; llama-speculative-simple --spec-type draft-mtp at each k; `gguf-mtp run --no-mtp`, at
 each k and with `auto`, with the warm-up at load (the default with -ngl) and, with ``--no-warmup-rows``, plain,
@@ -23,9 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import llamacpp
-from common import machine, table
+from bench import llamacpp
+from bench.common import machine, table
 
 PROMPT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n"
           "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n") * 4

@@ -2,7 +2,7 @@
 extra). One row per model: tokens/s by draft length, tokens per step by draft length, acceptance by draft
 position at the longest draft, gguf-mtp against llama.cpp's driver, with both plain baselines as lines.
 
-    python bench/plot.py results/side-by-side.json
+    python -m bench.plot results/side-by-side.json
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ second sequence, restore it and re-decode the accepted tokens after a rejection)
 ``state-device`` (a, through llama_state_seq_get/set_data_ext PARTIAL_ONLY [| ON_DEVICE]), ``replay:every=4,...``
 (b: save every 4th step, re-decode back to the save), ``replay:merge=16`` (c: re-decode the accepted tokens
 ahead of the next verify batch instead of in a decode of their own); ``native`` where llama.cpp keeps snapshots
-(a patched build: docs/upstream/qwen3next-rs-rollback.md); ``auto`` (the default: (c), merging up to 8). Per row: t/s, x plain, tokens per step, acceptance
+(a patched build: docs/upstream/qwen3next-rs-rollback.md); ``auto`` (the default: (c), merging up to 8). Per
+row: t/s, x plain, tokens per step, acceptance
 by draft position, the rollback's own time per step (restore + separate re-decode; merged tokens ride in the
 verify batch and show in the step time instead), tokens decoded again per step, and the step time.
 
@@ -26,14 +27,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
-import gguf_mtp.runtime  # noqa: E402,F401  llama.cpp's libraries before numpy (CUDA builds; README "CUDA")
-from common import exit_after, machine, save, table  # noqa: E402
+import gguf_mtp.runtime  # noqa: F401  llama.cpp's libraries before numpy (CUDA builds; README "CUDA")
+
+# isort: split
+
+# isort: split
+from bench.common import exit_after, machine, save, table
 
 PROMPT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n"
           "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n") * 4
@@ -45,7 +48,7 @@ def spec_for(size: str):  # type: ignore[no-untyped-def]
     from tests.synthetic import SyntheticSpec
 
     if size == "cpu":  # small widths; the structure of Qwen3-Next (3 DeltaNet : 1 attention, MoE + shared expert)
-        w = dict(layers=8, hidden=512, heads=8, kv_heads=2, head_dim=64, lin_k_heads=4, lin_v_heads=8,
+        w: dict[str, Any] = dict(layers=8, hidden=512, heads=8, kv_heads=2, head_dim=64, lin_k_heads=4, lin_v_heads=8,
                  lin_head_dim=64, experts=16, experts_used=4, moe_intermediate=256, shared_intermediate=256,
                  intermediate=1024, vocab_size=32768)
     else:  # Qwen3-Next-80B-A3B widths and vocabulary; fewer layers and experts to fit SIZE_GB (Q8_0)
@@ -58,7 +61,7 @@ def spec_for(size: str):  # type: ignore[no-untyped-def]
 
 
 def make_model(work: Path, size: str, threads: int) -> Path:
-    from gguf_mtp import convert
+    from gguf_mtp.convert import convert
     from tests.synthetic import write_checkpoint
 
     out = work / f"q3n-{size}.gguf"
@@ -89,7 +92,7 @@ def bench_model(model: Path, heads: dict[str, float], a: argparse.Namespace) -> 
     from gguf_mtp.runtime import MTPSession
 
     kw = dict(n_ctx=2048, n_gpu_layers=a.ngl, n_threads=a.threads)
-    with MTPSession(model, mtp=False, **kw) as plain:  # type: ignore[arg-type]
+    with MTPSession(model, mtp=False, **kw) as plain:
         toks = plain.model.tokenize(PROMPT)
         plain.generate(toks[:16], max_tokens=8)  # warm-up
         runs = [timed(plain, toks, a.n_predict) for _ in range(a.repeats)]
@@ -102,7 +105,7 @@ def bench_model(model: Path, heads: dict[str, float], a: argparse.Namespace) -> 
     kmax = max(d for d in a.drafts if d != "auto")
     for rb in a.rollback:
         try:
-            s = MTPSession(model, mtp="auto", n_draft=kmax, rollback=rb, require_mtp=True, **kw)  # type: ignore[arg-type]
+            s = MTPSession(model, mtp="auto", n_draft=kmax, rollback=rb, require_mtp=True, **kw)
         except Exception as e:  # noqa: BLE001 - e.g. native without snapshots: report, go on
             rows.append({"head": "", "rollback": rb, "k": "-", "t/s": f"n/a: {str(e)[:60]}"})
             continue
@@ -158,7 +161,8 @@ def _row(head: str, name: str, k: int, st, base_tps: float) -> dict:  # type: ig
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--make", default="cpu", help="'cpu' (small widths) or a size in GB (Qwen3-Next widths, vocab 151936)")
+    ap.add_argument("--make", default="cpu",
+                    help="'cpu' (small widths) or a size in GB (Qwen3-Next widths, vocab 151936)")
     ap.add_argument("--spoil", type=float, default=0.3, help="the imperfect head: share of draft tokens made wrong")
     ap.add_argument("--no-perfect", action="store_true", help="only the imperfect head")
     ap.add_argument("--rollback", nargs="+", default=ROLLBACKS)
@@ -180,7 +184,7 @@ def main() -> None:
     if a.no_perfect:
         del heads["perfect"]
     rows, lossless = bench_model(model, heads, a)
-    best = {}
+    best: dict[str, dict[str, Any]] = {}
     by = "x plain" if a.ngl else "x plain (cpu)"  # a shared CPU: rank by the work, not the wall time
     for r in rows:
         if r["rollback"] != "plain" and isinstance(r.get(by), float):

@@ -2,8 +2,8 @@
 acceptance per draft position, prompt-processing tokens/s with and without MTP, the share of each decode
 step spent outside llama.cpp, and peak memory of the three pairings. Prints tables, writes JSON.
 
-    python bench/run.py --make 1.0 [--ngl 99]          # generate a ~1 GB Qwen3.5-shaped model with a head
-    python bench/run.py --model M.gguf [--mtp S.gguf]  # any model
+    python -m bench.run --make 1.0 [--ngl 99]          # generate a ~1 GB Qwen3.5-shaped model with a head
+    python -m bench.run --model M.gguf [--mtp S.gguf]  # any model
 
 The generated model is a bigram trunk with an "oracle" head (see tests.synthetic) plus noise in the head
 (--head-noise), so acceptance is high but not perfect (~70/60/55% by position); speed, not text quality, is
@@ -25,20 +25,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.synthetic
-import gguf_mtp.runtime  # noqa: E402,F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
-from common import exit_after, machine, save, table  # noqa: E402
+import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
+
+# isort: split
+
+# isort: split
+from bench.common import exit_after, machine, save, table
 
 PROMPT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n"
           "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n") * 40
 
 
 def make_model(work: Path, size_gb: float, head_noise: float, threads: int) -> tuple[Path, Path, Path, Path]:
-    from gguf_mtp import convert
+    from gguf_mtp.convert import convert
     from tests.synthetic import SyntheticSpec, write_checkpoint
 
+    widths: dict[str, Any]
     if size_gb >= 4:  # Qwen3.5-9B widths (hidden 4096): ~232 MB of Q8_0 per layer
         widths = dict(hidden=4096, heads=16, kv_heads=4, head_dim=256, intermediate=12288, lin_k_heads=16,
                       lin_v_heads=32, lin_head_dim=128, vocab_size=65536)
@@ -81,7 +85,7 @@ def mtp_matrix_share(path: Path) -> float:
     return 100 * head / max(1, trunk)
 
 
-def peak_rss(model: Path, mtp: str, ngl: int) -> dict:
+def peak_rss(model: Path | None, mtp: str | bool, ngl: int) -> dict:
     """Load a pairing in a fresh process, decode a few tokens, report its peak RSS (VmHWM: per process,
     unlike ru_maxrss, which a child inherits from its parent) and GPU memory if any."""
     code = (f"import json; from gguf_mtp.runtime import MTPSession\n"
@@ -92,7 +96,8 @@ def peak_rss(model: Path, mtp: str, ngl: int) -> dict:
             f"'source': s.pairing.source.value}}))")
     env = dict(os.environ)
     gpu_before = _gpu_used()
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                         text=True)
     peak_gpu = 0
     while p.poll() is None:
         peak_gpu = max(peak_gpu, _gpu_used() - gpu_before)
@@ -119,7 +124,8 @@ def main() -> None:
     ap.add_argument("--model", type=Path)
     ap.add_argument("--mtp", default="auto")
     ap.add_argument("--make", type=float, help="generate a model of about this many GB (Q8_0)")
-    ap.add_argument("--head-noise", type=float, default=0.15, help="0: the head is always right; 0.15: ~70/60/55%% by position")
+    ap.add_argument("--head-noise", type=float, default=0.15,
+                    help="0: the head is always right; 0.15: ~70/60/55%% by position")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/gguf-mtp-bench"))
     ap.add_argument("--ngl", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
@@ -138,20 +144,24 @@ def main() -> None:
     a.workdir.mkdir(parents=True, exist_ok=True)
     side_full = side_head = trunk = None
     if a.make:
-        model, trunk, side_full, side_head = make_model(a.workdir, a.make, a.head_noise, a.threads or os.cpu_count() or 2)
+        model, trunk, side_full, side_head = make_model(a.workdir, a.make, a.head_noise,
+                                                        a.threads or os.cpu_count() or 2)
     elif a.model:
         model = a.model
     else:
         ap.error("pass --model or --make")
     kmax = max(a.drafts)
-    prompt_rows, rows = [], []
+    prompt_rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
     with MTPSession(model, mtp=False, n_ctx=4096, n_gpu_layers=a.ngl, n_threads=a.threads) as plain:
         toks = plain.model.tokenize(PROMPT)[:2048]
         plain.generate(toks[:64], max_tokens=8)  # warm-up
         best = min((plain.generate(toks, max_tokens=1).stats for _ in range(a.repeats)), key=lambda s: s.prompt_seconds)
-        prompt_rows.append({"mode": "plain", "prompt tokens": best.prompt_tokens, "prompt t/s": round(best.prompt_tps, 1)})
+        prompt_rows.append({"mode": "plain", "prompt tokens": best.prompt_tokens,
+                            "prompt t/s": round(best.prompt_tps, 1)})
         short = toks[:128]
-        base = max((plain.generate(short, max_tokens=a.n_predict).stats for _ in range(a.repeats)), key=lambda s: s.decode_tps)
+        base = max((plain.generate(short, max_tokens=a.n_predict).stats for _ in range(a.repeats)),
+                   key=lambda s: s.decode_tps)
         ref_tokens = plain.generate(short, max_tokens=a.n_predict).tokens
         rows.append({"mode": "plain", "t/s": round(base.decode_tps, 1), "x plain": 1.0, "tok/step": 1.0,
                      "accept by position %": "", "overhead %": round(100 * base.python_overhead, 1)})
@@ -192,20 +202,23 @@ def main() -> None:
     mem_rows = []
     if not a.no_memory and a.make:
         for name, m, mtp in (("bundled", model, "auto"), ("trunk + head-only sidecar", trunk, str(side_head)),
-                             ("trunk + self-contained sidecar", trunk, str(side_full)), ("trunk, no MTP", trunk, False)):
+                             ("trunk + self-contained sidecar", trunk, str(side_full)),
+                             ("trunk, no MTP", trunk, False)):
             d = peak_rss(m, mtp, a.ngl)
             mem_rows.append({"pairing": name, "peak RSS MB": round(d["rss_mb"]), "GPU MB": d["gpu_mb"] or ""})
-    dev = "GPU (-ngl %d)" % a.ngl if a.ngl else f"CPU ({a.threads or os.cpu_count()} threads)"
+    dev = f"GPU (-ngl {a.ngl})" if a.ngl else f"CPU ({a.threads or os.cpu_count()} threads)"
     print(f"model: {model} ({model.stat().st_size / 1e9:.2f} GB), {dev}, {a.n_predict} tokens, best of {a.repeats}")
     print(dev_line)
     print(table(rows, ["mode", "t/s", "x plain", "tok/step", "accept by position %", "overhead %", "chosen k"]))
     print(f"\noutput identical to plain decoding in every MTP run: {lossless}")
     print(table(prompt_rows, ["mode", "prompt tokens", "prompt t/s", "cost %", "target %"]))
-    print(f"prompt-processing cost of MTP: {pp_cost:.1f}% (MTP block = {share:.1f}% of the layers; target <= {share + 5:.1f}%)"
+    print(f"prompt-processing cost of MTP: {pp_cost:.1f}% (MTP block = {share:.1f}% of the layers; "
+          f"target <= {share + 5:.1f}%)"
           + (f"; its matrices are {flops:.1f}% of the trunk's" if flops is not None else ""))
     if mem_rows:
         print(table(mem_rows, ["pairing", "peak RSS MB", "GPU MB"]))
-    save(a.out, {"machine": machine(), "device": dev, "devices": dev_line, "model": str(model), "decode": rows, "prompt": prompt_rows,
+    save(a.out, {"machine": machine(), "device": dev, "devices": dev_line, "model": str(model), "decode": rows,
+                 "prompt": prompt_rows,
                  "prompt_cost_pct": pp_cost, "mtp_layer_share_pct": share, "mtp_matrix_share_pct": flops,
                  "lossless": lossless, "memory": mem_rows})
 

@@ -2,8 +2,8 @@
 GGUF: 1, 4 and 8 concurrent streaming clients for a fixed time each. Reports time to first token, inter-token
 latency and total tokens/s, and the ratios; writes JSON and, with matplotlib, a plot.
 
-    python bench/serve.py --model M.gguf [--llama-server build/bin/llama-server] [--ngl 99]
-    python bench/serve.py --make 1.0 ...        # the synthetic Qwen3.5-shaped model of bench/run.py
+    python -m bench.serve --model M.gguf [--llama-server build/bin/llama-server] [--ngl 99]
+    python -m bench.serve --make 1.0 ...        # the synthetic Qwen3.5-shaped model of bench/run.py
 
 The client is the standard library only (http.client, threads), so it runs where only the server's packages are.
 Each client sends greedy streaming /v1/completions requests (-n tokens, a different prompt each time) back to
@@ -28,8 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, save, table  # noqa: E402
+from bench.common import machine, save, table
 
 PROMPTS = [
     "def fibonacci(n):\n", "import os\n\n\ndef list_files(path):\n", "class Stack:\n    def __init__(self):\n",
@@ -112,7 +111,7 @@ def one_stream(port: int, prompt: str, n: int) -> dict | None:
         tokens = t.get("predicted_n") or u.get("completion_tokens") or tokens
     c.close()
     tokens = tokens or chunks
-    if first is None:
+    if first is None or last is None:
         return None
     return {"ttft": first - t0, "itl": (last - first) / (tokens - 1) if tokens > 1 else 0.0, "tokens": tokens,
             "end": time.perf_counter()}
@@ -159,7 +158,7 @@ def acceptance(port: int) -> float | None:
         if m:
             vals[m.group(1).split(":")[-1].removeprefix("gguf_mtp_")] = float(m.group(2))
     d, a = vals.get("spec_decode_num_draft_tokens_total"), vals.get("spec_decode_num_accepted_tokens_total")
-    return round(a / d, 4) if d else None
+    return round(a / d, 4) if d and a is not None else None
 
 
 def main() -> None:
@@ -177,13 +176,14 @@ def main() -> None:
     ap.add_argument("-c", "--ctx-size", type=int, default=0, help="total context (default: 1024 per slot)")
     ap.add_argument("--ngl", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--only", default="", help="comma list of configs to run (gguf-mtp,gguf-mtp-no-mtp,llama-server-mtp,llama-server)")
+    ap.add_argument("--only", default="",
+                    help="comma list of configs to run (gguf-mtp,gguf-mtp-no-mtp,llama-server-mtp,llama-server)")
     ap.add_argument("--out", type=Path, default=Path("out/bench-serve/serve.json"))
     ap.add_argument("--plot", type=Path, default=None, help="PNG (default: next to --out)")
     a = ap.parse_args()
     a.workdir.mkdir(parents=True, exist_ok=True)
     if a.make:
-        from run import make_model  # bench/run.py's synthetic model
+        from bench.run import make_model  # bench/run.py's synthetic model
 
         model = make_model(a.workdir, a.make, a.head_noise, a.threads)[0]
     elif a.model:

@@ -6,7 +6,7 @@ first run, which explores, and its best). For gguf-mtp every step is timed by ph
 host reads, Python; ``Stats.breakdown``) and set against the bytes the step must read from memory (``roofline.py``).
 Writes a table, JSON and (with matplotlib) a plot next to the JSON.
 
-    python bench/side_by_side.py --model "perfect=M.gguf" --model "noisy=N.gguf" --bin build/bin --ngl 99 \\
+    python -m bench.side_by_side --model "perfect=M.gguf" --model "noisy=N.gguf" --bin build/bin --ngl 99 \\
         --out results/side-by-side.json
 
 Greedy, best of --repeats. Tools are found in --bin, $LLAMA_CPP_BIN or PATH; a missing tool is skipped with a
@@ -21,19 +21,27 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gguf_mtp.runtime  # noqa: E402,F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
-import llamacpp  # noqa: E402
-from common import exit_after, machine, table  # noqa: E402
-from roofline import gpu_name, peak_gbs, roofline, step_bytes  # noqa: E402
+import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp's libraries before numpy: see README, CUDA pitfall)
+
+# isort: split
+
+# isort: split
+from bench import llamacpp
+from bench.common import exit_after, machine, table
+from bench.roofline import gpu_name, peak_gbs, roofline, step_bytes
 
 PROMPT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n"
           "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n") * 4
 
 
-def _best(runs: list, key) -> object:  # type: ignore[no-untyped-def]
+Run = TypeVar("Run")  # a tool's run or a session's statistics
+
+
+def _best(runs: list[Run], key: Callable[[Run], float]) -> Run:
     return max(runs, key=key)
 
 
@@ -100,7 +108,7 @@ def run_ours(model: Path, a: argparse.Namespace, sb, gbs: float | None) -> tuple
         st = _best([plain.generate(PROMPT, max_tokens=a.n_predict).stats for _ in range(a.repeats)],
                    lambda s: s.decode_tps)
         rows.append(_row("run --no-mtp, timings off", 0, st, sb, gbs))
-    checks = {"identical_to_plain": True, "differs": []}
+    checks: dict[str, Any] = {"identical_to_plain": True, "differs": []}
     with MTPSession(model, mtp="auto", n_draft=kmax, **kw) as s:
         if not s.mtp_enabled:
             raise SystemExit(f"{model}: no MTP head ({s.notices})")
@@ -161,7 +169,8 @@ def main() -> None:
     ap.add_argument("-c", "--ctx", type=int, default=2048)
     ap.add_argument("--drafts", type=int, nargs="+", default=[1, 2, 3, 4])
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--tool-repeats", type=int, help="runs of each llama.cpp tool (each loads the model; default --repeats)")
+    ap.add_argument("--tool-repeats", type=int,
+                    help="runs of each llama.cpp tool (each loads the model; default --repeats)")
     ap.add_argument("--hbm-gbs", type=float, help="peak memory bandwidth (default: from the GPU's name)")
     ap.add_argument("--no-tools", action="store_true", help="gguf-mtp only")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "side-by-side.json")
@@ -209,7 +218,7 @@ def main() -> None:
         a.out.write_text(json.dumps(payload, indent=2))  # after every model: a cut-off run keeps what it did
     print(f"\nwrote {a.out}")
     try:
-        from plot import plot_side_by_side
+        from bench.plot import plot_side_by_side
 
         print(f"wrote {plot_side_by_side(a.out)}")
     except ImportError as e:

@@ -1,7 +1,7 @@
 """Benchmark extract / strip / graft on generated Qwen3.5-shaped GGUF models of two trunk sizes, against `cp`
 of the same output in the same run. Prints a table, writes bench/results/surgery.json.
 
-    python bench/surgery.py [--sizes 2.1 4.2] [--workdir /tmp/gguf-mtp-bench]
+    python -m bench.surgery [--sizes 2.1 4.2] [--workdir /tmp/gguf-mtp-bench]
 
 Targets (issue 3): strip and graft within 1.2x of cp; extract time flat as the trunk grows; peak RSS < 200 MB.
 Each job runs 3 times (outputs removed and `sync` before each); the best time counts, "to disk" adds the
@@ -14,8 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import best_of, machine, run_measured, save, table  # noqa: E402
+from bench.common import best_of, machine, run_measured, save, table
 
 
 def cli(*args: str) -> list[str]:
@@ -32,7 +31,7 @@ def main() -> None:
     for size in a.sizes:
         ck = a.workdir / f"ckpt-{size}"
         if not (ck / "config.json").exists():
-            gen = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import convert as b; "
+            gen = (f"from bench import convert as b; "
                    f"from pathlib import Path; b.write_checkpoint(Path({str(ck)!r}), b.spec_for({size}))")
             run_measured([sys.executable, "-c", gen])
         model = a.workdir / f"model-{size}.gguf"
@@ -54,7 +53,8 @@ def main() -> None:
         rows.append(_row("graft (head-only onto trunk)", size, model, grafted, t, d, rss, a.workdir))
         for p in (side, trunk, grafted):
             p.unlink(missing_ok=True)
-    cols = ["job", "model GB", "out MB", "seconds", "cp s", "x cp", "s to disk", "cp to disk", "x cp to disk", "peak RSS MB"]
+    cols = ["job", "model GB", "out MB", "seconds", "cp s", "x cp", "s to disk", "cp to disk", "x cp to disk",
+            "peak RSS MB"]
     print(table(rows, cols))
     save(a.out, {"machine": machine(), "rows": rows})
 

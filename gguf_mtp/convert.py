@@ -27,10 +27,10 @@ from .errors import MissingTensorError, UnsupportedError
 from .families import family_class
 from .families.base import Family, ModelPlan, PlannedTensor, Source
 from .ggml_types import FILE_TYPES, choose_type, encode, parse_type, type_name
-from .ggufio import keys as K
 from .ggufio.atomic import atomic_paths, check_output
 from .ggufio.format import KV
-from .ggufio.names import MT, w
+from .ggufio.keys import K_SHARED_TARGET_TENSORS, arch_key
+from .ggufio.names import MT, in_block
 from .ggufio.writer import OutTensor, write_all, write_gguf
 from .layout import OUTPUT, TOKEN_EMBD, Layout, borrowed_tensors, default_name
 from .progress import Progress
@@ -75,7 +75,7 @@ def general_kvs(arch: str, name: str, file_type: GGMLQuantizationType) -> list[K
 
 
 #: MTP-layer copies that llama.cpp's graphs replace by the model's own tensor when absent
-SHARED_COPIES = {"." + w(MT.NEXTN_EMBED_TOKENS): TOKEN_EMBD, "." + w(MT.NEXTN_SHARED_HEAD_HEAD): OUTPUT}
+SHARED_COPIES = {"." + in_block(MT.NEXTN_EMBED_TOKENS): TOKEN_EMBD, "." + in_block(MT.NEXTN_SHARED_HEAD_HEAD): OUTPUT}
 
 
 def _same_bytes(a: Ref, b: Ref, chunk: int = 64 << 20) -> bool:
@@ -223,7 +223,7 @@ def convert(
     name = str(ck.config.get("_name_or_path") or model_name(model))
     kvs = general_kvs(plan.arch, name.rstrip("/").split("/")[-1], file_type) + plan.kvs
     if layout == Layout.HEAD_ONLY:
-        kvs.append(KV.array(K.arch_key(K.K_SHARED_TARGET_TENSORS, plan.arch), GGUFValueType.STRING,
+        kvs.append(KV.array(arch_key(K_SHARED_TARGET_TENSORS, plan.arch), GGUFValueType.STRING,
                             borrowed_tensors(t.name for t in family.generated())))
     kvs += tokenizer_kvs(root, family.hp, family.vocab, family.tokenizer_pre, family.extra_specials)
     n_tokens = len(next(kv for kv in kvs if kv.key == Keys.Tokenizer.LIST).value)

@@ -8,7 +8,6 @@ until a plan's tensors are written.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -18,18 +17,26 @@ from gguf import GGMLQuantizationType, GGUFValueType, Keys
 from .draft_head import draft_head_tensors, keeps_type, lm_head, parse_draft_type
 from .errors import CompatibilityError, GgufMtpError, MissingTensorError, UnsupportedError
 from .ggml_types import can_decode, choose_type, dequantize, encode, parse_type
-from .ggufio import keys as K
 from .ggufio.format import KV
+from .ggufio.keys import K_RECURRENT_LAYERS, K_SHARED_TARGET_TENSORS, arch_key
 from .ggufio.model import GGUFModel, Tensor
 from .ggufio.shape import ggml_shape, same_ggml_shape
 from .ggufio.validate import LLAMA_MAX_LAYERS, check_tensor_types
 from .ggufio.writer import OutTensor, Progress, copy_tensor, write_all
-from .layout import MODEL_TENSORS, OUTPUT, TOKEN_EMBD, block_index
+from .layout import (
+    MODEL_TENSORS,
+    OUTPUT,
+    TOKEN_EMBD,
+    Layout,
+    block_index,
+    block_parts,
+    has_trunk_blocks,
+    renumber_block,
+    sidecar_layout,
+)
 
-__all__ = ["Head", "find_head", "require_head", "has_trunk", "check_compatible", "GraftPlan", "plan_graft",
+__all__ = ["Head", "find_head", "require_head", "check_compatible", "GraftPlan", "plan_graft",
            "head_tensor", "per_layer_keys", "with_array", "COMPAT_KEYS"]
-
-_BLK = re.compile(r"^blk\.(\d+)\.(.*)$")
 
 #: hparams a head and its target must share (beside the vocabulary and tensor shapes)
 COMPAT_KEYS = (
@@ -41,7 +48,7 @@ COMPAT_KEYS = (
 #: arrays whose length is fixed by the format, never per-layer (even when it happens to equal block_count)
 FIXED_LENGTH_ARRAYS = (Keys.Rope.DIMENSION_SECTIONS,)
 #: value of a per-layer array for an MTP layer when the head's file does not say
-MTP_LAYER_DEFAULTS = {K.K_RECURRENT_LAYERS: False}
+MTP_LAYER_DEFAULTS = {K_RECURRENT_LAYERS: False}
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,11 @@ class Head:
     @property
     def nbytes(self) -> int:
         return sum(t.info.nbytes for t in self.tensors)
+
+    @property
+    def sidecar(self) -> Layout | None:
+        """The sidecar layout of the head's file (:func:`gguf_mtp.layout.sidecar_layout`), None for a model."""
+        return sidecar_layout(self.model.tensors.keys(), self.n_trunk)
 
 
 def find_head(m: GGUFModel) -> Head | None:
@@ -80,15 +92,10 @@ def require_head(m: GGUFModel, role: str) -> Head:
     return head
 
 
-def has_trunk(m: GGUFModel, n_trunk: int) -> bool:
-    """Whether ``m`` holds trunk blocks (a model), not only MTP blocks (a sidecar)."""
-    return any((b := block_index(n)) is not None and b < n_trunk for n in m.tensors)
-
-
 def per_layer_keys(m: GGUFModel, block_count: int) -> set[str]:
     """Metadata arrays with one entry per block (llama.cpp's get_key_or_arr keys)."""
     pre = m.arch + "."
-    fixed = {K.arch_key(t, m.arch) for t in FIXED_LENGTH_ARRAYS}
+    fixed = {arch_key(t, m.arch) for t in FIXED_LENGTH_ARRAYS}
     return {k for k, kv in m.kv.items() if k.startswith(pre) and k not in fixed and kv.vtype == GGUFValueType.ARRAY
             and kv.item_type != GGUFValueType.STRING and len(kv.value) == block_count}
 
@@ -119,7 +126,7 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
         else:
             same = a == b
         if not same:
-            diffs.append(f"{K.arch_key(tmpl, target.arch).split('.', 1)[1]} {b} (target) vs {a} (head)")
+            diffs.append(f"{arch_key(tmpl, target.arch).split('.', 1)[1]} {b} (target) vs {a} (head)")
     ta, tb = src.get(Keys.Tokenizer.LIST), target.get(Keys.Tokenizer.LIST)
     if ta is not None and tb is not None:
         if len(ta) != len(tb):
@@ -132,13 +139,12 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
     # compared as ggml compares them: llama.cpp's converter writes [n, 1] where llama-quantize writes [n]
     by_suffix: dict[str, list[tuple[int, ...]]] = {}
     for name, t in target.tensors.items():
-        m = _BLK.match(name)
-        if m:
-            by_suffix.setdefault(m.group(2), []).append(ggml_shape(t.info.shape))
+        if (parts := block_parts(name)) is not None:
+            by_suffix.setdefault(parts[1], []).append(ggml_shape(t.info.shape))
     for t in head.tensors:
-        m = _BLK.match(t.name)
-        if m and m.group(2) in by_suffix and ggml_shape(t.info.shape) not in by_suffix[m.group(2)]:
-            diffs.append(f"{m.group(2)} shape {list(by_suffix[m.group(2)][0])} (target) vs "
+        parts = block_parts(t.name)
+        if parts and parts[1] in by_suffix and ggml_shape(t.info.shape) not in by_suffix[parts[1]]:
+            diffs.append(f"{parts[1]} shape {list(by_suffix[parts[1]][0])} (target) vs "
                          f"{list(ggml_shape(t.info.shape))} (head)")
             break
     for name in (TOKEN_EMBD, OUTPUT):
@@ -148,7 +154,7 @@ def check_compatible(head: Head, target: GGUFModel) -> None:
                          f"{list(ggml_shape(src.tensors[name].info.shape))} (head)")
     # model-level tensors (rope_freqs): a self-contained head carries its own, a head-only one lists what it borrows
     head_only = TOKEN_EMBD not in src.tensors
-    borrowed = src.arch_get(K.K_SHARED_TARGET_TENSORS)
+    borrowed = src.arch_get(K_SHARED_TARGET_TENSORS)
     for name in MODEL_TENSORS:
         if head_only and not isinstance(borrowed, list):
             break  # an unmarked head-only file says nothing about them
@@ -215,7 +221,7 @@ def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.Path
     old = find_head(tgt)
     tgt_bc = int(tgt.arch_get(Keys.LLM.BLOCK_COUNT, 0) or 0)
     tgt_trunk = old.n_trunk if old else tgt_bc
-    if not has_trunk(tgt, tgt_trunk):
+    if not has_trunk_blocks(tgt.tensors, tgt_trunk):
         raise GgufMtpError(f"{tgt.path}: TARGET is an MTP sidecar, not a model; graft onto a model file")
     if old is not None and not replace:
         raise GgufMtpError(f"{tgt.path}: TARGET already has an MTP head ({old.n_mtp} layer); pass --replace to "
@@ -229,15 +235,15 @@ def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.Path
         notes.append(f"head renumbered from blk.{head.n_trunk} to blk.{tgt_trunk} (target has {tgt_trunk} trunk "
                      f"layers, the head's model {head.n_trunk})")
     a = tgt.arch
-    bc_key, nextn_key = K.arch_key(Keys.LLM.BLOCK_COUNT, a), K.arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, a)
+    bc_key, nextn_key = arch_key(Keys.LLM.BLOCK_COUNT, a), arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, a)
     src_per_layer = per_layer_keys(src, head.n_trunk + head.n_mtp)
     # an array is per-layer when its length follows block_count in both files
     tgt_per_layer = {k for k in per_layer_keys(tgt, tgt_bc)
                      if k in src_per_layer or k not in src.kv or src.kv[k].vtype != GGUFValueType.ARRAY}
-    nextn_kv = src.kv[K.arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, src.arch)]
+    nextn_kv = src.kv[arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, src.arch)]
     kvs: list[KV] = []
     for kv in tgt.model_kvs():
-        if kv.key in (nextn_key, K.arch_key(K.K_SHARED_TARGET_TENSORS, a)):
+        if kv.key in (nextn_key, arch_key(K_SHARED_TARGET_TENSORS, a)):
             continue
         if kv.key == bc_key:
             kv = KV(kv.key, kv.vtype, new_bc)
@@ -254,17 +260,13 @@ def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.Path
     drop = {t.name for t in old.tensors} if old else set()
     groups = [[copy_tensor(Tensor(i, s)) for i in s.tensors.values() if i.name not in drop] for s in tgt.shards]
     shift = tgt_trunk - head.n_trunk
-
-    def renamed(name: str) -> str:
-        m = _BLK.match(name)
-        return f"blk.{int(m.group(1)) + shift}.{m.group(2)}" if m else name
-
     drafts: list[OutTensor] = []
     replaced: set[str] = set()
     if dt is not None:
         drafts, replaced = draft_head_tensors(src, head.tensors, head.n_trunk, head.n_mtp, dt,
                                               lm=lm_head(src) or lm_head(tgt), shift=shift)
-    groups[-1].extend(head_tensor(t, mt, renamed(t.name)) for t in head.tensors if t.name not in replaced)
+    groups[-1].extend(head_tensor(t, mt, renumber_block(t.name, shift)) for t in head.tensors
+                      if t.name not in replaced)
     groups[-1].extend(drafts)
     return GraftPlan(kvs, groups, tgt.alignment, src, tgt, notes)
 
@@ -277,7 +279,7 @@ def _head_entries(key: str, src: GGUFModel, head: Head, src_per_layer: set[str],
     if scalar is not None and not isinstance(scalar, list):
         return [scalar] * head.n_mtp
     for tmpl, value in MTP_LAYER_DEFAULTS.items():
-        if key == K.arch_key(tmpl, arch):
+        if key == arch_key(tmpl, arch):
             return [value] * head.n_mtp
     raise CompatibilityError(f"{src.path}: TARGET has the per-layer array {key!r} but the head's file does not "
                              "say its value for the MTP layers; graft from a bundled model or a sidecar that has it")

@@ -14,7 +14,7 @@ Never decided from the file name.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -41,6 +41,10 @@ def borrowed_tensors(model_tensors: Iterable[str]) -> list[str]:
 
 
 MTP_SUFFIX = "-MTP"
+#: the name llama.cpp users (and earlier versions) give a model's sidecar: ``mtp-<model>.gguf``
+MTP_PREFIX = "mtp-"
+#: the tag of ``graft``'s default output, after the target's stem
+GRAFT_SUFFIX = "-with-MTP"
 
 _BLK = re.compile(r"^blk\.(\d+)\.")
 
@@ -65,9 +69,35 @@ class Layout(str, Enum):
         }[self.value]
 
 
-def block_index(name: str) -> int | None:
+def block_parts(name: str) -> tuple[int, str] | None:
+    """``blk.3.attn_norm.weight`` -> ``(3, "attn_norm.weight")``; None for a tensor outside the blocks."""
     m = _BLK.match(name)
-    return int(m.group(1)) if m else None
+    return (int(m.group(1)), name[m.end():]) if m else None
+
+
+def block_index(name: str) -> int | None:
+    """The block a tensor belongs to (``blk.<i>.``), or None."""
+    parts = block_parts(name)
+    return parts[0] if parts else None
+
+
+def renumber_block(name: str, shift: int) -> str:
+    """``name`` moved ``shift`` blocks on (a graft puts the head after the target's trunk); others unchanged."""
+    parts = block_parts(name)
+    return f"blk.{parts[0] + shift}.{parts[1]}" if parts else name
+
+
+def has_trunk_blocks(tensor_names: Iterable[str], n_trunk: int) -> bool:
+    """Whether a file holds trunk blocks (below ``n_trunk``): a model, not only MTP blocks (a sidecar)."""
+    return any((b := block_index(n)) is not None and b < n_trunk for n in tensor_names)
+
+
+def sidecar_layout(tensor_names: Collection[str], n_trunk: int) -> Layout | None:
+    """For a file with an MTP head after ``n_trunk`` trunk layers: which sidecar it is (self-contained when it
+    carries the embeddings, else head-only), or None when it holds trunk blocks (a model)."""
+    if has_trunk_blocks(tensor_names, n_trunk):
+        return None
+    return Layout.MTP_ONLY if TOKEN_EMBD in tensor_names else Layout.HEAD_ONLY
 
 
 @dataclass(frozen=True)
@@ -102,7 +132,6 @@ def detect(kv: Mapping[str, object], tensor_names: Iterable[str], mtp_archs: Ite
     n_trunk = block_count - n_mtp
     blocks = {b for b in (block_index(n) for n in names) if b is not None}
     mtp_names = tuple(n for n in names if (b := block_index(n)) is not None and b >= n_trunk and n_mtp > 0)
-    has_trunk = any(b < n_trunk for b in blocks)
     has_emb = TOKEN_EMBD in names
     problems: list[str] = []
     soft: list[str] = []
@@ -112,13 +141,9 @@ def detect(kv: Mapping[str, object], tensor_names: Iterable[str], mtp_archs: Ite
         problems.append(f"nextn_predict_layers={n_mtp} but no MTP block tensors")
     if n_mtp == 0:
         layout = Layout.TRUNK_ONLY if arch in set(mtp_archs) else Layout.NO_MTP
-    elif has_trunk:
-        layout = Layout.BUNDLED
-    elif has_emb:
-        layout = Layout.MTP_ONLY
     else:
-        layout = Layout.HEAD_ONLY
-        if arch_key(K_SHARED_TARGET_TENSORS, arch) not in kv:
+        layout = sidecar_layout(names, n_trunk) or Layout.BUNDLED
+        if layout == Layout.HEAD_ONLY and arch_key(K_SHARED_TARGET_TENSORS, arch) not in kv:
             soft.append("head-only file without the nextn_shared_target_tensors marker")
     if problems:
         layout = Layout.BROKEN
@@ -158,11 +183,16 @@ def default_name(stem: str, layout: Layout, trunk_type: str | None = None, head_
 _SIDECAR_TAG = re.compile(r"-MTP(?:-head)?(?:-[A-Za-z0-9_]+)?$", re.I)
 
 
+def graft_name(target_stem: str) -> str:
+    """``graft``'s output without ``-o``: ``<target>-with-MTP.gguf``."""
+    return f"{target_stem}{GRAFT_SUFFIX}.gguf"
+
+
 def sidecar_owner(stem: str) -> str:
     """The stem of the model a sidecar named ``stem`` belongs to: ``X-BF16-MTP-head-Q8_0`` -> ``X-BF16``,
     ``mtp-X`` -> ``X`` (a sidecar made from a sidecar is named for the same model)."""
-    if stem.lower().startswith("mtp-") and len(stem) > 4:
-        return stem[4:]
+    if stem.lower().startswith(MTP_PREFIX) and len(stem) > len(MTP_PREFIX):
+        return stem[len(MTP_PREFIX):]
     owner = _SIDECAR_TAG.sub("", stem)
     return owner or stem
 
@@ -174,3 +204,26 @@ def pairing_stems(model_stem: str) -> list[str]:
     if model_stem.lower().endswith(TRUNK_SUFFIX) and len(model_stem) > len(TRUNK_SUFFIX):
         stems.append(model_stem[: -len(TRUNK_SUFFIX)])
     return stems
+
+
+def looks_like_sidecar(file_name: str) -> bool:
+    """Whether a file name reads as a sidecar's (``*-MTP*``, ``mtp-*``): where pairing looks, never what decides
+    that a file is one (:func:`sidecar_layout` does, from its tensors)."""
+    low = file_name.lower()
+    return MTP_SUFFIX.lower() in low or low.startswith(MTP_PREFIX)
+
+
+def sidecar_names(model_stem: str, folder: Iterable[str]) -> list[str]:
+    """The names in ``folder`` (a directory's entries) of the sidecars a model of this stem may pair with, best
+    first: for each of its :func:`pairing_stems`, ``<stem>-MTP.gguf`` and ``mtp-<stem>.gguf`` (earlier versions'
+    names and llama.cpp users'), then ``<stem>-MTP-*.gguf`` (the :func:`default_name` s, self-contained before
+    head-only); then any other ``.gguf`` that :func:`looks_like_sidecar`."""
+    files = sorted(n for n in folder if n.endswith(".gguf"))
+    named: list[str] = []
+    for s in pairing_stems(model_stem):
+        named += [n for n in (f"{s}{MTP_SUFFIX}.gguf", f"{MTP_PREFIX}{s}.gguf") if n in files]
+        variant = f"{s}{MTP_SUFFIX}-".lower()
+        named += sorted((n for n in files if n.lower().startswith(variant)),
+                        key=lambda n: (HEAD_ONLY_SUFFIX.lower() in n.lower(), n))
+    named = list(dict.fromkeys(named))
+    return named + [n for n in files if n not in named and looks_like_sidecar(n)]

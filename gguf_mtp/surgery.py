@@ -20,9 +20,9 @@ from gguf import GGUFValueType, Keys
 from .draft_head import draft_head_tensors, is_draft_head, parse_draft_type
 from .errors import GgufMtpError, MissingTensorError
 from .ggml_types import file_type_name, parse_type, type_name
-from .ggufio import keys as K
 from .ggufio.atomic import atomic_paths, check_output, scratch_path
 from .ggufio.format import KV
+from .ggufio.keys import K_SHARED_TARGET_TENSORS, arch_key
 from .ggufio.model import GGUFModel, Tensor, model_stem, split_path, split_prefix
 from .ggufio.validate import check_tensor_types
 from .ggufio.writer import OutTensor, copy_tensor, write_gguf
@@ -31,7 +31,6 @@ from .head import (
     Head,
     check_compatible,
     find_head,
-    has_trunk,
     head_tensor,
     per_layer_keys,
     plan_graft,
@@ -46,6 +45,7 @@ from .layout import (
     Layout,
     borrowed_tensors,
     default_name,
+    graft_name,
     sidecar_owner,
 )
 from .progress import Progress as Bar
@@ -97,10 +97,6 @@ def _header_bytes(m: GGUFModel) -> int:
 
 
 # -- the operations ---------------------------------------------------------------------------
-#: byte-exact copy of a tensor (the tests' name for it)
-_copy = copy_tensor
-
-
 def _open(path: str | os.PathLike[str]) -> GGUFModel:
     return GGUFModel(path)
 
@@ -127,7 +123,7 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
     head = require_head(m, "SOURCE")
     _check_types(m, [t.name for t in head.tensors] + [n for n in EMBEDDING_TENSORS + MODEL_TENSORS if n in m.tensors],
                  "SOURCE")
-    marker = K.arch_key(K.K_SHARED_TARGET_TENSORS, m.arch)
+    marker = arch_key(K_SHARED_TARGET_TENSORS, m.arch)
     mt = parse_type(mtp_type, "--mtp-type") if mtp_type else None
     drafts: list[OutTensor] = []
     replaced: set[str] = set()
@@ -144,7 +140,7 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
     kvs = [kv for kv in m.model_kvs() if kv.key != marker]
     if head_only:
         kvs.append(KV.array(marker, GGUFValueType.STRING, borrowed_tensors(m.tensors)))
-    stem = model_stem(m.path) if has_trunk(m, head.n_trunk) else sidecar_owner(model_stem(m.path))
+    stem = model_stem(m.path) if head.sidecar is None else sidecar_owner(model_stem(m.path))
     out = Path(outfile) if outfile else Path.cwd() / default_name(
         stem, Layout.HEAD_ONLY if head_only else Layout.MTP_ONLY,
         file_type_name(m.get("general.file_type")), mt.name if mt else _head_type(head.tensors))
@@ -170,13 +166,13 @@ def strip(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None
     t0 = time.perf_counter()
     m = _open(source)
     head = require_head(m, "SOURCE")
-    if not has_trunk(m, head.n_trunk):
+    if head.sidecar is not None:
         raise GgufMtpError(f"{m.path}: is an MTP sidecar, not a model; there is no trunk to keep")
-    bc_key, nextn_key = K.arch_key(Keys.LLM.BLOCK_COUNT, m.arch), K.arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, m.arch)
+    bc_key, nextn_key = arch_key(Keys.LLM.BLOCK_COUNT, m.arch), arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, m.arch)
     per_layer = per_layer_keys(m, head.n_trunk + head.n_mtp)
     kvs: list[KV] = []
     for kv in m.model_kvs():
-        if kv.key == nextn_key or kv.key == K.arch_key(K.K_SHARED_TARGET_TENSORS, m.arch):
+        if kv.key == nextn_key or kv.key == arch_key(K_SHARED_TARGET_TENSORS, m.arch):
             continue
         if kv.key == bc_key:
             kv = KV(kv.key, kv.vtype, head.n_trunk)
@@ -209,7 +205,7 @@ def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
     t0 = time.perf_counter()
     plan = plan_graft(source, target, replace=replace, mtp_type=mtp_type, draft_head_type=draft_head_type)
     src, tgt = plan.source, plan.target
-    out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(tgt.path)}-with-MTP.gguf"
+    out = Path(outfile) if outfile else Path.cwd() / graft_name(model_stem(tgt.path))
     inputs = tgt.files + src.files
     paths, written = _write(out, plan.kvs, plan.groups, alignment=plan.alignment, force=force, inputs=inputs,
                             label=f"graft {out.name}", progress=progress)
@@ -268,7 +264,7 @@ def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.
         if on_note is not None:
             on_note(text)
 
-    out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(Path(target))}-with-MTP.gguf"  # graft's default name
+    out = Path(outfile) if outfile else Path.cwd() / graft_name(model_stem(Path(target)))
     if draft_head_type:
         parse_draft_type(draft_head_type)  # a bad name fails before any download
     check_output(out, force=force, inputs=[Path(target)])  # before any download

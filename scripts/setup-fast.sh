@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv-fast: gguf-mtp (editable) and its dependencies except llama-cpp-python, for the fast test tier
-# (`make test-fast`: the converter, readers, writers and checks, in seconds, before the ~5 min llama.cpp build).
+# (`make test-fast`: the test modules marked fast, pytest -m fast: the converter, readers, writers and checks,
+# before the llama.cpp build).
 # env: VENV (default .venv-fast), PYTHON
 set -euo pipefail
 cd "$(dirname "$0")/.."

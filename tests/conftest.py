@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
+import gguf_mtp.runtime  # noqa: F401  (llama.cpp before numpy, as on a CUDA build; loads without it too)
+
 try:
-    import gguf_mtp.runtime  # noqa: F401  (llama.cpp before numpy, as on a CUDA build)
+    import gguf_mtp.runtime.llama  # noqa: F401  (the ctypes layer: fails when llama-cpp-python cannot load)
 
     HAVE_LLAMA = True
 except Exception:  # noqa: BLE001 - the fast tier (make test-fast) runs without llama-cpp-python
@@ -16,17 +19,30 @@ from gguf_mtp import convert
 from gguf_mtp.archs import ARCHS
 from tests.synthetic import SyntheticSpec, write_checkpoint
 
-# The fast tier: `make test-fast` runs these modules in .venv-fast, which has no llama-cpp-python, in about two
-# minutes and before the llama.cpp build (converters, readers, tensor values, hostile checkpoints and Hub servers).
-# They never load llama.cpp; `make test` runs them again with everything else.
-FAST_TIER = {"test_bad_checkpoint", "test_bad_input", "test_checkpoint_hostile", "test_fp8", "test_gguf_reader",
-             "test_hub", "test_hub_hostile", "test_special_vocab", "test_tensor_values"}
+# The fast tier: modules marked ``pytestmark = pytest.mark.fast`` need no llama.cpp. `make test-fast` runs them
+# (``-m fast``) in .venv-fast, which has no llama-cpp-python, before the llama.cpp build (converters, readers,
+# tensor values, hostile checkpoints and Hub servers); `make test` runs them again with everything else. Every other
+# module needs llama.cpp: it imports the runtime, or is marked ``llama`` (it loads llama.cpp only when it runs).
+# tests/test_tiers.py keeps the marks true.
+def module_marks(path: Path) -> set[str]:
+    """The marks a test module gives all its tests (``pytestmark = pytest.mark.X`` or a list of them), read from
+    its source: a module that needs llama.cpp cannot be imported to ask."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    marks: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            for sub in ast.walk(node.value):
+                if (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute)
+                        and sub.value.attr == "mark" and isinstance(sub.value.value, ast.Name)
+                        and sub.value.value.id == "pytest"):
+                    marks.add(sub.attr)
+    return marks
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Without llama-cpp-python only the fast tier is collected (the others import the runtime)."""
+    """Without llama-cpp-python only the fast tier is collected (the others need the runtime)."""
     if not HAVE_LLAMA and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
-        return collection_path.stem not in FAST_TIER
+        return "fast" not in module_marks(collection_path)
     return None
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gguf import GGUFValueType
@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 def detokenize(model: "Model", tokens: Sequence[int]) -> str:
     """The text of ``tokens``: their pieces joined (invalid UTF-8 replaced)."""
     return b"".join(model.piece(t) for t in tokens).decode("utf-8", "replace")
+
+
+def whole(ref: Any) -> np.ndarray:
+    """A checkpoint tensor (``TensorRef`` or ``ArrayRef``) as a float32 array of its numpy shape."""
+    return np.array(ref.read_f32(), dtype=np.float32).reshape(ref.shape)
 
 
 def decode(ctx: "Context", tokens: Sequence[int], pos0: int) -> None:

@@ -11,6 +11,8 @@ import pytest
 from gguf_mtp.runtime.adaptive import DraftLength
 from gguf_mtp.runtime.stats import Stats
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 
 class Fixed(DraftLength):
     def __init__(self, k: int) -> None:

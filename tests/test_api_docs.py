@@ -10,7 +10,11 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 import gguf_mtp
+
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: the package example runs an MTPSession
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,10 +8,13 @@ import subprocess
 import sys
 
 import gguf
+import pytest
 
 from gguf_mtp import archs
 from gguf_mtp.families import REGISTRY, load
 from gguf_mtp.families.base import Family
+
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
 
 
 def test_arch_names_are_gguf_pys() -> None:

@@ -20,6 +20,8 @@ from gguf_mtp.archs import ARCHS
 from gguf_mtp.checkpoint.schema import CONFIG, ROPE
 from gguf_mtp.errors import FormatError, GgufMtpError
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 ROOT = Path(__file__).resolve().parents[1]
 #: one family per config dialect: together their configs hold every key the families read
 SWEEP = tuple(ARCHS)  # a synthetic checkpoint per arch of the table

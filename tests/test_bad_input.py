@@ -14,6 +14,8 @@ from gguf_mtp import convert
 from gguf_mtp.errors import FormatError, GgufMtpError, MissingTensorError, OutputExistsError, UnsupportedError
 from gguf_mtp_cli.main import main
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 
 def copy_ckpt(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)

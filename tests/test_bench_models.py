@@ -4,7 +4,7 @@ llama.cpp objects skipped: it crashed CUDA processes at exit after their results
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import subprocess
 import sys
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
 
 
 def _bench(name: str):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """A benchmark script as a module of the ``bench`` package (how ``python -m bench.<name>`` loads it)."""
+    return importlib.import_module(f"bench.{name}")
 
 
 def _shards(ck: Path) -> list[Path]:
@@ -64,8 +64,7 @@ def _dead_pid() -> int:
 
 EXIT = """
 import atexit, sys
-sys.path.insert(0, {bench!r})
-from common import exit_after
+from bench.common import exit_after
 atexit.register(lambda: print("teardown ran"))
 def main():
     print("results", end="")  # buffered (stdout is a pipe) until exit_after flushes it
@@ -77,8 +76,8 @@ exit_after(main)
 @pytest.mark.parametrize("body,rc", [("pass", 0), ("raise SystemExit(3)", 3), ("raise KeyboardInterrupt", 130),
                                      ("raise SystemExit('why')", 1), ("1 / 0", 1)])
 def test_bench_processes_exit_after_their_results_without_teardown(body: str, rc: int) -> None:
-    r = subprocess.run([sys.executable, "-c", EXIT.format(bench=str(BENCH), body=body)], capture_output=True,
-                       text=True, timeout=60, env=dict(os.environ))
+    r = subprocess.run([sys.executable, "-c", EXIT.format(body=body)], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ), cwd=ROOT)
     assert r.returncode == rc, r.stderr
     assert r.stdout == "results"  # flushed, and no teardown ran after it
     assert ("why" in r.stderr) == ("why" in body) and ("ZeroDivisionError" in r.stderr) == ("1 / 0" in body)
@@ -93,15 +92,9 @@ def test_release_shapes_are_inflated_templates_with_the_head_and_router_of_a_rea
     """bench/models.py --shape (issue 24): a 4-layer template at the shape's widths, inflated to full depth with
     the trunk's matrices as sparse holes; the MTP block (noised or not) and the LM head are the template's bytes,
     and oneshot.weight_bytes counts what a plain token and a draft read (routed experts at their used share)."""
-    import sys as _sys
-
-    _sys.path.insert(0, str(BENCH))  # models.py imports big_model as bench/ scripts do
-    try:
-        models = _bench("models")
-        oneshot = _bench("oneshot")
-        made = models.shaped(tmp_path, "35b-a3b", vocab=4096, noises=(0.06, 0.0), trunks=("q8_0",), threads=2)
-    finally:
-        _sys.path.remove(str(BENCH))
+    models = _bench("models")
+    oneshot = _bench("oneshot")
+    made = models.shaped(tmp_path, "35b-a3b", vocab=4096, noises=(0.06, 0.0), trunks=("q8_0",), threads=2)
     from gguf_mtp.ggufio.model import GGUFModel
 
     assert sorted(made) == ["35b-a3b Q8_0, noisy head (0.06)", "35b-a3b Q8_0, perfect head"]

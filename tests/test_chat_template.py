@@ -17,6 +17,8 @@ from gguf_mtp.runtime.chat import ChatTemplate
 from gguf_mtp_cli.main import main
 from tests.gguf_mutate import RawGGUF
 
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: runs `run`
+
 MSGS = [{"role": "user", "content": "hi"}]
 
 

@@ -23,6 +23,8 @@ from gguf_mtp.errors import FormatError, GgufMtpError
 from gguf_mtp.paths import component, confined, relative_name
 from tests.synthetic.safetensors_writer import write_safetensors
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 INDEX = "model.safetensors.index.json"
 SHARD = "model-00002-of-00002.safetensors"
 SECRET = b"s3cr3t:x:0:0:s3cr3t:/s3cr3t:/bin/bash\n"  # like the start of /etc/passwd

@@ -30,6 +30,8 @@ import pytest
 from .hub_server import HubStandIn
 from .reliability import ROOT, check_contract
 
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: runs the docs' `run` and `serve` commands
+
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TINY = ROOT / "examples" / "tiny-qwen35-mtp"
 BIN = Path(sys.executable).parent  # the venv's gguf-mtp

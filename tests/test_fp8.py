@@ -16,6 +16,8 @@ from gguf_mtp.errors import UnsupportedError
 from gguf_mtp.ggufio.model import GGUFModel
 from tests.synthetic import SyntheticSpec, write_checkpoint
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 
 @pytest.fixture(scope="module")
 def fp8_pair(tmp_path_factory) -> tuple[Path, Path]:

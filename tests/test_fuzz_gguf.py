@@ -30,6 +30,8 @@ from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.runtime.pairing import resolve
 from tests.gguf_mutate import RawGGUF, mutate
 
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: loads each mutated file with llama.cpp
+
 SEED = int(os.environ.get("GGUF_MTP_FUZZ_SEED", "20261126"))
 N = int(os.environ.get("GGUF_MTP_FUZZ_N", "160"))
 FAMILY = os.environ.get("GGUF_MTP_FUZZ_FAMILY", "qwen35")  # deepseek2, mimo2, step35, ... to explore other archs

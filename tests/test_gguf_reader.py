@@ -17,6 +17,8 @@ from gguf_mtp.ggufio.format import KV
 from gguf_mtp.ggufio.reader import GGUFFile
 from gguf_mtp.ggufio.writer import OutTensor, encode_header, write_all, write_gguf
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 
 def small_gguf(path: Path, names=("a.weight", "b.weight")) -> Path:
     kvs = [KV.string("general.architecture", "qwen35"), KV.u32("qwen35.block_count", 2),

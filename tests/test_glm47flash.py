@@ -20,6 +20,7 @@ from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Context, Model
 from tests import helpers
 from tests.lossless import Reference
+from tests.helpers import whole
 from tests.synthetic import SyntheticSpec
 
 from .mtp_smoke import assert_head_drafts
@@ -103,7 +104,7 @@ def test_transformers5_config_spellings(checkpoint, tmp_path: Path) -> None:
 def test_values(converted, checkpoint) -> None:
     f = GGUFFile(converted(FAMILY, "bundled", "f32", mtp_type="f32"))
     ck = Checkpoint.open(checkpoint(FAMILY))
-    g = lambda n: ck.tensor(n).read_array()  # noqa: E731
+    g = lambda n: whole(ck.tensor(n))  # noqa: E731
     experts = lambda il, p: np.stack([g(f"model.layers.{il}.mlp.experts.{e}.{p}.weight")  # noqa: E731
                                       for e in range(S.experts)])
     m = f"model.layers.{L}."

@@ -9,6 +9,8 @@ from gguf_mtp_cli.main import app
 
 from .reliability import sub
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
 
 

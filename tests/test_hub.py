@@ -17,6 +17,8 @@ from gguf_mtp_cli.main import main
 
 from .hub_server import HubStandIn
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 REPO = "org/tiny-qwen35"
 
 

@@ -31,6 +31,8 @@ from gguf_mtp_cli.main import main
 from .hub_server import HubStandIn
 from .test_hub import same_tensors
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 REPO = "org/tiny"
 INDEX = "model.safetensors.index.json"
 HEAD_SHARD = "model-00003-of-00003.safetensors"  # holds the MTP block

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gguf_mtp import convert
-from gguf_mtp.checkpoint.tiktoken_bpe import bpe, encode_piece, merges_from_ranks, read_ranks
+from gguf_mtp.checkpoint.tiktoken_bpe import bpe, merges_from_ranks, read_ranks
 from gguf_mtp.errors import FormatError, GgufMtpError
 from gguf_mtp.ggufio.reader import GGUFFile
 from gguf_mtp.layout import Layout
@@ -41,6 +41,11 @@ TEXTS = [
     "   leading spaces, CamelCaseWords and snake_case_names(x) -> y   \n\n\n",
     "I'M SHOUTING, You'RE not. They'd've gone 3.14159 km/h...",
 ]
+
+
+def encode_piece(ranks: dict[bytes, int], piece: bytes) -> list[int]:
+    """Token ids of one pre-tokenized piece (tiktoken's rule)."""
+    return [ranks[p] for p in bpe(ranks, piece)]
 
 
 def reference_tokens(ranks: dict[bytes, int], text: str) -> list[int]:

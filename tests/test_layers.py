@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: imports the ctypes layer alone
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: bottom to top

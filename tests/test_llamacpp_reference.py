@@ -23,6 +23,8 @@ from gguf_mtp.ggufio.model import GGUFModel
 from gguf_mtp.ggufio.shape import ggml_shape
 from tests.synthetic import SyntheticSpec, write_checkpoint
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 REF = Path(__file__).parent / "data" / "ref"
 MANIFEST = json.loads((REF / "manifest.json").read_text())
 CASES = sorted(MANIFEST["cases"])

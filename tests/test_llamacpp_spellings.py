@@ -13,6 +13,8 @@ from gguf_mtp_cli.main import main
 
 from gguf_mtp import convert
 
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: runs `run` and `serve`
+
 TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
 
 

@@ -19,6 +19,7 @@ from gguf_mtp.runtime import MTPSession
 from gguf_mtp.runtime.llama import Context, Model
 from tests import helpers
 from tests.lossless import Reference
+from tests.helpers import whole
 from tests.synthetic import SyntheticSpec, write_checkpoint
 
 from .conftest import MULTIHEAD_FAMILIES as FAMILIES
@@ -95,7 +96,7 @@ def test_metadata_and_per_layer_arrays(converted, family: str) -> None:
 def test_mimo2_values(converted, checkpoint) -> None:
     f = GGUFFile(converted("mimo2", "bundled", "f32", mtp_type="f32"))
     ck = Checkpoint.open(checkpoint("mimo2"))
-    g = lambda n: ck.tensor(n).read_array()  # noqa: E731
+    g = lambda n: whole(ck.tensor(n))  # noqa: E731
     h = lambda k, n: g(f"model.mtp.layers.{k}.{n}")  # noqa: E731
     qkv = lambda k: np.concatenate([h(k, f"self_attn.{p}_proj.weight") for p in "qkv"])  # noqa: E731
     experts = lambda p: np.stack([g(f"model.layers.1.mlp.experts.{e}.{p}.weight") for e in range(S.experts)])  # noqa: E731
@@ -119,13 +120,13 @@ def test_mimo2_values(converted, checkpoint) -> None:
     ckf = Checkpoint.open(checkpoint("mimo2", fused_qkv=True))
     for il, hf in ((0, "model.layers.0."), (5, "model.mtp.layers.1.")):
         np.testing.assert_array_equal(gguf_values(fused, f"blk.{il}.attn_qkv.weight"),
-                                      ckf.tensor(hf + "self_attn.qkv_proj.weight").read_array())
+                                      whole(ckf.tensor(hf + "self_attn.qkv_proj.weight")))
 
 
 def test_step35_values(converted, checkpoint) -> None:
     f = GGUFFile(converted("step35", "bundled", "f32", mtp_type="f32"))
     ck = Checkpoint.open(checkpoint("step35"))
-    g = lambda n: ck.tensor(n).read_array()  # noqa: E731
+    g = lambda n: whole(ck.tensor(n))  # noqa: E731
     want = {  # every *norm.weight is zero-centred in the checkpoint: + 1
         "output_norm.weight": g("model.norm.weight") + 1,
         "blk.0.attn_norm.weight": g("model.layers.0.input_layernorm.weight") + 1,

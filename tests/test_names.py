@@ -14,6 +14,8 @@ from gguf_mtp.runtime.pairing import HeadSource, resolve
 
 from .reliability import sub
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 CONVERT = {"bundled": [], "trunk-only": ["--no-mtp"], "mtp-only": ["--mtp"], "head-only": ["--mtp", "--head-only"]}
 EXTRACT = {"mtp-only": [], "head-only": ["--head-only"], "trunk-only": ["--strip"]}
 
@@ -81,3 +83,31 @@ def test_earlier_versions_names_still_pair(converted, tmp_path: Path) -> None:
         shutil.copy(trunk, d / model)
         shutil.copy(side, d / sidecar)
         _pairs(d / model, d / sidecar, HeadSource.SELF_CONTAINED)
+
+
+def test_sidecar_names_best_first() -> None:
+    """layout.sidecar_names: the one rule pairing finds sidecars by (exact names, then the default names,
+    self-contained before head-only, then any other sidecar-looking name); never another model or a non-GGUF."""
+    from gguf_mtp.layout import sidecar_names
+
+    folder = ["X-BF16.gguf", "zz-MTP.gguf", "X-BF16-MTP-head-Q8_0.gguf", "mtp-X-BF16.gguf", "X-BF16-MTP-Q8_0.gguf",
+              "X-BF16-MTP.gguf", "notes-MTP.txt", "Y.gguf", "mtp-other.gguf"]
+    assert sidecar_names("X-BF16", folder) == [
+        "X-BF16-MTP.gguf", "mtp-X-BF16.gguf", "X-BF16-MTP-Q8_0.gguf", "X-BF16-MTP-head-Q8_0.gguf",
+        "mtp-other.gguf", "zz-MTP.gguf"]
+    # a trunk pairs with the sidecars named for the model it was made from, its own first
+    assert sidecar_names("X-BF16-trunk", ["X-BF16-MTP-Q8_0.gguf", "X-BF16-trunk-MTP.gguf"]) == [
+        "X-BF16-trunk-MTP.gguf", "X-BF16-MTP-Q8_0.gguf"]
+
+
+def test_one_sidecar_rule(converted) -> None:
+    """inspect (layout.detect), the head (surgery) and pairing (runtime) read a file's layout alike."""
+    from gguf_mtp.ggufio.model import GGUFModel
+    from gguf_mtp.head import find_head
+    from gguf_mtp.layout import Layout
+
+    for layout in ("bundled", "mtp-only", "head-only"):
+        path = converted("qwen35", layout)
+        head = find_head(GGUFModel(path))
+        assert head is not None
+        assert inspect_file(path).layout == (head.sidecar or Layout.BUNDLED) == Layout(layout)

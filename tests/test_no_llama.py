@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: the runtime's import order
+
 RUN_CLI = "import sys; from gguf_mtp_cli.main import main; sys.exit(main(sys.argv[1:]))"
 NO_LLAMA = "import sys; sys.modules['llama_cpp'] = None; " + RUN_CLI  # `import llama_cpp` raises ImportError
 

@@ -27,6 +27,8 @@ from .reliability import can_unshare_mount, changes, cli, dead_pid, deadline, sp
 from .test_hub import REPO, hub  # noqa: F401 - the Hub stand-in fixture
 from tests import helpers
 
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: runs `run` and `quantize`
+
 CK_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
             "generation_config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
             "model-00002-of-00002.safetensors"]

@@ -14,6 +14,8 @@ import pytest
 
 from .reliability import ROOT, sub
 
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: plots what `run --stats-json` writes
+
 REFERENCE = ROOT / "bench" / "reference"
 #: runs the CLI (or a script) with matplotlib unimportable, as on a machine without the plot extra
 NO_MATPLOTLIB = """

@@ -9,7 +9,11 @@ import shlex
 import shutil
 from pathlib import Path
 
+import pytest
+
 from .reliability import ROOT, sub
+
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
 
 README = (ROOT / "README.md").read_text()
 TOOLS = (ROOT / "docs" / "tools.md").read_text()

@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 from gguf_mtp_cli.main import main
 
-from gguf_mtp import surgery
 from gguf_mtp.errors import CompatibilityError, FormatError, GgufMtpError
 from gguf_mtp.ggufio.model import GGUFModel
-from gguf_mtp.ggufio.writer import write_gguf
+from gguf_mtp.ggufio.writer import copy_tensor, write_gguf
 from gguf_mtp.runtime import MTPSession, SamplerConfig
 from gguf_mtp.runtime.pairing import HeadSource
 from gguf_mtp.runtime.sampling import Sampler
@@ -444,7 +443,7 @@ def test_a_head_that_fails_to_load_falls_back(converted, tmp_path: Path) -> None
     """A sidecar that passes the checks but that llama.cpp rejects (a tensor missing) -> plain decoding."""
     side = GGUFModel(converted("qwen35", "mtp-only", **ORACLE))
     broken = tmp_path / "broken-MTP.gguf"
-    tensors = [surgery._copy(t) for n, t in side.tensors.items() if n != "blk.4.attn_k_norm.weight"]
+    tensors = [copy_tensor(t) for n, t in side.tensors.items() if n != "blk.4.attn_k_norm.weight"]
     write_gguf(broken, side.model_kvs(), tensors)
     with session(converted("qwen35", "trunk-only", **ORACLE), broken) as s:
         assert not s.mtp_enabled and "failed to load" in s.notices[0]

@@ -22,6 +22,8 @@ from gguf_mtp_cli.main import main
 
 from .reliability import SLOW_LLAMA_CLI, cli, spawn, sub, temps, tree
 
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: signals `run` too
+
 
 def _interrupt_mid_write(ck: Path, tmp_path: Path, sig: int, argv_extra: list[str] | None = None) -> tuple[int, str]:
     out = tmp_path / "out"

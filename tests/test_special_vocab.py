@@ -16,6 +16,8 @@ from gguf_mtp.checkpoint.vocab_kvs import SPECIAL_ID_KEYS, special_kvs
 
 from .special_vocab_cases import CASES, IDS, N_VOCAB, write_case
 
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
+
 REF = json.loads((Path(__file__).parent / "data" / "special_vocab_ref.json").read_text())["cases"]
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from .reliability import sub
+
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: runs `run`
 
 
 def test_stats_on_stdout_are_its_last_line_after_the_text(converted, tmp_path: Path) -> None:

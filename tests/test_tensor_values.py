@@ -13,7 +13,10 @@ from gguf.quants import dequantize as gguf_dequantize
 
 from gguf_mtp.checkpoint.folder import Checkpoint
 from gguf_mtp.ggufio.reader import GGUFFile
+from tests.helpers import whole
 from tests.synthetic import SyntheticSpec
+
+pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
 
 S = SyntheticSpec()  # fixture sizes
 H, NK, NV, DH, KC = S.hidden, S.lin_k_heads, S.lin_v_heads, S.lin_head_dim, S.conv_kernel
@@ -36,7 +39,7 @@ def tiled_index(n_heads_total: int, hdim: int) -> np.ndarray:
 
 
 def expected_qwen35(ck: Checkpoint, pre: str) -> dict[str, np.ndarray]:
-    g = lambda n: ck.tensor(n).read_array()  # noqa: E731
+    g = lambda n: whole(ck.tensor(n))  # noqa: E731
     key_dim = NK * DH
     la = f"{pre}layers.0.linear_attn."
     qkv = g(la + "in_proj_qkv.weight")
@@ -125,19 +128,19 @@ def test_qwen35moe_experts(converted, checkpoint, fused: bool) -> None:
     pre = "model.language_model.layers.0.mlp."
     E, IE = S.experts, S.moe_intermediate
     if fused:
-        gu = ck.tensor(pre + "experts.gate_up_proj").read_array()
-        gate, up, down = gu[:, :IE], gu[:, IE:], ck.tensor(pre + "experts.down_proj").read_array()
+        gu = whole(ck.tensor(pre + "experts.gate_up_proj"))
+        gate, up, down = gu[:, :IE], gu[:, IE:], whole(ck.tensor(pre + "experts.down_proj"))
     else:
-        stack = lambda p: np.stack([ck.tensor(f"{pre}experts.{e}.{p}.weight").read_array() for e in range(E)])  # noqa: E731
+        stack = lambda p: np.stack([whole(ck.tensor(f"{pre}experts.{e}.{p}.weight")) for e in range(E)])  # noqa: E731
         gate, up, down = stack("gate_proj"), stack("up_proj"), stack("down_proj")
     np.testing.assert_array_equal(gguf_values(f, "blk.0.ffn_gate_exps.weight"), gate)
     np.testing.assert_array_equal(gguf_values(f, "blk.0.ffn_up_exps.weight"), up)
     np.testing.assert_array_equal(gguf_values(f, "blk.0.ffn_down_exps.weight"), down)
     assert f.tensors["blk.0.ffn_gate_exps.weight"].shape == (H, IE, E)
     np.testing.assert_array_equal(gguf_values(f, "blk.0.ffn_gate_inp_shexp.weight"),
-                                  ck.tensor(pre + "shared_expert_gate.weight").read_array().reshape(H))
+                                  whole(ck.tensor(pre + "shared_expert_gate.weight")).reshape(H))
     # the MTP layer's experts are per-expert in real Qwen3.5-MoE checkpoints; stacked and Q8_0 here
-    mtp_gate = np.stack([ck.tensor(f"mtp.layers.0.mlp.experts.{e}.gate_proj.weight").read_array() for e in range(E)])
+    mtp_gate = np.stack([whole(ck.tensor(f"mtp.layers.0.mlp.experts.{e}.gate_proj.weight")) for e in range(E)])
     got = gguf_values(f, "blk.4.ffn_gate_exps.weight")
     assert np.abs(got - mtp_gate).max() <= np.abs(mtp_gate).max() / 127
 
@@ -145,15 +148,15 @@ def test_qwen35moe_experts(converted, checkpoint, fused: bool) -> None:
 def test_qwen3next_qkvz_split(converted, checkpoint) -> None:
     f = GGUFFile(converted("qwen3next", "bundled", "bf16"))
     ck = Checkpoint.open(checkpoint("qwen3next"))
-    w = ck.tensor("model.layers.0.linear_attn.in_proj_qkvz.weight").read_array()
+    w = whole(ck.tensor("model.layers.0.linear_attn.in_proj_qkvz.weight"))
     group = 2 * DH + 2 * R * DH
     rows = lambda lo, hi: np.concatenate([w[g * group + lo:g * group + hi] for g in range(NK)])  # noqa: E731
     qkv = np.concatenate([rows(0, DH), rows(DH, 2 * DH), rows(2 * DH, 2 * DH + R * DH)])
     np.testing.assert_array_equal(gguf_values(f, "blk.0.attn_qkv.weight"), qkv)
     np.testing.assert_array_equal(gguf_values(f, "blk.0.attn_gate.weight"), rows(2 * DH + R * DH, group))
     np.testing.assert_array_equal(gguf_values(f, "blk.0.ssm_ba.weight"),
-                                  ck.tensor("model.layers.0.linear_attn.in_proj_ba.weight").read_array())
-    conv = ck.tensor("model.layers.0.linear_attn.conv1d.weight").read_array().reshape(-1, KC)
+                                  whole(ck.tensor("model.layers.0.linear_attn.in_proj_ba.weight")))
+    conv = whole(ck.tensor("model.layers.0.linear_attn.conv1d.weight")).reshape(-1, KC)
     np.testing.assert_array_equal(gguf_values(f, "blk.0.ssm_conv1d.weight"), conv)  # no reorder for qwen3next
 
 
@@ -182,7 +185,7 @@ def test_deepseek2_kv_b_split(converted, checkpoint) -> None:
     """attn_k_b[h] = W_kb[h]^T and attn_v_b[h] = W_vb[h], with kv_b_proj's rows grouped per head as [nope | v]."""
     f = GGUFFile(converted("deepseek2", "bundled", "f32"))
     ck = Checkpoint.open(checkpoint("deepseek2"))
-    w = ck.tensor("model.layers.0.self_attn.kv_b_proj.weight").read_array()
+    w = whole(ck.tensor("model.layers.0.self_attn.kv_b_proj.weight"))
     nh, dn, dv, kl = S.heads, S.qk_nope, S.v_dim, S.kv_lora
     kb, vb = gguf_values(f, "blk.0.attn_k_b.weight"), gguf_values(f, "blk.0.attn_v_b.weight")
     assert kb.shape == (nh, kl, dn) and vb.shape == (nh, dv, kl)

@@ -25,6 +25,7 @@ from gguf_mtp.surgery import graft
 from tests.synthetic.safetensors_writer import write_safetensors
 from gguf_mtp_cli.main import app
 from tests import helpers
+from tests.helpers import whole
 
 TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
 REF = json.loads((TINY / "reference.json").read_text())
@@ -119,7 +120,7 @@ def _mutated_checkpoint(dst: Path, name: str, fn) -> Path:  # type: ignore[no-un
     index = json.loads((TINY / "model.safetensors.index.json").read_text())
     shard = dst / index["weight_map"][name]
     refs = read_header(shard)
-    arrays = {n: r.read_array() for n, r in refs.items()}  # float32 holding bf16 values exactly
+    arrays = {n: whole(r) for n, r in refs.items()}  # float32 holding bf16 values exactly
     arrays[name] = fn(arrays[name])
     shard.unlink()
     bf16 = {n: (np.ascontiguousarray(a, np.float32).view(np.uint32) >> 16).astype(np.uint16) for n, a in arrays.items()}

@@ -25,6 +25,8 @@ from gguf_mtp.runtime.pairing import resolve
 from gguf_mtp_cli.main import main
 from tests.gguf_mutate import RawGGUF
 
+pytestmark = pytest.mark.llama  # needs llama.cpp to run, not to import: runs `run` on each bad file
+
 V, T = GGUFValueType, GGMLQuantizationType
 
 

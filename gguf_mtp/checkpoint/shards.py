@@ -31,7 +31,6 @@ DTYPES: dict[str, tuple[int, np.dtype]] = {
     "I32": (4, np.dtype("<i4")),
     "I64": (8, np.dtype("<i8")),
 }
-FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 MAX_HEADER = 100 << 20
 
 
@@ -109,10 +108,6 @@ class TensorRef:
             "(quantized source checkpoints are not supported: convert from the bf16/fp16 release)"
         )
 
-    def read_array(self) -> np.ndarray:
-        """The whole tensor as float32 in its numpy shape."""
-        return self.read_f32().reshape(self.shape)
-
     def write_raw(self, fh: BinaryIO, start: int, count: int, progress: Progress) -> None:
         """Copy the stored bytes of a flat element range into ``fh`` (no decode)."""
         copy_range(self.path, self.offset + start * self.itemsize, count * self.itemsize, fh, progress)
@@ -154,9 +149,6 @@ class ArrayRef:
         return self.data.reshape(-1)[start:start + count]
 
     read_f32 = read_raw  # stored as float32 already
-
-    def read_array(self) -> np.ndarray:
-        return self.data.copy()
 
     def write_raw(self, fh: BinaryIO, start: int, count: int, progress: Progress) -> None:
         write_all(fh, self.read_raw(start, count))

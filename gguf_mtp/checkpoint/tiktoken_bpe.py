@@ -93,11 +93,6 @@ def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def encode_piece(ranks: dict[bytes, int], piece: bytes) -> list[int]:
-    """Token ids of one pre-tokenized piece (tiktoken's rule), for reference tokenizations."""
-    return [ranks[p] for p in bpe(ranks, piece)]
-
-
 def _specials(root: Path, tok_config: dict[str, Any], n_base: int, n: int) -> dict[int, str]:
     """id -> name of every special token: the reserved slots after the base ranks, named from
     ``added_tokens_decoder`` where it names them, plus any other id it lists (each below ``n``)."""

@@ -11,7 +11,7 @@ Adding a family (``glm4moe.py`` has exactly this shape):
    subclass (usually of a shared shape: :class:`~.nextn_layer.NextnLayerFamily`,
    :class:`~.multihead.MultiHeadFamily`, :class:`~.qwen3_hybrid.QwenHybrid`) that sets ``arch`` and defines
    ``__init__`` (read the config), ``hparam_kvs`` (its metadata, keys from ``gguf.Keys``) and ``_block`` (its
-   tensors: ``put(out, hf_name, b + w(MT.ATTN_NORM), shape, mtp)``, names from :mod:`gguf_mtp.ggufio.names`).
+   tensors: ``put(out, hf_name, b + in_block(MT.ATTN_NORM), shape, mtp)``, names from :mod:`gguf_mtp.ggufio.names`).
 3. A synthetic checkpoint: a row of ``WRITERS`` in ``tests/synthetic/checkpoint.py``; the shared tests then cover
    the family.
 """

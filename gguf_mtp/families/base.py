@@ -19,9 +19,9 @@ from ..archs import ARCHS
 from ..checkpoint.folder import Checkpoint
 from ..checkpoint.shards import Ref, TensorRef
 from ..errors import FormatError, MissingTensorError
-from ..ggufio import keys as K
 from ..ggufio.format import KV
-from ..ggufio.names import MT, w
+from ..ggufio.keys import arch_key
+from ..ggufio.names import MT, in_block
 
 Transform = Callable[[np.ndarray], np.ndarray]
 #: how a tensor's bytes are cut into sources (a permutation of row blocks, say); the whole tensor by default
@@ -145,7 +145,7 @@ class Family:
     # -- metadata ---------------------------------------------------------------------------
     def key(self, template: str) -> str:
         """A per-arch GGUF key (``{arch}.block_count``...) for this family's arch."""
-        return K.arch_key(template, self.arch)
+        return arch_key(template, self.arch)
 
     def arch_kvs(self, n_mtp: int) -> list[KV]:
         """The arch's metadata: block count, context and embedding length, the family's own keys
@@ -204,7 +204,7 @@ class Family:
         of width ``ff``."""
         H = self.H
         for proj, t, shape in zip(("gate_proj", "up_proj", "down_proj"), gguf, ((ff, H), (ff, H), (H, ff))):
-            self.put(out, f"{p}{proj}.weight", b + w(t), shape, mtp)
+            self.put(out, f"{p}{proj}.weight", b + in_block(t), shape, mtp)
 
     def dense_ffn(self, out: list[PlannedTensor], p: str, b: str, mtp: bool) -> None:
         """The dense MLP ``{p}mlp.*`` of width ``intermediate_size``."""
@@ -224,17 +224,17 @@ class Family:
             suffix = "" if self.ck.has(fused) else ".weight"
             gu = self.tensor(fused + suffix, (E, 2 * Ie, H))
             per = Ie * H
-            return [PlannedTensor(b + w(MT.FFN_GATE_EXP), (E, Ie, H),
+            return [PlannedTensor(b + in_block(MT.FFN_GATE_EXP), (E, Ie, H),
                                   [Source(gu, e * 2 * per, per) for e in range(E)], mtp),
-                    PlannedTensor(b + w(MT.FFN_UP_EXP), (E, Ie, H),
+                    PlannedTensor(b + in_block(MT.FFN_UP_EXP), (E, Ie, H),
                                   [Source(gu, e * 2 * per + per, per) for e in range(E)], mtp),
-                    PlannedTensor(b + w(MT.FFN_DOWN_EXP), (E, H, Ie),
+                    PlannedTensor(b + in_block(MT.FFN_DOWN_EXP), (E, H, Ie),
                                   [Source(self.tensor(p + "mlp.experts.down_proj" + suffix, (E, H, Ie)))], mtp)]
         out = []
         for proj, t, shape in (("gate_proj", MT.FFN_GATE_EXP, (Ie, H)), ("up_proj", MT.FFN_UP_EXP, (Ie, H)),
                                ("down_proj", MT.FFN_DOWN_EXP, (H, Ie))):
             srcs = [Source(self.tensor(f"{p}mlp.experts.{e}.{proj}.weight", shape)) for e in range(E)]
-            out.append(PlannedTensor(b + w(t), (E, *shape), srcs, mtp))
+            out.append(PlannedTensor(b + in_block(t), (E, *shape), srcs, mtp))
         return out
 
     def spelled(self, prefix: str, names: str | tuple[str, ...]) -> str:

@@ -14,7 +14,7 @@ from gguf import Keys
 from ..checkpoint.folder import Checkpoint
 from ..errors import FormatError, UnsupportedError
 from ..ggufio.format import KV
-from ..ggufio.names import MT, w
+from ..ggufio.names import MT, in_block
 from .base import PlannedTensor, Transform
 from .glm4moe import GLM_SPECIALS
 from .nextn_layer import NextnLayerFamily
@@ -106,17 +106,17 @@ class Deepseek2(NextnLayerFamily):
         p, b, H, nh = f"model.layers.{il}.", f"blk.{il}.", self.H, self.nh
         ql, kl, dn, dr, dv = self.ql, self.kl, self.dn, self.dr, self.dv
         a = p + "self_attn."
-        self.put(out, p + "input_layernorm.weight", b + w(MT.ATTN_NORM), (H,), mtp)
-        self.put(out, a + "q_a_proj.weight", b + w(MT.ATTN_Q_A), (ql, H), mtp)
-        self.put(out, a + "q_a_layernorm.weight", b + w(MT.ATTN_Q_A_NORM), (ql,), mtp)
-        self.put(out, a + "q_b_proj.weight", b + w(MT.ATTN_Q_B), (nh * (dn + dr), ql), mtp)
-        self.put(out, a + "kv_a_proj_with_mqa.weight", b + w(MT.ATTN_KV_A_MQA), (kl + dr, H), mtp)
-        self.put(out, a + "kv_a_layernorm.weight", b + w(MT.ATTN_KV_A_NORM), (kl,), mtp)
+        self.put(out, p + "input_layernorm.weight", b + in_block(MT.ATTN_NORM), (H,), mtp)
+        self.put(out, a + "q_a_proj.weight", b + in_block(MT.ATTN_Q_A), (ql, H), mtp)
+        self.put(out, a + "q_a_layernorm.weight", b + in_block(MT.ATTN_Q_A_NORM), (ql,), mtp)
+        self.put(out, a + "q_b_proj.weight", b + in_block(MT.ATTN_Q_B), (nh * (dn + dr), ql), mtp)
+        self.put(out, a + "kv_a_proj_with_mqa.weight", b + in_block(MT.ATTN_KV_A_MQA), (kl + dr, H), mtp)
+        self.put(out, a + "kv_a_layernorm.weight", b + in_block(MT.ATTN_KV_A_NORM), (kl,), mtp)
         kvb = (nh * (dn + dv), kl)
-        self.put(out, a + "kv_b_proj.weight", b + w(MT.ATTN_K_B), kvb, mtp, (nh, kl, dn), k_b(nh, dn, dv, kl))
-        self.put(out, a + "kv_b_proj.weight", b + w(MT.ATTN_V_B), kvb, mtp, (nh, dv, kl), v_b(nh, dn, dv, kl))
-        self.put(out, a + "o_proj.weight", b + w(MT.ATTN_OUT), (H, nh * dv), mtp)
-        self.put(out, p + "post_attention_layernorm.weight", b + w(MT.FFN_NORM), (H,), mtp)
+        self.put(out, a + "kv_b_proj.weight", b + in_block(MT.ATTN_K_B), kvb, mtp, (nh, kl, dn), k_b(nh, dn, dv, kl))
+        self.put(out, a + "kv_b_proj.weight", b + in_block(MT.ATTN_V_B), kvb, mtp, (nh, dv, kl), v_b(nh, dn, dv, kl))
+        self.put(out, a + "o_proj.weight", b + in_block(MT.ATTN_OUT), (H, nh * dv), mtp)
+        self.put(out, p + "post_attention_layernorm.weight", b + in_block(MT.FFN_NORM), (H,), mtp)
         self._ffn(out, p, b, il, mtp, default_shared=0)
 
 

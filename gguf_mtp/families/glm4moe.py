@@ -10,7 +10,7 @@ from gguf import Keys
 
 from ..checkpoint.folder import Checkpoint
 from ..ggufio.format import KV
-from ..ggufio.names import MT, w
+from ..ggufio.names import MT, in_block
 from .base import PlannedTensor
 from .nextn_layer import NextnLayerFamily
 
@@ -43,12 +43,12 @@ class Glm4Moe(NextnLayerFamily):
     def _block(self, out: list[PlannedTensor], il: int, mtp: bool) -> None:
         p, b, H, hd = f"model.layers.{il}.", f"blk.{il}.", self.H, self.hd
         q, kv = self.nh * hd, self.nkv * hd
-        self.put(out, p + "input_layernorm.weight", b + w(MT.ATTN_NORM), (H,), mtp)
+        self.put(out, p + "input_layernorm.weight", b + in_block(MT.ATTN_NORM), (H,), mtp)
         for proj, t, rows in (("q_proj", MT.ATTN_Q, q), ("k_proj", MT.ATTN_K, kv), ("v_proj", MT.ATTN_V, kv)):
-            self.put(out, f"{p}self_attn.{proj}.weight", b + w(t), (rows, H), mtp)
-            self.opt(out, f"{p}self_attn.{proj}.bias", b + w(t, ".bias"), (rows,), mtp)
-        self.put(out, p + "self_attn.o_proj.weight", b + w(MT.ATTN_OUT), (H, q), mtp)
-        self.opt(out, p + "self_attn.q_norm.weight", b + w(MT.ATTN_Q_NORM), (hd,), mtp)
-        self.opt(out, p + "self_attn.k_norm.weight", b + w(MT.ATTN_K_NORM), (hd,), mtp)
-        self.put(out, p + "post_attention_layernorm.weight", b + w(MT.ATTN_POST_NORM), (H,), mtp)
+            self.put(out, f"{p}self_attn.{proj}.weight", b + in_block(t), (rows, H), mtp)
+            self.opt(out, f"{p}self_attn.{proj}.bias", b + in_block(t, ".bias"), (rows,), mtp)
+        self.put(out, p + "self_attn.o_proj.weight", b + in_block(MT.ATTN_OUT), (H, q), mtp)
+        self.opt(out, p + "self_attn.q_norm.weight", b + in_block(MT.ATTN_Q_NORM), (hd,), mtp)
+        self.opt(out, p + "self_attn.k_norm.weight", b + in_block(MT.ATTN_K_NORM), (hd,), mtp)
+        self.put(out, p + "post_attention_layernorm.weight", b + in_block(MT.ATTN_POST_NORM), (H,), mtp)
         self._ffn(out, p, b, il, mtp, default_shared=1)

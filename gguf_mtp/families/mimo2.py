@@ -13,9 +13,9 @@ from gguf import GGUFValueType, Keys
 
 from ..checkpoint.folder import Checkpoint
 from ..errors import UnsupportedError
-from ..ggufio import keys as K
 from ..ggufio.format import KV
-from ..ggufio.names import MT, w
+from ..ggufio.keys import K_VALUE_SCALE
+from ..ggufio.names import MT, in_block
 from .base import PlannedTensor, Source
 from .multihead import MultiHeadFamily
 
@@ -96,7 +96,7 @@ class Mimo2(MultiHeadFamily):
                     (Keys.LLM.EXPERT_GROUP_COUNT, hp.get("n_group"), KV.u32),
                     (Keys.LLM.EXPERT_GROUP_USED_COUNT, hp.get("topk_group"), KV.u32),
                     (Keys.LLM.EXPERT_WEIGHTS_SCALE, hp.get("routed_scaling_factor"), KV.f32),
-                    (K.K_VALUE_SCALE, hp.get("attention_value_scale"), KV.f32))
+                    (K_VALUE_SCALE, hp.get("attention_value_scale"), KV.f32))
         kvs += [make(k(key), value) for key, value, make in optional if value is not None]
         return kvs
 
@@ -104,27 +104,28 @@ class Mimo2(MultiHeadFamily):
         p = f"model.layers.{il}." if il < self.L else self.head_prefix(il - self.L)
         b, H, hd, dv, nh, kv = f"blk.{il}.", self.H, self.hd, self.dv, self.nh, self.kv_heads(il)
         rows = (("q_proj", MT.ATTN_Q, nh * hd), ("k_proj", MT.ATTN_K, kv * hd), ("v_proj", MT.ATTN_V, kv * dv))
-        self.put(out, p + "input_layernorm.weight", b + w(MT.ATTN_NORM), (H,), mtp)
+        self.put(out, p + "input_layernorm.weight", b + in_block(MT.ATTN_NORM), (H,), mtp)
         fused = p + "self_attn.qkv_proj.weight"
         if self.ck.has(fused):
             if self.ck.tensor(fused).dtype == "F8_E4M3":
                 # V2.5 / V2.5-Pro shard the fused FP8 qkv per tensor-parallel rank: plain block dequant is wrong
                 raise UnsupportedError(f"{self.ck.root}: {fused!r} is a tensor-parallel-sharded FP8 fused QKV "
                                        "(MiMo-V2.5); convert from a bf16 checkpoint")
-            self.put(out, fused, b + w(MT.ATTN_QKV), (sum(r for _, _, r in rows), H), mtp)
+            self.put(out, fused, b + in_block(MT.ATTN_QKV), (sum(r for _, _, r in rows), H), mtp)
         elif mtp:  # the MTP graph reads one fused attn_qkv: stack the rows [Q | K | V]
             srcs = [Source(self.tensor(f"{p}self_attn.{proj}.weight", (r, H))) for proj, _, r in rows]
-            out.append(PlannedTensor(b + w(MT.ATTN_QKV), (sum(r for _, _, r in rows), H), srcs, mtp))
+            out.append(PlannedTensor(b + in_block(MT.ATTN_QKV), (sum(r for _, _, r in rows), H), srcs, mtp))
         else:
             for proj, t, r in rows:
-                self.put(out, f"{p}self_attn.{proj}.weight", b + w(t), (r, H), mtp)
-        self.put(out, p + "self_attn.o_proj.weight", b + w(MT.ATTN_OUT), (H, nh * dv), mtp)
-        self.opt(out, p + "self_attn.attention_sink_bias", b + w(MT.ATTN_SINKS), (nh,), mtp)
-        self.put(out, self.spelled(p, self.FFN_NORM[::-1] if mtp else self.FFN_NORM), b + w(MT.FFN_NORM), (H,), mtp)
+                self.put(out, f"{p}self_attn.{proj}.weight", b + in_block(t), (r, H), mtp)
+        self.put(out, p + "self_attn.o_proj.weight", b + in_block(MT.ATTN_OUT), (H, nh * dv), mtp)
+        self.opt(out, p + "self_attn.attention_sink_bias", b + in_block(MT.ATTN_SINKS), (nh,), mtp)
+        self.put(out, self.spelled(p, self.FFN_NORM[::-1] if mtp else self.FFN_NORM), b + in_block(MT.FFN_NORM),
+                 (H,), mtp)
         if self.ck.has(p + "mlp.gate.weight"):  # llama.cpp builds a layer as MoE iff it has a router
             X, Fe = int(self.need("n_routed_experts")), int(self.need("moe_intermediate_size"))
-            self.put(out, p + "mlp.gate.weight", b + w(MT.FFN_GATE_INP), (X, H), mtp)
-            self.opt(out, p + "mlp.gate.e_score_correction_bias", b + w(MT.FFN_EXP_PROBS_B, ".bias"), (X,), mtp)
+            self.put(out, p + "mlp.gate.weight", b + in_block(MT.FFN_GATE_INP), (X, H), mtp)
+            self.opt(out, p + "mlp.gate.e_score_correction_bias", b + in_block(MT.FFN_EXP_PROBS_B, ".bias"), (X,), mtp)
             out.extend(self.expert_tensors(p, b, X, Fe, mtp))
             return
         self.dense_ffn(out, p, b, mtp)

@@ -15,7 +15,7 @@ from gguf import GGUFValueType
 
 from ..errors import MissingTensorError, UnsupportedError
 from ..ggufio.format import KV
-from ..ggufio.names import MT, tensor_name, w
+from ..ggufio.names import MT, in_block, tensor_name
 from .base import PlannedTensor
 from .nextn_layer import NextnLayerFamily
 
@@ -64,15 +64,12 @@ class MultiHeadFamily(NextnLayerFamily):
     def per_layer(self, key: str, item: GGUFValueType, values: list[Any]) -> KV:
         return KV.array(self.key(key), item, values)
 
-    def layer_is_swa(self, n_mtp: int) -> list[bool]:
-        raise NotImplementedError
-
     # -- tensors --------------------------------------------------------------------------------
     def _head(self, out: list[PlannedTensor], k: int) -> None:
         p, b = self.head_prefix(k), f"blk.{self.L + k}."
         shapes = self.shapes()
         for hf, t, shape, required in self.head_tensors:
-            (self.put if required else self.opt)(out, self.spelled(p, hf), b + w(t), shapes[shape], True)
+            (self.put if required else self.opt)(out, self.spelled(p, hf), b + in_block(t), shapes[shape], True)
         self._block(out, self.L + k, True)
 
     def _output(self, out: list[PlannedTensor]) -> None:

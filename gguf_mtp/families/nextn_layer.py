@@ -8,7 +8,7 @@ from gguf import Keys
 
 from ..errors import UnsupportedError
 from ..ggufio.format import KV
-from ..ggufio.names import MT, tensor_name, w
+from ..ggufio.names import MT, in_block, tensor_name
 from .base import Family, ModelPlan, PlannedTensor
 
 
@@ -26,8 +26,8 @@ class NextnLayerFamily(Family):
             return
         E, Ie = int(self.need("n_routed_experts")), int(self.need("moe_intermediate_size"))
         Is = Ie * int(self.hp.get("n_shared_experts", default_shared))
-        self.put(out, p + "mlp.gate.weight", b + w(MT.FFN_GATE_INP), (E, H), mtp)
-        self.opt(out, p + "mlp.gate.e_score_correction_bias", b + w(MT.FFN_EXP_PROBS_B, ".bias"), (E,), mtp)
+        self.put(out, p + "mlp.gate.weight", b + in_block(MT.FFN_GATE_INP), (E, H), mtp)
+        self.opt(out, p + "mlp.gate.e_score_correction_bias", b + in_block(MT.FFN_EXP_PROBS_B, ".bias"), (E,), mtp)
         out.extend(self.expert_tensors(p, b, E, Ie, mtp))
         if Is:
             self.shared_expert(out, p + "mlp.shared_experts.", b, Is, mtp)
@@ -66,12 +66,12 @@ class NextnLayerFamily(Family):
         H, V = self.H, self.vocab
         il = self.L + i
         p, b = f"model.layers.{il}.", f"blk.{il}."
-        self.put(out, p + "eh_proj.weight", b + w(MT.NEXTN_EH_PROJ), (H, 2 * H), True)
-        self.put(out, p + "enorm.weight", b + w(MT.NEXTN_ENORM), (H,), True)
-        self.put(out, p + "hnorm.weight", b + w(MT.NEXTN_HNORM), (H,), True)
-        self.opt(out, p + "shared_head.norm.weight", b + w(MT.NEXTN_SHARED_HEAD_NORM), (H,), True)
-        self.opt(out, p + "shared_head.head.weight", b + w(MT.NEXTN_SHARED_HEAD_HEAD), (V, H), True)
-        self.opt(out, p + "embed_tokens.weight", b + w(MT.NEXTN_EMBED_TOKENS), (V, H), True)
+        self.put(out, p + "eh_proj.weight", b + in_block(MT.NEXTN_EH_PROJ), (H, 2 * H), True)
+        self.put(out, p + "enorm.weight", b + in_block(MT.NEXTN_ENORM), (H,), True)
+        self.put(out, p + "hnorm.weight", b + in_block(MT.NEXTN_HNORM), (H,), True)
+        self.opt(out, p + "shared_head.norm.weight", b + in_block(MT.NEXTN_SHARED_HEAD_NORM), (H,), True)
+        self.opt(out, p + "shared_head.head.weight", b + in_block(MT.NEXTN_SHARED_HEAD_HEAD), (V, H), True)
+        self.opt(out, p + "embed_tokens.weight", b + in_block(MT.NEXTN_EMBED_TOKENS), (V, H), True)
         self._block(out, il, True)
 
     def _output(self, out: list[PlannedTensor]) -> None:

@@ -20,9 +20,9 @@ from gguf import GGUFValueType, Keys
 from ..checkpoint.folder import Checkpoint
 from ..checkpoint.shards import TensorRef
 from ..errors import UnsupportedError
-from ..ggufio import keys as K
 from ..ggufio.format import KV
-from ..ggufio.names import MT, tensor_name, w
+from ..ggufio.keys import K_RECURRENT_LAYERS
+from ..ggufio.names import MT, in_block, tensor_name
 from .base import Family, ModelPlan, PlannedTensor, Source, Split, Transform
 
 _MTP_LAYER = re.compile(r"^(?:model\.)?mtp\.layers\.(\d+)\.")
@@ -62,7 +62,7 @@ def tiled_rows(ref: TensorRef, start: int, nk: int, r: int, hdim: int) -> list[S
 class QwenHybrid(Family):
     skip = re.compile(r"(^|\.)(visual|vision_tower|vision|merger|patch_embed)\."
                       r"|rotary_emb\.inv_freq$|weight_scale_inv$")
-    plain_norms = (w(MT.SSM_NORM),)  # the linear-attention gated norm is stored as is
+    plain_norms = (in_block(MT.SSM_NORM),)  # the linear-attention gated norm is stored as is
     moe: ClassVar[bool] = False
     reorder_v: ClassVar[bool] = True
     fused_qkvz: ClassVar[bool] = False
@@ -128,7 +128,7 @@ class QwenHybrid(Family):
             KV.u32(k(Keys.SSM.GROUP_COUNT), self.nk),
             KV.u32(k(Keys.SSM.TIME_STEP_RANK), self.nv),
             KV.u32(k(Keys.SSM.INNER_SIZE), self.dv * self.nv),
-            KV.array(k(K.K_RECURRENT_LAYERS), GGUFValueType.BOOL,
+            KV.array(k(K_RECURRENT_LAYERS), GGUFValueType.BOOL,
                      [t == "linear_attention" for t in self.layer_types] + [False] * n_mtp),
             KV.u32(k(Keys.LLM.FULL_ATTENTION_INTERVAL), self.interval),
         ]
@@ -151,7 +151,7 @@ class QwenHybrid(Family):
             ("self_attn.q_norm.weight", MT.ATTN_Q_NORM, (hd,)),
             ("self_attn.k_norm.weight", MT.ATTN_K_NORM, (hd,)),
         ):
-            self.put(out, p + hf, b + w(t), shape, mtp)
+            self.put(out, p + hf, b + in_block(t), shape, mtp)
 
     def _linear_attention(self, out: list[PlannedTensor], p: str, b: str) -> None:
         H, nk, nv, dk, dv = self.H, self.nk, self.nv, self.dk, self.dv
@@ -161,18 +161,18 @@ class QwenHybrid(Family):
         la = p + "linear_attn."
         if self.fused_qkvz:
             shape = (nk * (2 * dk + 2 * r * dv), H)
-            self.put(out, la + "in_proj_qkvz.weight", b + w(MT.ATTN_QKV), shape, False, (conv_dim, H),
+            self.put(out, la + "in_proj_qkvz.weight", b + in_block(MT.ATTN_QKV), shape, False, (conv_dim, H),
                      self._split_qkvz(want_z=False))
-            self.put(out, la + "in_proj_qkvz.weight", b + w(MT.ATTN_GATE), shape, False, (value_dim, H),
+            self.put(out, la + "in_proj_qkvz.weight", b + in_block(MT.ATTN_GATE), shape, False, (value_dim, H),
                      self._split_qkvz(want_z=True))
-            self.put(out, la + "in_proj_ba.weight", b + w(MT.SSM_BETA_ALPHA), (2 * nv, H), False)
+            self.put(out, la + "in_proj_ba.weight", b + in_block(MT.SSM_BETA_ALPHA), (2 * nv, H), False)
         else:
-            self.put(out, la + "in_proj_qkv.weight", b + w(MT.ATTN_QKV), (conv_dim, H), False,
+            self.put(out, la + "in_proj_qkv.weight", b + in_block(MT.ATTN_QKV), (conv_dim, H), False,
                      split=self.v_rows(2 * key_dim, dv))
-            self.put(out, la + "in_proj_z.weight", b + w(MT.ATTN_GATE), (value_dim, H), False,
+            self.put(out, la + "in_proj_z.weight", b + in_block(MT.ATTN_GATE), (value_dim, H), False,
                      split=self.v_rows(0, dv))
-            self.put(out, la + "in_proj_b.weight", b + w(MT.SSM_BETA), (nv, H), False, split=self.v_rows(0, 1))
-            self.put(out, la + "in_proj_a.weight", b + w(MT.SSM_ALPHA), (nv, H), False, split=self.v_rows(0, 1))
+            self.put(out, la + "in_proj_b.weight", b + in_block(MT.SSM_BETA), (nv, H), False, split=self.v_rows(0, 1))
+            self.put(out, la + "in_proj_a.weight", b + in_block(MT.SSM_ALPHA), (nv, H), False, split=self.v_rows(0, 1))
 
         tiled = tile_heads(2 * key_dim, nk, r, dv) if tile else None
 
@@ -182,10 +182,11 @@ class QwenHybrid(Family):
 
         self.put(out, la + "conv1d.weight", b + "ssm_conv1d.weight", (conv_dim, 1, self.kc), False,
                  (conv_dim, self.kc), conv)
-        self.put(out, la + "dt_bias", b + w(MT.SSM_DT, ".bias"), (nv,), False, split=self.v_rows(0, 1))
-        self.put(out, la + "A_log", b + w(MT.SSM_A, ""), (nv,), False, elementwise=neg_exp, split=self.v_rows(0, 1))
-        self.put(out, la + "norm.weight", b + w(MT.SSM_NORM), (dv,), False)
-        self.put(out, la + "out_proj.weight", b + w(MT.SSM_OUT), (H, value_dim), False,
+        self.put(out, la + "dt_bias", b + in_block(MT.SSM_DT, ".bias"), (nv,), False, split=self.v_rows(0, 1))
+        self.put(out, la + "A_log", b + in_block(MT.SSM_A, ""), (nv,), False, elementwise=neg_exp,
+                 split=self.v_rows(0, 1))
+        self.put(out, la + "norm.weight", b + in_block(MT.SSM_NORM), (dv,), False)
+        self.put(out, la + "out_proj.weight", b + in_block(MT.SSM_OUT), (H, value_dim), False,
                  whole=tile_heads(0, nk, r, dv, axis=1) if tile else None)
 
     def _split_qkvz(self, want_z: bool) -> Transform:
@@ -207,15 +208,15 @@ class QwenHybrid(Family):
             return
         E, Ie, Is = (int(self.need("num_experts")), int(self.need("moe_intermediate_size")),
                      int(self.need("shared_expert_intermediate_size")))
-        self.put(out, p + "mlp.gate.weight", b + w(MT.FFN_GATE_INP), (E, H), mtp)
+        self.put(out, p + "mlp.gate.weight", b + in_block(MT.FFN_GATE_INP), (E, H), mtp)
         out.extend(self.expert_tensors(p, b, E, Ie, mtp))
         self.shared_expert(out, p + "mlp.shared_expert.", b, Is, mtp)
-        self.put(out, p + "mlp.shared_expert_gate.weight", b + w(MT.FFN_GATE_INP_SHEXP), (1, H), mtp, (H,))
+        self.put(out, p + "mlp.shared_expert_gate.weight", b + in_block(MT.FFN_GATE_INP_SHEXP), (1, H), mtp, (H,))
 
     def _block(self, out: list[PlannedTensor], p: str, il: int, *, linear: bool, mtp: bool) -> None:
         b = f"blk.{il}."
-        self.put(out, p + "input_layernorm.weight", b + w(MT.ATTN_NORM), (self.H,), mtp)
-        self.put(out, p + "post_attention_layernorm.weight", b + w(MT.ATTN_POST_NORM), (self.H,), mtp)
+        self.put(out, p + "input_layernorm.weight", b + in_block(MT.ATTN_NORM), (self.H,), mtp)
+        self.put(out, p + "post_attention_layernorm.weight", b + in_block(MT.ATTN_POST_NORM), (self.H,), mtp)
         if linear:
             self._linear_attention(out, p, b)
         else:

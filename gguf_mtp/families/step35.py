@@ -19,7 +19,7 @@ from ..checkpoint.folder import Checkpoint
 from ..checkpoint.shards import ArrayRef
 from ..errors import FormatError, UnsupportedError
 from ..ggufio.format import KV
-from ..ggufio.names import MT, tensor_name, w
+from ..ggufio.names import MT, in_block, tensor_name
 from .base import PlannedTensor, Source
 from .multihead import MultiHeadFamily
 from .rope import llama3_freq_factors
@@ -161,25 +161,25 @@ class Step35(MultiHeadFamily):
         p, b, H, D = f"model.layers.{il}.", f"blk.{il}.", self.H, self.hd
         nh, nkv = self.heads[self.layer_type(il)]
         put, opt = self.put, self.opt
-        put(out, p + "input_layernorm.weight", b + w(MT.ATTN_NORM), (H,), mtp)
+        put(out, p + "input_layernorm.weight", b + in_block(MT.ATTN_NORM), (H,), mtp)
         for proj, t, rows in (("q_proj", MT.ATTN_Q, nh * D), ("k_proj", MT.ATTN_K, nkv * D),
                               ("v_proj", MT.ATTN_V, nkv * D)):
-            put(out, f"{p}self_attn.{proj}.weight", b + w(t), (rows, H), mtp)
-        put(out, p + "self_attn.o_proj.weight", b + w(MT.ATTN_OUT), (H, nh * D), mtp)
-        opt(out, p + "self_attn.q_norm.weight", b + w(MT.ATTN_Q_NORM), (D,), mtp)
-        opt(out, p + "self_attn.k_norm.weight", b + w(MT.ATTN_K_NORM), (D,), mtp)
-        opt(out, p + "self_attn.g_proj.weight", b + w(MT.ATTN_GATE), (nh, H), mtp)
-        put(out, p + "post_attention_layernorm.weight", b + w(MT.FFN_NORM), (H,), mtp)
+            put(out, f"{p}self_attn.{proj}.weight", b + in_block(t), (rows, H), mtp)
+        put(out, p + "self_attn.o_proj.weight", b + in_block(MT.ATTN_OUT), (H, nh * D), mtp)
+        opt(out, p + "self_attn.q_norm.weight", b + in_block(MT.ATTN_Q_NORM), (D,), mtp)
+        opt(out, p + "self_attn.k_norm.weight", b + in_block(MT.ATTN_K_NORM), (D,), mtp)
+        opt(out, p + "self_attn.g_proj.weight", b + in_block(MT.ATTN_GATE), (nh, H), mtp)
+        put(out, p + "post_attention_layernorm.weight", b + in_block(MT.FFN_NORM), (H,), mtp)
         if not self.ck.has(p + "moe.gate.weight"):  # llama.cpp builds a layer as MoE iff it has a router
             self.dense_ffn(out, p, b, mtp)
             return
         X, Fe, Fs = int(self.need("moe_num_experts")), int(self.need("moe_intermediate_size")), \
             int(self.hp.get("share_expert_dim", 0))
-        put(out, p + "moe.gate.weight", b + w(MT.FFN_GATE_INP), (X, H), mtp)
-        opt(out, p + "moe.router_bias", b + w(MT.FFN_EXP_PROBS_B, ".bias"), (X,), mtp)
+        put(out, p + "moe.gate.weight", b + in_block(MT.FFN_GATE_INP), (X, H), mtp)
+        opt(out, p + "moe.router_bias", b + in_block(MT.FFN_EXP_PROBS_B, ".bias"), (X,), mtp)
         # experts come stacked already: [X, Fe, H] / [X, H, Fe]
         for proj, t, shape in (("gate_proj", MT.FFN_GATE_EXP, (X, Fe, H)), ("up_proj", MT.FFN_UP_EXP, (X, Fe, H)),
                                ("down_proj", MT.FFN_DOWN_EXP, (X, H, Fe))):
-            put(out, f"{p}moe.{proj}.weight", b + w(t), shape, mtp)
+            put(out, f"{p}moe.{proj}.weight", b + in_block(t), shape, mtp)
         if Fs:  # the graph always adds the shared expert on MoE layers
             self.shared_expert(out, p + "share_expert.", b, Fs, mtp)

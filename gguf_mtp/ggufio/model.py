@@ -14,8 +14,8 @@ from typing import Any
 from gguf import Keys
 
 from ..errors import FormatError
-from . import keys as K
 from .format import KV
+from .keys import arch_key
 from .reader import GGUFFile, TensorInfo
 from .validate import check_metadata, check_tensor_set
 
@@ -119,7 +119,7 @@ class GGUFModel:
         return default if kv is None else kv.scalar()
 
     def arch_get(self, template: str, default: object = None) -> Any:
-        return self.get(K.arch_key(template, self.arch), default)
+        return self.get(arch_key(template, self.arch), default)
 
     @property
     def alignment(self) -> int:

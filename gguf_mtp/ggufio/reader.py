@@ -81,9 +81,6 @@ class _Cursor:
         return self.end - self.pos
 
 
-_STRUCT_FMT = {t: dt.str[1:] for t, dt in SCALAR_DTYPES.items()}
-
-
 def _read_value(cur: _Cursor, vtype: int, key: str,
                 depth: int = 0) -> tuple[GGUFValueType, object, GGUFValueType | None]:
     try:
@@ -201,7 +198,6 @@ class GGUFFile:
                 raise FormatError(f"{self.path}: tensor {name!r} has invalid shape {list(shape)}")
             raw.append((name, shape, gt, off))
         self.data_offset = -(-cur.pos // self.alignment) * self.alignment
-        self.header_size = cur.pos
         self.tensors: dict[str, TensorInfo] = {}
         expected = 0
         for name, shape, gt, off in raw:

@@ -24,9 +24,10 @@ from gguf import MODEL_TENSOR, GGMLQuantizationType, GGUFValueType, Keys
 from ..archs import arch as arch_row
 from ..errors import FormatError, UnsupportedError
 from ..ggml_types import type_name
-from . import keys as K
+from ..layout import block_parts, has_trunk_blocks
 from .format import KV
-from .names import w
+from .keys import K_RECURRENT_LAYERS, K_SHARED_TARGET_TENSORS, K_VALUE_SCALE, arch_key
+from .names import in_block
 
 V = GGUFValueType
 T = GGMLQuantizationType
@@ -100,7 +101,7 @@ ARCH_RULES: dict[str, Rule] = {
     Keys.LLM.EXPERT_GATING_FUNC: _u32(),
     Keys.LLM.LEADING_DENSE_BLOCK_COUNT: _u32(0, LLAMA_MAX_LAYERS),
     Keys.LLM.VOCAB_SIZE: _u32(0, MAX_VOCAB),
-    K.K_RECURRENT_LAYERS: Rule((V.BOOL, V.UINT32, V.INT32), per_layer=True, items=(V.BOOL, *_INT_ITEMS)),
+    K_RECURRENT_LAYERS: Rule((V.BOOL, V.UINT32, V.INT32), per_layer=True, items=(V.BOOL, *_INT_ITEMS)),
     Keys.LLM.FULL_ATTENTION_INTERVAL: _u32(),
     Keys.SSM.CONV_KERNEL: _u32(),
     Keys.SSM.STATE_SIZE: _u32(),
@@ -109,10 +110,10 @@ ARCH_RULES: dict[str, Rule] = {
     Keys.SSM.INNER_SIZE: _u32(),
     Keys.Attention.SLIDING_WINDOW: _u32(),
     Keys.Attention.SLIDING_WINDOW_PATTERN: Rule((V.UINT32,), items=(V.BOOL, *_INT_ITEMS), max_len=LLAMA_MAX_LAYERS),
-    K.K_VALUE_SCALE: _f32(),
+    K_VALUE_SCALE: _f32(),
     Keys.LLM.SWIGLU_CLAMP_EXP: Rule((V.FLOAT32,), per_layer=True, items=(V.FLOAT32,)),
     Keys.LLM.SWIGLU_CLAMP_SHEXP: Rule((V.FLOAT32,), per_layer=True, items=(V.FLOAT32,)),
-    K.K_SHARED_TARGET_TENSORS: Rule(items=(V.STRING,)),
+    K_SHARED_TARGET_TENSORS: Rule(items=(V.STRING,)),
 }
 
 #: keys outside the architecture's namespace
@@ -211,7 +212,7 @@ def check_metadata(path: Path, kv: Mapping[str, KV]) -> None:
     arch = str(arch_kv.value)
     if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", arch):
         raise _bad(path, Keys.General.ARCHITECTURE, f"is {arch!r:.70}, not an architecture name")
-    a = lambda t: K.arch_key(t, arch)  # noqa: E731
+    a = lambda t: arch_key(t, arch)  # noqa: E731
     bc_key, nextn_key = a(Keys.LLM.BLOCK_COUNT), a(Keys.LLM.NEXTN_PREDICT_LAYERS)
     if bc_key in kv:
         _check_kv(path, kv[bc_key], ARCH_RULES[Keys.LLM.BLOCK_COUNT], None)
@@ -260,16 +261,15 @@ def check_metadata(path: Path, kv: Mapping[str, KV]) -> None:
 # crashes at the first decode, src/models/<arch>.cpp) are the arch table's ``recurrent_needs`` and ``ffn_by_router``
 _FFN = {True: ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"),
         False: ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")}
-_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
-_EH_PROJ = w(MODEL_TENSOR.NEXTN_EH_PROJ)  # the tensor llama.cpp probes to tell an MTP block
+_EH_PROJ = in_block(MODEL_TENSOR.NEXTN_EH_PROJ)  # the tensor llama.cpp probes to tell an MTP block
 
 
 def _recurrent(kv: Mapping[str, KV], arch: str, n: int) -> list[bool]:
     """Which of the first ``n`` blocks are recurrent, as llama.cpp's qwen3.5 / qwen3-next loaders decide."""
-    arr = kv.get(K.arch_key(K.K_RECURRENT_LAYERS, arch))
+    arr = kv.get(arch_key(K_RECURRENT_LAYERS, arch))
     if arr is not None and arr.vtype == V.ARRAY:
         return [bool(x) for x in arr.scalar()[:n]]
-    interval = _int(kv, K.arch_key(Keys.LLM.FULL_ATTENTION_INTERVAL, arch), 4) or 4
+    interval = _int(kv, arch_key(Keys.LLM.FULL_ATTENTION_INTERVAL, arch), 4) or 4
     return [(il + 1) % interval != 0 for il in range(n)]
 
 
@@ -277,21 +277,21 @@ def check_tensor_set(path: Path, kv: Mapping[str, KV], names: Iterable[str]) -> 
     """Refuse tensor sets llama.cpp would load and then crash on (it only probes one tensor to tell a model from
     a sidecar, and leaves some tensors optional that its graph needs)."""
     arch_kv = kv.get(Keys.General.ARCHITECTURE)
-    bc_kv = kv.get(K.arch_key(Keys.LLM.BLOCK_COUNT, str(arch_kv.value))) if arch_kv is not None else None
+    bc_kv = kv.get(arch_key(Keys.LLM.BLOCK_COUNT, str(arch_kv.value))) if arch_kv is not None else None
     if arch_kv is None or bc_kv is None:
         return
     arch, names = str(arch_kv.value), set(names)
-    n_mtp = _int(kv, K.arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, arch))
+    n_mtp = _int(kv, arch_key(Keys.LLM.NEXTN_PREDICT_LAYERS, arch))
     n_trunk = int(bc_kv.value) - n_mtp
     blocks: dict[int, set[str]] = {}
     for name in names:
-        m = _BLOCK.match(name)
-        if m:
-            blocks.setdefault(int(m.group(1)), set()).add(m.group(2))
+        parts = block_parts(name)
+        if parts and parts[1]:
+            blocks.setdefault(parts[0], set()).add(parts[1])
     missing = lambda il, what: FormatError(  # noqa: E731
         f"{path}: block {il} has no {what}; llama.cpp would load this file and crash when it runs it "
         "(the file is incomplete: download or convert it again)")
-    if n_mtp > 0 and any(b < n_trunk for b in blocks) and "blk.0.attn_norm.weight" not in names:
+    if n_mtp > 0 and has_trunk_blocks(names, n_trunk) and "blk.0.attn_norm.weight" not in names:
         # llama.cpp takes a file without it for an MTP sidecar and stops checking the trunk's tensors
         raise missing(0, "attn_norm.weight, but other trunk tensors")
     if n_mtp > 0 and any(b >= n_trunk for b in blocks):
@@ -328,16 +328,21 @@ ELEMENTWISE = re.compile(
     r"time_mix_(lerp_\w+|decay|[wav]0|k_k|k_a|r_k|ln|first)|channel_mix_lerp_[kr]|convnext\.\d+\.gamma)$")
 #: types ggml's CPU backend has no dot product (or row getter) for: unusable as a weight matrix
 NOT_A_MATRIX_TYPE = {T.Q8_1, T.Q8_K, T.I8, T.I16, T.I32, T.I64, T.F64}
-_BLK = re.compile(r"^blk\.\d+\.")
+
+
+def _in_block(name: str) -> str:
+    """``blk.3.attn_norm.weight`` -> ``attn_norm.weight``; other names as they are."""
+    parts = block_parts(name)
+    return parts[1] if parts else name
 
 
 def tensor_type_problem(name: str, ggml_type: int) -> str | None:
     """Why llama.cpp cannot use tensor ``name`` stored as ``ggml_type`` (None when it can)."""
     if name.endswith(".bias"):
-        base = _BLK.sub("", name)
+        base = _in_block(name)
         elementwise = True
     else:
-        base = _BLK.sub("", name).removesuffix(".weight")
+        base = _in_block(name).removesuffix(".weight")
         elementwise = bool(ELEMENTWISE.match(base))
     if elementwise:
         if ggml_type != T.F32:

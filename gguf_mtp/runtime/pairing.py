@@ -12,7 +12,7 @@ from ..errors import GgufMtpError
 from ..ggufio.model import GGUFModel, model_stem
 from ..ggufio.validate import check_tensor_types
 from ..head import check_compatible, find_head
-from ..layout import HEAD_ONLY_SUFFIX, Layout, pairing_stems
+from ..layout import Layout, sidecar_names
 
 
 class HeadSource(str, Enum):
@@ -33,29 +33,14 @@ class Pairing:
 
 
 def sidecar_candidates(model_path: Path) -> list[Path]:
-    """The sidecars a model may pair with, best first: for each of its :func:`~gguf_mtp.layout.pairing_stems`
-    (``X`` and, for ``X-trunk``, ``X`` too), ``<stem>-MTP.gguf`` and ``mtp-<stem>.gguf`` (earlier versions' names
-    and llama.cpp users'), then ``<stem>-MTP-*.gguf`` (the default names, self-contained before head-only); then any
-    other ``*-MTP*.gguf`` / ``mtp-*.gguf`` beside it."""
-    d, stem = model_path.parent, model_stem(model_path)
-    named: list[Path] = []
-    for s in pairing_stems(stem):
-        named += [d / f"{s}-MTP.gguf", d / f"mtp-{s}.gguf"]
-        variants = [p for p in d.glob("*.gguf") if p.name.lower().startswith(f"{s}-MTP-".lower())]
-        named += sorted(variants, key=lambda p: (HEAD_ONLY_SUFFIX.lower() in p.name.lower(), p.name))
-    me = model_path.resolve()
-    named = [p for i, p in enumerate(named) if p.exists() and p not in named[:i] and p.resolve() != me]
-    others = sorted(p for p in d.glob("*.gguf") if p not in named and p.resolve() != me
-                    and ("-mtp" in p.name.lower() or p.name.lower().startswith("mtp-")))
-    return named + others
+    """The files beside a model it may pair with, best first (:func:`gguf_mtp.layout.sidecar_names`)."""
+    d, me = model_path.parent, model_path.resolve()
+    return [p for p in (d / n for n in sidecar_names(model_stem(model_path), os.listdir(d))) if p.resolve() != me]
 
 
 def _sidecar_layout(m: GGUFModel) -> Layout | None:
     head = find_head(m)
-    if head is None or any((b := n.split(".")[1]).isdigit() and int(b) < head.n_trunk
-                           for n in m.tensors if n.startswith("blk.")):
-        return None
-    return Layout.MTP_ONLY if "token_embd.weight" in m.tensors else Layout.HEAD_ONLY
+    return None if head is None else head.sidecar
 
 
 def _check_types(m: GGUFModel) -> None:
