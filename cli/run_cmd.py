@@ -16,8 +16,7 @@ from gguf_mtp.files import describe_os_error, open_input
 from gguf_mtp.ggufio.atomic import check_output, write_bytes
 from gguf_mtp.server.text import is_utf8
 
-from . import device_options, session_options
-from . import options as O
+from . import device_options, options, session_options
 
 if TYPE_CHECKING:  # at run time they are imported in run(), after llama.cpp (see gguf_mtp.runtime)
     from gguf_mtp.runtime import Generation, MTPSession, SamplerConfig
@@ -48,19 +47,19 @@ def _ended(g: Generation, session: MTPSession, err: Callable[[str], None]) -> No
     err(("[interrupted] " if g.stopped == "interrupted" else "") + g.stats.compact())
 
 
-@O.llamacpp_options("run")
+@options.llamacpp_options("run")
 def run(
     model_arg: Path | None = typer.Argument(None, metavar="MODEL",
                                             help="GGUF model (bundled, or trunk with a sidecar beside it)."),
-    model_opt: Path | None = O.MODEL,
+    model_opt: Path | None = options.MODEL,
     list_devices: bool = typer.Option(False, "--list-devices",
                                       help="Print the devices this llama.cpp build can use (with --rpc: the servers' "
                                            "too) and exit."),
-    mtp_opt: Path | None = O.MTP,
-    model_draft: Path | None = O.MODEL_DRAFT,
-    no_mtp_opt: bool = O.NO_MTP,
-    spec_type: str | None = O.SPEC_TYPE,
-    require_mtp: bool = O.REQUIRE_MTP,
+    mtp_opt: Path | None = options.MTP,
+    model_draft: Path | None = options.MODEL_DRAFT,
+    no_mtp_opt: bool = options.NO_MTP,
+    spec_type: str | None = options.SPEC_TYPE,
+    require_mtp: bool = options.REQUIRE_MTP,
     prompt: str | None = typer.Option(None, "--prompt", "-p", callback=_prompt,
                                       help="One-shot completion of this text (no chat template)."),
     prompt_file: Path | None = typer.Option(None, "--file", "-f", help="One-shot completion of the text in this file."),
@@ -69,22 +68,22 @@ def run(
     reverse_prompt: list[str] | None = typer.Option(None, "--reverse-prompt", "-r", callback=_texts,
                                                     help="Stop when the text ends with this (repeatable)."),
     system: str | None = typer.Option(None, "--system", "-sys", "--system-prompt", help="System message for chat."),
-    draft_n_max: str = O.DRAFT_N_MAX,
-    p_min: float = O.P_MIN,
-    prompt_window: int = O.PROMPT_WINDOW,
-    warmup: bool | None = O.WARMUP,
-    n_gpu_layers: int = O.N_GPU_LAYERS,
-    draft_gpu_layers: int | None = O.DRAFT_GPU_LAYERS,
-    device: str | None = O.DEVICE,
-    device_draft: str | None = O.DEVICE_DRAFT,
-    split_mode: str = O.SPLIT_MODE,
-    tensor_split: str | None = O.TENSOR_SPLIT,
-    main_gpu: int = O.MAIN_GPU,
-    rpc: str | None = O.RPC,
+    draft_n_max: str = options.DRAFT_N_MAX,
+    p_min: float = options.P_MIN,
+    prompt_window: int = options.PROMPT_WINDOW,
+    warmup: bool | None = options.WARMUP,
+    n_gpu_layers: int = options.N_GPU_LAYERS,
+    draft_gpu_layers: int | None = options.DRAFT_GPU_LAYERS,
+    device: str | None = options.DEVICE,
+    device_draft: str | None = options.DEVICE_DRAFT,
+    split_mode: str = options.SPLIT_MODE,
+    tensor_split: str | None = options.TENSOR_SPLIT,
+    main_gpu: int = options.MAIN_GPU,
+    rpc: str | None = options.RPC,
     ctx_size: int = session_options.ctx_size("Context size in tokens."),
-    batch_size: int = O.BATCH_SIZE,
-    threads: int | None = O.THREADS,
-    flash_attn: str | None = O.FLASH_ATTN,
+    batch_size: int = options.BATCH_SIZE,
+    threads: int | None = options.THREADS,
+    flash_attn: str | None = options.FLASH_ATTN,
     temp: float = session_options.temp(0.0, "Temperature (0: greedy)."),
     top_k: int = session_options.top_k(),
     top_p: float = session_options.top_p(),
@@ -136,10 +135,10 @@ def run(
     from gguf_mtp.runtime.options import check_sampling
     from gguf_mtp.runtime.rpc import add_servers
 
-    model = O.model_path(model_arg, model_opt)
-    mtp = O.sidecar(mtp_opt, model_draft)
-    no_mtp = O.no_mtp_from_spec_type(spec_type, no_mtp_opt)
-    n_predict = O.n_predict(n_predict)
+    model = options.model_path(model_arg, model_opt)
+    mtp = options.sidecar(mtp_opt, model_draft)
+    no_mtp = options.no_mtp_from_spec_type(spec_type, no_mtp_opt)
+    n_predict = options.n_predict(n_predict)
     endpoints = device_options.endpoints(rpc) if rpc is not None else None
     stats_file = None if stats_json is None or str(stats_json) == "-" else stats_json
     given = [p for p in (model, mtp, prompt_file, draft_profile) if p is not None]

@@ -9,22 +9,21 @@ import typer
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.files import read_input_text
 
-from . import options as O
-from . import session_options
+from . import options, session_options
 
 
-@O.llamacpp_options("serve")
+@options.llamacpp_options("serve")
 def serve(
     model_arg: Path | None = typer.Argument(None, metavar="MODEL",
                                             help="GGUF model (bundled, or trunk with a sidecar beside it)."),
-    model_opt: Path | None = O.MODEL,
+    model_opt: Path | None = options.MODEL,
     list_devices: bool = typer.Option(False, "--list-devices", is_eager=True, callback=session_options.list_devices,
                                       help="Print the devices this llama.cpp build can use and exit."),
-    mtp_opt: Path | None = O.MTP,
-    model_draft: Path | None = O.MODEL_DRAFT,
-    no_mtp_opt: bool = O.NO_MTP,
-    spec_type: str | None = O.SPEC_TYPE,
-    require_mtp: bool = O.REQUIRE_MTP,
+    mtp_opt: Path | None = options.MTP,
+    model_draft: Path | None = options.MODEL_DRAFT,
+    no_mtp_opt: bool = options.NO_MTP,
+    spec_type: str | None = options.SPEC_TYPE,
+    require_mtp: bool = options.REQUIRE_MTP,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8080, "--port", min=0, max=65535,
                              help="Port to listen on (0: any free port, printed at start)."),
@@ -36,22 +35,22 @@ def serve(
                                        help="Require 'Authorization: Bearer KEY' (all but /health)."),
     chat_template_file: Path | None = typer.Option(None, "--chat-template-file",
                                                    help="Jinja chat template to use instead of the GGUF's."),
-    draft_n_max: str = O.DRAFT_N_MAX,
-    p_min: float = O.P_MIN,
-    prompt_window: int = O.PROMPT_WINDOW,
-    warmup: bool | None = O.WARMUP,
-    n_gpu_layers: int = O.N_GPU_LAYERS,
-    draft_gpu_layers: int | None = O.DRAFT_GPU_LAYERS,
-    device: str | None = O.DEVICE,
-    device_draft: str | None = O.DEVICE_DRAFT,
-    split_mode: str = O.SPLIT_MODE,
-    tensor_split: str | None = O.TENSOR_SPLIT,
-    main_gpu: int = O.MAIN_GPU,
-    rpc: str | None = O.RPC,
+    draft_n_max: str = options.DRAFT_N_MAX,
+    p_min: float = options.P_MIN,
+    prompt_window: int = options.PROMPT_WINDOW,
+    warmup: bool | None = options.WARMUP,
+    n_gpu_layers: int = options.N_GPU_LAYERS,
+    draft_gpu_layers: int | None = options.DRAFT_GPU_LAYERS,
+    device: str | None = options.DEVICE,
+    device_draft: str | None = options.DEVICE_DRAFT,
+    split_mode: str = options.SPLIT_MODE,
+    tensor_split: str | None = options.TENSOR_SPLIT,
+    main_gpu: int = options.MAIN_GPU,
+    rpc: str | None = options.RPC,
     ctx_size: int = session_options.ctx_size("Context size in tokens, shared by the slots."),
-    batch_size: int = O.BATCH_SIZE,
-    threads: int | None = O.THREADS,
-    flash_attn: str | None = O.FLASH_ATTN,
+    batch_size: int = options.BATCH_SIZE,
+    threads: int | None = options.THREADS,
+    flash_attn: str | None = options.FLASH_ATTN,
     n_predict: int = session_options.n_predict(-1, "Default max_tokens (-1: until the end or the slot's context is "
                                                    "full)."),
     temp: float = session_options.temp(0.8, "Default temperature for requests that set none."),
@@ -93,12 +92,12 @@ def serve(
     from gguf_mtp.server import serve as serve_session
     from gguf_mtp.server.cors import CorsPolicy
 
-    model = O.model_path(model_arg, model_opt)
+    model = options.model_path(model_arg, model_opt)
     if model is None:
         raise typer.BadParameter("missing the model: give a GGUF file as the argument or with -m/--model")
-    mtp = O.sidecar(mtp_opt, model_draft)
-    no_mtp = O.no_mtp_from_spec_type(spec_type, no_mtp_opt)
-    n_predict = O.n_predict(n_predict)
+    mtp = options.sidecar(mtp_opt, model_draft)
+    no_mtp = options.no_mtp_from_spec_type(spec_type, no_mtp_opt)
+    n_predict = options.n_predict(n_predict)
     if no_mtp and mtp is not None:
         raise typer.BadParameter("a sidecar (--mtp/-md) and --no-mtp (--spec-type none) exclude each other")
     template = None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from . import options as O
+from . import options
 
 if TYPE_CHECKING:  # imported where used at run time: the runtime loads llama.cpp (see gguf_mtp.runtime)
     from gguf_mtp.runtime import SamplerConfig, SessionConfig
@@ -97,7 +97,7 @@ def session_config(*, draft_n_max: str, p_min: float, prompt_window: int, warmup
         draft_devices=device_options.device_list(device_draft, "--device-draft") if device_draft is not None else None,
         split_mode=split_mode, tensor_split=device_options.tensor_split(tensor_split) if tensor_split else None,
         main_gpu=main_gpu, rpc=device_options.endpoints(rpc) if rpc is not None else None,
-        flash_attn=O.flash_attn(flash_attn))
+        flash_attn=options.flash_attn(flash_attn))
 
 
 def sampler_config(*, temp: float, top_k: int, top_p: float, seed: int, min_p: float, typical_p: float,
