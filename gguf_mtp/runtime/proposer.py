@@ -1,6 +1,11 @@
 """Who proposes an engine's drafts: :class:`Proposer` (no head: every step is plain, the target returns no
-hidden rows) or :class:`MtpProposer` (the MTP head, see speculative.py's docstring for its queue). The engine's
-step asks its proposer and never asks whether there is a head.
+hidden rows) or :class:`MtpProposer` (the MTP head, see speculative.py's docstring for its queue). The step
+(speculative.py: ``batch_step``) asks its proposers and never asks whether there is a head.
+
+Drafting is written once, for a batch of sequences on one MTP context (:meth:`MtpProposer.propose`): the first
+draft decode carries every drafting sequence's queue and its ``(id_last, pending_h)``, each later one a row per
+sequence still drafting. A batch of one decodes its proposer's own batch (its queue), padded to a stable shape;
+several sequences share a batch whose shape the number of sequences sets.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from .sampling import ContextSampler, context_sampler, top1_prob
 from .stats import Stats
 
 if TYPE_CHECKING:
+    from .adaptive import DraftLength
     from .speculative import Engine
 
 _NEVER = sys.maxsize  # a position no prompt reaches
@@ -33,6 +39,8 @@ class Proposer:
     n_draft_max = 0
     n_heads = 0
     chain = False
+    #: the controller whose current choice the head's padding follows (None: the engine's own)
+    lengths: DraftLength | None = None
 
     def graphs_reused(self) -> int:
         return 0
@@ -65,15 +73,20 @@ class Proposer:
     def rewind(self, n_keep: int, n_tokens: int) -> None:
         """Forget positions from ``n_keep`` on (the target held ``n_tokens``)."""
 
-    def before_batched_step(self) -> None:
-        """A batched step (multistep.py) decodes the head itself."""
+    def shared_batch(self, n_seq: int) -> Batch | None:
+        """The MTP batch ``n_seq`` sequences draft in together (a batch of one uses its own queue)."""
+        return None
 
-    def propose(self, last: int, pos0: int, k: int) -> tuple[list[int], bool]:
-        """Up to ``k`` drafts after ``last`` at ``pos0``, and whether the MTP context now holds ``last`` there."""
-        return [], False
+    def propose(self, heads: Sequence[Proposer], lasts: Sequence[int], pos0s: Sequence[int], ks: Sequence[int],
+                shared: Batch | None = None) -> tuple[list[list[int]], int]:
+        """Drafts for the sequences of ``heads`` (this one first, all on one MTP context): up to ``ks[s]`` after
+        ``lasts[s]`` at ``pos0s[s]`` (0: none); several sequences draft in ``shared``. Also returns how many of a
+        drafting sequence's tokens the MTP context holds at ``pos0`` afterwards (1: ``last``; 0: none)."""
+        return [[] for _ in heads], 0
 
-    def verify_rows(self, tgt: Context, row: int, n: int) -> tuple[np.ndarray | None, int]:
-        """The target's hidden rows of the ``n`` verify rows from ``row``, and how many rows came back in all."""
+    def verify_rows(self, tgt: Context, row: int, n: int, *, copy: bool = False) -> tuple[np.ndarray | None, int]:
+        """The target's hidden rows of the ``n`` verify rows from ``row`` (a view unless ``copy``: a later target
+        decode overwrites it), and how many rows came back in all."""
         return None, 0
 
     def commit(self, stats: Stats, last: int, drafts: list[int], j: int, rows: np.ndarray | None, n_past: int,
@@ -148,7 +161,7 @@ class MtpProposer(Proposer):
             for head in range(self.n_heads):  # every head keeps its own layer's cache for these positions
                 self.ctx.seq_rm(pos0, seq=self.seq)
                 self.ctx.set_head(head)
-                spent += self.engine._decode(self.ctx, b, wait=wait, in_step=in_step)
+                spent += self.engine.decode(self.ctx, b, wait=wait, in_step=in_step)
             self.ctx.set_head(0)
         if in_step:
             self.engine.timing.feed(spent)
@@ -165,7 +178,7 @@ class MtpProposer(Proposer):
     @property
     def _shape(self) -> int:
         """Rows every MTP decode is padded to: the draft length + 1 (auto: its current choice, not a probe's)."""
-        adaptive = self.engine.adaptive
+        adaptive = self.lengths if self.lengths is not None else self.engine.adaptive
         return max(1, adaptive.k if adaptive is not None else self.n_draft_max) + 1
 
     def _decode(self, b: Batch, *, wait: bool = True, in_step: bool = True) -> float:
@@ -174,7 +187,7 @@ class MtpProposer(Proposer):
         inputs, so the cache ends up the same and every decode has one shape."""
         if self.stable and b.n < self._shape:
             self._pad(b)
-        dt = self.engine._decode(self.ctx, b, wait=wait, in_step=in_step)
+        dt = self.engine.decode(self.ctx, b, wait=wait, in_step=in_step)
         if self.stable:
             p0 = int(b.pos_np[0])
             while self._held and self._held[-1][0] >= p0:
@@ -261,8 +274,18 @@ class MtpProposer(Proposer):
             b.n = n_keep - q0  # drop the queued tail
         self.pending_h = self.h_hist[n_keep - 1].copy()
 
-    def before_batched_step(self) -> None:
-        self.flush()
+    def shared_batch(self, n_seq: int) -> Batch | None:
+        # as large as one MTP decode may be: every sequence's queue rides with its first draft
+        return Batch(max(self.ctx.n_batch, n_seq * (self.n_draft_max + 1)), self.engine.tgt.model.n_embd_out)
+
+    def _send_queue(self, b: Batch) -> None:
+        """Move this sequence's queue into the shared batch ``b`` (it goes out with the first draft there). The
+        shared decode does not keep the cache tail the padding needs (a batch of one pads again once refilled)."""
+        q, seq = self.mbatch, self.seq
+        assert q.embd is not None
+        for i in range(q.n):
+            b.add(int(q.tok_np[i]), int(q.pos_np[i]), logits=False, embd=q.embd[i], seq=seq)
+        q.clear()
         self._held.clear()
 
     # -- drafts ---------------------------------------------------------------------------------
@@ -289,7 +312,7 @@ class MtpProposer(Proposer):
             mtp.seq_rm(pos0, seq=self.seq)
             mtp.set_head(i)
             b.fill(toks, pos0, last_logits=True, embd=np.stack(rows))
-            self.engine.timing.draft(i, self.engine._decode(mtp, b))
+            self.engine.timing.draft(i, self.engine.decode(mtp, b))
             d = self.pick(len(toks) - 1)
             if d is None:
                 break
@@ -301,37 +324,67 @@ class MtpProposer(Proposer):
         mtp.seq_rm(pos0, seq=self.seq)
         return out
 
-    def propose(self, last: int, pos0: int, k: int) -> tuple[list[int], bool]:
-        if self.chain:
-            return self._draft_chain(last, pos0, k), False
-        b = self.mbatch
-        if b.n >= b.capacity:
-            self.flush()
-        # the queue and (id_last, pending_h) in one decode: the feed and the first draft share it
-        b.add(last, pos0, logits=True, embd=self.pending_h)
-        out: list[int] = []
+    def propose(self, heads: Sequence[Proposer], lasts: Sequence[int], pos0s: Sequence[int], ks: Sequence[int],
+                shared: Batch | None = None) -> tuple[list[list[int]], int]:
+        out: list[list[int]] = [[] for _ in heads]
+        if self.chain:  # the step gives chained heads one sequence at a time
+            out[0] = self._draft_chain(lasts[0], pos0s[0], ks[0])
+            return out, 0
+        mtps: list[MtpProposer] = heads  # type: ignore[assignment]  # a session's proposers all have a head
+        drafting = [s for s, k in enumerate(ks) if k > 0]
+        if len(heads) == 1:
+            b = self.mbatch  # its queue: padded to a stable shape (_decode)
+            if b.n >= b.capacity:
+                self.flush()
+        else:
+            assert shared is not None
+            b = shared
+            b.clear()
+            # the queues ride with the first draft; one too many for the batch goes out on its own first
+            room = b.capacity - len(drafting)
+            for s in sorted(drafting, key=lambda s: -mtps[s].mbatch.n):
+                if sum(mtps[x].mbatch.n for x in drafting) <= room:
+                    break
+                mtps[s].flush()
+            for s in drafting:
+                mtps[s]._send_queue(b)
+        # (id_last, pending_h) at n_past: the feed and the first draft share a decode
+        rows = [b.add(lasts[s], pos0s[s], logits=True, embd=mtps[s].pending_h, seq=mtps[s].seq) for s in drafting]
         timing = self.engine.timing
-        for step in range(k):
-            timing.draft(step, self._decode(b))
-            i = b.n - 1  # the output row is the last one
-            d = self.pick(i)
-            if d is None:
+        for step in range(max(ks)):
+            n0 = b.n
+            timing.draft(step, self._decode(b) if b is self.mbatch else self.engine.decode(self.ctx, b))
+            pad = b.n - n0  # rows the padding put in front
+            going: list[tuple[int, int, np.ndarray]] = []
+            for s, i in zip(drafting, rows):
+                i += pad
+                d = mtps[s].pick(i)
+                if d is None:
+                    continue
+                out[s].append(d)
+                if step + 1 < ks[s]:  # the next draft: this one paired with the head's own hidden row
+                    going.append((s, d, self.ctx.h_row(i)))
+            b.clear()
+            if not going:
                 break
-            out.append(d)
-            if step + 1 < k:  # the next draft: this one paired with the head's own hidden row
-                h = self.ctx.h_row(i)
-                b.clear()
-                b.add(d, pos0 + 1 + step, logits=True, embd=h)
+            drafting = [s for s, _, _ in going]
+            rows = [b.add(d, pos0s[s] + 1 + step, logits=True, embd=h, seq=mtps[s].seq) for s, d, h in going]
         b.clear()
-        if out and k > 1:  # a decode ran at pos0 + 1 or later
-            self.ctx.seq_rm(pos0 + 1, seq=self.seq)  # the drafts' own positions leave no trace; (last) at pos0 stays
-            while self._held and self._held[-1][0] > pos0:
-                self._held.pop()
-        return out, True
+        for s, k in enumerate(ks):
+            if out[s] and k > 1:  # a decode ran at pos0 + 1 or later
+                mtps[s]._forget_drafts(pos0s[s])
+        return out, 1
+
+    def _forget_drafts(self, pos0: int) -> None:
+        """The drafts' own positions leave no trace; ``last`` at ``pos0`` stays."""
+        self.ctx.seq_rm(pos0 + 1, seq=self.seq)
+        while self._held and self._held[-1][0] > pos0:
+            self._held.pop()
 
     # -- a step's outcome -----------------------------------------------------------------------
-    def verify_rows(self, tgt: Context, row: int, n: int) -> tuple[np.ndarray | None, int]:
-        return tgt.h_rows(row + n)[row:], row + n
+    def verify_rows(self, tgt: Context, row: int, n: int, *, copy: bool = False) -> tuple[np.ndarray | None, int]:
+        rows = tgt.h_rows(row + n)[row:]
+        return (rows.copy() if copy else rows), row + n
 
     def commit(self, stats: Stats, last: int, drafts: list[int], j: int, rows: np.ndarray | None, n_past: int,
                *, k: int, held: int) -> None:
