@@ -84,7 +84,7 @@ class Proposer:
         drafting sequence's tokens the MTP context holds at ``pos0`` afterwards (1: ``last``; 0: none)."""
         return [[] for _ in heads], 0
 
-    def verify_rows(self, tgt: Context, row: int, n: int, *, copy: bool = False) -> tuple[np.ndarray | None, int]:
+    def verify_rows(self, tgt: Context, row: int, n: int, copy: bool = False) -> tuple[np.ndarray | None, int]:
         """The target's hidden rows of the ``n`` verify rows from ``row`` (a view unless ``copy``: a later target
         decode overwrites it), and how many rows came back in all."""
         return None, 0
@@ -331,7 +331,6 @@ class MtpProposer(Proposer):
             out[0] = self._draft_chain(lasts[0], pos0s[0], ks[0])
             return out, 0
         mtps: list[MtpProposer] = heads  # type: ignore[assignment]  # a session's proposers all have a head
-        drafting = [s for s, k in enumerate(ks) if k > 0]
         if len(heads) == 1:
             b = self.mbatch  # its queue: padded to a stable shape (_decode)
             if b.n >= b.capacity:
@@ -341,34 +340,40 @@ class MtpProposer(Proposer):
             b = shared
             b.clear()
             # the queues ride with the first draft; one too many for the batch goes out on its own first
-            room = b.capacity - len(drafting)
-            for s in sorted(drafting, key=lambda s: -mtps[s].mbatch.n):
-                if sum(mtps[x].mbatch.n for x in drafting) <= room:
+            queued = sorted((h for h, k in zip(mtps, ks) if k > 0), key=lambda h: -h.mbatch.n)
+            for h in queued:
+                if sum(x.mbatch.n for x in queued) <= b.capacity - len(queued):
                     break
-                mtps[s].flush()
-            for s in drafting:
-                mtps[s]._send_queue(b)
+                h.flush()
+            for h, k in zip(mtps, ks):
+                if k > 0:
+                    h._send_queue(b)
         # (id_last, pending_h) at n_past: the feed and the first draft share a decode
-        rows = [b.add(lasts[s], pos0s[s], logits=True, embd=mtps[s].pending_h, seq=mtps[s].seq) for s in drafting]
-        timing = self.engine.timing
+        drafting: list[int] = []  # the sequences drafting on, and their output rows in b
+        rows: list[int] = []
+        for s, k in enumerate(ks):
+            if k > 0:
+                drafting.append(s)
+                rows.append(b.add(lasts[s], pos0s[s], logits=True, embd=mtps[s].pending_h, seq=mtps[s].seq))
+        timing, ctx = self.engine.timing, self.ctx
         for step in range(max(ks)):
             n0 = b.n
-            timing.draft(step, self._decode(b) if b is self.mbatch else self.engine.decode(self.ctx, b))
+            timing.draft(step, self._decode(b) if b is self.mbatch else self.engine.decode(ctx, b))
             pad = b.n - n0  # rows the padding put in front
-            going: list[tuple[int, int, np.ndarray]] = []
-            for s, i in zip(drafting, rows):
+            b.clear()
+            live, out_rows = drafting, rows
+            drafting, rows = [], []
+            for s, i in zip(live, out_rows):
                 i += pad
                 d = mtps[s].pick(i)
                 if d is None:
                     continue
                 out[s].append(d)
                 if step + 1 < ks[s]:  # the next draft: this one paired with the head's own hidden row
-                    going.append((s, d, self.ctx.h_row(i)))
-            b.clear()
-            if not going:
+                    drafting.append(s)
+                    rows.append(b.add(d, pos0s[s] + 1 + step, logits=True, embd=ctx.h_row(i), seq=mtps[s].seq))
+            if not drafting:
                 break
-            drafting = [s for s, _, _ in going]
-            rows = [b.add(d, pos0s[s] + 1 + step, logits=True, embd=h, seq=mtps[s].seq) for s, d, h in going]
         b.clear()
         for s, k in enumerate(ks):
             if out[s] and k > 1:  # a decode ran at pos0 + 1 or later
@@ -382,7 +387,7 @@ class MtpProposer(Proposer):
             self._held.pop()
 
     # -- a step's outcome -----------------------------------------------------------------------
-    def verify_rows(self, tgt: Context, row: int, n: int, *, copy: bool = False) -> tuple[np.ndarray | None, int]:
+    def verify_rows(self, tgt: Context, row: int, n: int, copy: bool = False) -> tuple[np.ndarray | None, int]:
         rows = tgt.h_rows(row + n)[row:]
         return (rows.copy() if copy else rows), row + n
 

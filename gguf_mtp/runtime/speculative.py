@@ -361,54 +361,68 @@ def batch_step(engines: Sequence[Engine], samplers: Sequence[Sampler | None], *,
     n = len(engines)
     if n > 1 and e0.chain:
         return [batch_step((e,), (s,))[0] for e, s in zip(engines, samplers)]
+    # a loop over the engines per phase, not a comprehension per quantity: a batch of one (every conversation's
+    # step) pays Python per pass
     t_step = _clock()
-    rooms = [e.begin_step(s) for e, s in zip(engines, samplers)]
     timing = e0.timing
     timing.begin()
-    llama0 = e0.stats.llama_seconds
     chosen = lengths.next(_pooled(engines)) if lengths is not None else None
-    ks = [e.draft_length(room, chosen) for e, room in zip(engines, rooms)]  # 0: a plain step
-    asks = ks
-    if lengths is None:  # auto's shadow draft (adaptive.py, SHADOW_EVERY): drafted, not verified
-        asks = [k + 1 if e.adaptive is not None and e.adaptive.shadow and k < e.n_draft_max and k + 1 < room else k
-                for e, k, room in zip(engines, ks, rooms)]
-    heads = [e.head for e in engines]
-    drafts: list[list[int]] = [[] for _ in engines]
+    ks: list[int] = []  # 0: a plain step
+    asks: list[int] = []  # with auto's shadow draft (adaptive.py, SHADOW_EVERY): drafted, not verified
+    ask_any = 0
+    for e, sampler in zip(engines, samplers):
+        room = e.begin_step(sampler)
+        k = e.draft_length(room, chosen)
+        ks.append(k)
+        a = e.adaptive
+        if chosen is None and a is not None and a.shadow and k < e.n_draft_max and k + 1 < room:
+            k += 1
+        asks.append(k)
+        ask_any |= k
+    llama0 = e0.stats.llama_seconds
     held = 0  # how many of a drafting sequence's tokens the MTP context holds at n_past (id_last: 1)
     shadows: list[int | None] = [None] * n
-    if any(asks):
-        drafts, held = e0.head.propose(heads, [e.id_last for e in engines],  # type: ignore[misc]
+    drafts: list[list[int]] = [[]] * n  # read only: a list per sequence only where it drafts
+    if ask_any:
+        drafts, held = e0.head.propose([e.head for e in engines], [e.id_last for e in engines],  # type: ignore[misc]
                                        [len(e.tokens) for e in engines], asks, mbatch)
-        for s, k in enumerate(ks):
-            if len(drafts[s]) > k:  # the target's token after k accepted drafts tells whether it would have been
-                shadows[s], drafts[s] = drafts[s][k], drafts[s][:k]
+        if asks != ks:
+            for s, k in enumerate(ks):
+                if len(drafts[s]) > k:  # the target's token after k accepted drafts tells whether it would have been
+                    shadows[s], drafts[s] = drafts[s][k], drafts[s][:k]
     b = e0.tbatch if n == 1 else tbatch
     assert b is not None
     b.clear()
-    rows = [e.add_verify(b, d) for e, d in zip(engines, drafts)]
+    rows: list[int] = []
+    for e, d in zip(engines, drafts):
+        rows.append(e.add_verify(b, d))
     timing.verify(e0.decode(e0.tgt, b))
     t = _clock()
-    emitted = [e.accept(row, d) for e, row, d in zip(engines, rows, drafts)]
-    for e, k, shadow, em in zip(engines, ks, shadows, emitted):
+    emitted: list[list[int]] = []
+    hidden: list[np.ndarray | None] = []
+    tgt = e0.tgt
+    n_vocab, copy = tgt.model.n_vocab, n > 1
+    for e, row, d, k, shadow in zip(engines, rows, drafts, ks, shadows):
+        em = e.accept(row, d)
+        emitted.append(em)
         if shadow is not None and e.adaptive is not None:
             e.adaptive.shadow_result(k, len(em) - 1 == k and em[-1] == shadow)
-    # a later target decode (a rollback's replay in a commit) overwrites the rows: several sequences copy theirs
-    hidden = [h.verify_rows(e0.tgt, row, len(d) + 1, copy=n > 1) for h, row, d in zip(heads, rows, drafts)]
-    timing.read(_clock() - t)
-    n_vocab = e0.tgt.model.n_vocab
-    for e, d, (_, n_rows) in zip(engines, drafts, hidden):
+        # a later target decode (a rollback's replay in a commit) overwrites the rows: several sequences copy theirs
+        h, n_rows = e.head.verify_rows(tgt, row, len(d) + 1, copy)
+        hidden.append(h)
         timing.d2h(e.tsampler, n_vocab, len(d) + 1, n_rows)
+    timing.read(_clock() - t)
     if n > 1:  # the shared decodes were counted by the first engine: each sequence takes its share
         share = (e0.stats.llama_seconds - llama0) / n
         e0.stats.llama_seconds = llama0
         for e in engines:
             e.stats.llama_seconds += share
-    for e, d, em, (h, _), k, ask in zip(engines, drafts, emitted, hidden, ks, asks):
+    for e, d, em, h, k, ask in zip(engines, drafts, emitted, hidden, ks, asks):
         e.commit(d, em, h, k=k, held=held if ask else 0)
     dt = _clock() - t_step
     timing.step(dt)
-    if lengths is not None and chosen is not None:
-        lengths.observe(chosen, dt)
+    if chosen is not None:
+        lengths.observe(chosen, dt)  # type: ignore[union-attr]  # chosen by it
     else:
         for e, k in zip(engines, ks):
             if e.adaptive is not None:
