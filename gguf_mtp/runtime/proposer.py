@@ -5,7 +5,8 @@ hidden rows) or :class:`MtpProposer` (the MTP head, see speculative.py's docstri
 Drafting is written once, for a batch of sequences on one MTP context (:meth:`MtpProposer.propose`): the first
 draft decode carries every drafting sequence's queue and its ``(id_last, pending_h)``, each later one a row per
 sequence still drafting. A batch of one decodes its proposer's own batch (its queue), padded to a stable shape;
-several sequences share a batch whose shape the number of sequences sets.
+several sequences share a batch whose shape the number of sequences sets. Chained heads (mimo2, step35) run head
+i over every drafting sequence's draft prefix in draft step i's one decode.
 """
 
 from __future__ import annotations
@@ -301,36 +302,56 @@ class MtpProposer(Proposer):
         timing.read(_clock() - t)
         return d
 
-    def _draft_chain(self, last: int, pos0: int, k: int) -> list[int]:
-        """Draft step i runs head i over the whole draft prefix (its layer has no cache there yet). Leaves
-        nothing at ``n_past`` in the MTP context: id_last goes out with the verified tokens."""
-        self.flush()
-        b, mtp = self.mbatch, self.ctx
-        toks, rows = [last], [self.pending_h]
-        out: list[int] = []
-        for i in range(k):
-            mtp.seq_rm(pos0, seq=self.seq)
+    def _draft_chain(self, heads: list[MtpProposer], lasts: Sequence[int], pos0s: Sequence[int], ks: Sequence[int],
+                     b: Batch) -> list[list[int]]:
+        """Draft step i runs head i over each sequence's whole draft prefix (its layer has no cache there yet), the
+        sequences still drafting in one decode. Leaves nothing at ``pos0`` in the MTP context: ``last`` goes out
+        with the verified tokens."""
+        mtp, timing = self.ctx, self.engine.timing
+        out: list[list[int]] = [[] for _ in heads]
+        drafting = [s for s, k in enumerate(ks) if k > 0]
+        prefixes: dict[int, tuple[list[int], list[np.ndarray]]] = {}  # each sequence's tokens and their input rows
+        for s in drafting:
+            heads[s].flush()  # b may be this sequence's own queue: empty now
+            prefixes[s] = [lasts[s]], [heads[s].pending_h]
+        for i in range(max(ks)):
+            b.clear()
+            ends: list[int] = []
+            for s in drafting:
+                seq, (toks, rows) = heads[s].seq, prefixes[s]
+                mtp.seq_rm(pos0s[s], seq=seq)
+                for j, (tok, row) in enumerate(zip(toks, rows)):
+                    end = b.add(tok, pos0s[s] + j, logits=j == len(toks) - 1, embd=row, seq=seq)
+                ends.append(end)
             mtp.set_head(i)
-            b.fill(toks, pos0, last_logits=True, embd=np.stack(rows))
-            self.engine.timing.draft(i, self.engine.decode(mtp, b))
-            d = self.pick(len(toks) - 1)
-            if d is None:
+            timing.draft(i, self.engine.decode(mtp, b))
+            live, drafting = drafting, []
+            for s, end in zip(live, ends):
+                d = heads[s].pick(end)
+                if d is None:
+                    continue
+                out[s].append(d)
+                toks, rows = prefixes[s]
+                toks.append(d)
+                rows.append(mtp.h_row(end).copy())
+                if i + 1 < ks[s]:
+                    drafting.append(s)
+            if not drafting:
                 break
-            out.append(d)
-            toks.append(d)
-            rows.append(mtp.h_row(len(toks) - 2).copy())
         b.clear()
         mtp.set_head(0)
-        mtp.seq_rm(pos0, seq=self.seq)
+        for s in prefixes:
+            mtp.seq_rm(pos0s[s], seq=heads[s].seq)
         return out
 
     def propose(self, heads: Sequence[Proposer], lasts: Sequence[int], pos0s: Sequence[int], ks: Sequence[int],
                 shared: Batch | None = None) -> tuple[list[list[int]], int]:
-        out: list[list[int]] = [[] for _ in heads]
-        if self.chain:  # the step gives chained heads one sequence at a time
-            out[0] = self._draft_chain(lasts[0], pos0s[0], ks[0])
-            return out, 0
         mtps: list[MtpProposer] = heads  # type: ignore[assignment]  # a session's proposers all have a head
+        if self.chain:
+            b = self.mbatch if len(heads) == 1 else shared
+            assert b is not None
+            return self._draft_chain(mtps, lasts, pos0s, ks, b), 0
+        out: list[list[int]] = [[] for _ in heads]
         if len(heads) == 1:
             b = self.mbatch  # its queue: padded to a stable shape (_decode)
             if b.n >= b.capacity:

@@ -355,12 +355,9 @@ def batch_step(engines: Sequence[Engine], samplers: Sequence[Sampler | None], *,
 
     ``lengths``: one draft length for every sequence, chosen from the pooled acceptance and the step's wall time
     (a server's ``auto``); without it each engine chooses its own (fixed, or its own ``auto`` with shadow drafts).
-    Engines with chained heads (mimo2, step35) step one at a time. A batch's phases are timed by the first engine's
-    recorder; its decode time is shared between the engines."""
+    A batch's phases are timed by the first engine's recorder; its decode time is shared between the engines."""
     e0 = engines[0]
     n = len(engines)
-    if n > 1 and e0.chain:
-        return [batch_step((e,), (s,))[0] for e, s in zip(engines, samplers)]
     # a loop over the engines per phase, not a comprehension per quantity: a batch of one (every conversation's
     # step) pays Python per pass
     t_step = _clock()
