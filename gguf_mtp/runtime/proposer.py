@@ -369,36 +369,34 @@ class MtpProposer(Proposer):
             for h, k in zip(mtps, ks):
                 if k > 0:
                     h._send_queue(b)
-        # (id_last, pending_h) at n_past: the feed and the first draft share a decode
-        drafting: list[int] = []  # the sequences drafting on, and their output rows in b
-        rows: list[int] = []
-        for s, k in enumerate(ks):
+        # (id_last, pending_h) at n_past: the feed and the first draft share a decode. Each drafting sequence:
+        # (its proposer, its drafts, its draft length, its first position, its output row in b)
+        live: list[tuple[MtpProposer, list[int], int, int, int]] = []
+        for h, o, last, pos0, k in zip(mtps, out, lasts, pos0s, ks):
             if k > 0:
-                drafting.append(s)
-                rows.append(b.add(lasts[s], pos0s[s], logits=True, embd=mtps[s].pending_h, seq=mtps[s].seq))
-        timing, ctx = self.engine.timing, self.ctx
-        for step in range(max(ks)):
+                live.append((h, o, k, pos0, b.add(last, pos0, logits=True, embd=h.pending_h, seq=h.seq)))
+        started = live
+        timing, ctx, step = self.engine.timing, self.ctx, 0
+        while live:
             n0 = b.n
             timing.draft(step, self._decode(b) if b is self.mbatch else self.engine.decode(ctx, b))
             pad = b.n - n0  # rows the padding put in front
             b.clear()
-            live, out_rows = drafting, rows
-            drafting, rows = [], []
-            for s, i in zip(live, out_rows):
-                i += pad
-                d = mtps[s].pick(i)
+            step += 1
+            going = []
+            for h, o, k, pos0, i in live:
+                d = h.pick(i + pad)
                 if d is None:
                     continue
-                out[s].append(d)
-                if step + 1 < ks[s]:  # the next draft: this one paired with the head's own hidden row
-                    drafting.append(s)
-                    rows.append(b.add(d, pos0s[s] + 1 + step, logits=True, embd=ctx.h_row(i), seq=mtps[s].seq))
-            if not drafting:
-                break
+                o.append(d)
+                if step < k:  # the next draft: this one paired with the head's own hidden row
+                    row = b.add(d, pos0 + step, logits=True, embd=ctx.h_row(i + pad), seq=h.seq)
+                    going.append((h, o, k, pos0, row))
+            live = going
         b.clear()
-        for s, k in enumerate(ks):
-            if out[s] and k > 1:  # a decode ran at pos0 + 1 or later
-                mtps[s]._forget_drafts(pos0s[s])
+        for h, o, k, pos0, _ in started:
+            if o and k > 1:  # a decode ran at pos0 + 1 or later
+                h._forget_drafts(pos0)
         return out, 1
 
     def _forget_drafts(self, pos0: int) -> None:
