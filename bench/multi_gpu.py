@@ -107,7 +107,7 @@ def worker(job: dict) -> dict:
             spent["mtp" if ctx is self.mtp else "target"] += dt
         return dt
 
-    def step(self, sampler):  # type: ignore[no-untyped-def]
+    def step(self, sampler=None):  # type: ignore[no-untyped-def]  # generate() steps with no argument
         in_step[0] = True
         try:
             return orig_step(self, sampler)
