@@ -101,22 +101,22 @@ def worker(job: dict) -> dict:
 
     spent = {"target": 0.0, "mtp": 0.0}
     in_step = [False]
-    orig_decode, orig_step = Engine._decode, Engine.step
+    orig_decode, orig_step = Engine.decode, Engine.step
 
-    def timed(self, ctx, batch):  # type: ignore[no-untyped-def]
-        dt = orig_decode(self, ctx, batch)
+    def timed(self, ctx, batch, **kw):  # type: ignore[no-untyped-def]
+        dt = orig_decode(self, ctx, batch, **kw)
         if in_step[0]:  # decode steps only, not the prompt
             spent["mtp" if ctx is self.mtp else "target"] += dt
         return dt
 
-    def step(self, sampler):  # type: ignore[no-untyped-def]
+    def step(self, sampler=None):  # type: ignore[no-untyped-def]  # generate() steps with no argument
         in_step[0] = True
         try:
             return orig_step(self, sampler)
         finally:
             in_step[0] = False
 
-    Engine._decode, Engine.step = timed, step  # type: ignore[method-assign,assignment]
+    Engine.decode, Engine.step = timed, step  # type: ignore[method-assign]
     p = job["placement"]
     cfg = SessionConfig(n_draft=job["draft"], n_ctx=2048, n_batch=512, n_threads=job.get("threads"), n_gpu_layers=999,
                         devices=p.get("devices"), draft_devices=p.get("draft_devices"),

@@ -83,13 +83,34 @@ def test_public_names_stay_where_users_import_them() -> None:
     assert options.MAX_DRAFT == config.MAX_DRAFT
 
 
-def test_the_batched_step_uses_only_public_engine_operations() -> None:
-    """MultiStep runs the same engine operations as Engine.step (begin_step, add_verify, accept, commit, ...),
-    never an engine's private method: one step, written once."""
-    tree = ast.parse((ROOT / "gguf_mtp/runtime/multistep.py").read_text())
-    private = sorted({f"{n.value.id}.{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-                      and n.attr.startswith("_") and not n.attr.startswith("__")
-                      and isinstance(n.value, ast.Name) and n.value.id != "self"}
-                     | {f"engines[..].{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-                        and n.attr.startswith("_") and isinstance(n.value, ast.Subscript)})
-    assert not private, private
+def _private_attributes(tree: ast.AST) -> list[str]:
+    return sorted({f"{n.value.id}.{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                   and n.attr.startswith("_") and not n.attr.startswith("__")
+                   and isinstance(n.value, ast.Name) and n.value.id != "self"}
+                  | {f"[..].{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                     and n.attr.startswith("_") and isinstance(n.value, ast.Subscript)})
+
+
+def _functions(path: str) -> dict[str, ast.FunctionDef]:
+    """Module functions by name, methods as Class.name."""
+    tree = ast.parse((ROOT / path).read_text())
+    found = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    for c in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        found.update({f"{c.name}.{m.name}": m for m in c.body if isinstance(m, ast.FunctionDef)})
+    return found
+
+
+def test_the_step_is_written_once() -> None:
+    """Engine.step (a conversation: a batch of one) and MultiStep.step (a server's slots) are both batch_step, which
+    runs public engine and proposer operations only (begin_step, draft_length, propose, add_verify, accept,
+    commit); drafting is the proposer's alone, and nothing asks whether there is a head."""
+    spec, multi = _functions("gguf_mtp/runtime/speculative.py"), _functions("gguf_mtp/runtime/multistep.py")
+    assert not _private_attributes(spec["batch_step"])
+    for method in (spec["Engine.step"], multi["MultiStep.step"]):
+        called = {n.func.id for n in ast.walk(method) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        assert called == {"batch_step"}, (method.name, called)
+    for path in ("gguf_mtp/runtime/speculative.py", "gguf_mtp/runtime/multistep.py"):
+        source = (ROOT / path).read_text()
+        assert ".pick(" not in source and "set_head" not in source, path  # the head's decodes: proposer.py
+    multistep = (ROOT / "gguf_mtp/runtime/multistep.py").read_text()
+    assert ".mtp" not in ast.unparse(spec["batch_step"]) and ".mtp" not in multistep

@@ -70,23 +70,23 @@ def test_a_rollback_that_keeps_rejected_drafts_fails(model: Path) -> None:
 
 def test_a_verify_that_accepts_every_draft_fails(model: Path, plain: References) -> None:
     def accept_all(engine) -> None:  # type: ignore[no-untyped-def]
-        step, draft, sample = engine.step, engine._draft, engine.tsampler.sample
+        step, propose, sample = engine.step, engine.head.propose, engine.tsampler.sample
         pending: list[int] = []
 
         def stepping():  # type: ignore[no-untyped-def]
             pending.clear()
             return step()
 
-        def drafting(k):  # type: ignore[no-untyped-def]
-            drafts, kept = draft(k)
-            pending[:] = drafts
-            return drafts, kept
+        def proposing(*a):  # type: ignore[no-untyped-def]
+            drafts, held = propose(*a)
+            pending[:] = drafts[0]
+            return drafts, held
 
         def sampling(i: int) -> int:  # the target's pick is replaced by the draft it should have been checked against
             t = sample(i)
             return pending.pop(0) if pending else t
 
-        engine.step, engine._draft, engine.tsampler.sample = stepping, drafting, sampling
+        engine.step, engine.head.propose, engine.tsampler.sample = stepping, proposing, sampling
 
     n = len(TIES)
     with pytest.raises(AssertionError, match="not rounding, a bug"):

@@ -682,3 +682,33 @@ def test_set_draft_changes_the_length_for_the_next_turn(converted) -> None:
         assert s.engine.adaptive is not None and auto.tokens == base.tokens
         assert max(auto.stats.draft_lengths, default=0) <= 2
         assert s.stats.emitted == len(base.tokens) + len(one.tokens) + len(auto.tokens)
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_a_slot_stepping_alone_decodes_as_a_conversation(pairings, stable: bool) -> None:
+    """One step, written once: the server's batched step (MultiStep) of one sequence is Engine.step, the same tokens
+    from the same target and MTP decodes, batch for batch (its queue rides with the first draft, no feed decode of
+    its own; stable shapes pad the head's decodes as a conversation's)."""
+    from gguf_mtp.runtime.multistep import MultiStep
+
+    model, mtp = pairings["qwen35"]["bundled"]
+    runs = []
+    for batched in (False, True):
+        with session(model, mtp, n_draft=3, n_parallel=2, n_ctx=2048, stable_shapes=stable) as s:
+            e = s.engines[1]  # a slot other than sequence 0
+            e.reset()
+            e.feed(s.model.tokenize(LONG))
+            sizes: list[tuple[str, int]] = []
+            for ctx, name in ((e.tgt, "target"), (e.mtp, "mtp")):
+                assert ctx is not None
+                decode = ctx.decode_batch
+                ctx.decode_batch = (  # type: ignore[method-assign]
+                    lambda b, decode=decode, name=name, sizes=sizes: (sizes.append((name, b.n)), decode(b))[1])
+            multi, sampler = MultiStep(s.engines), Sampler(SamplerConfig())
+            out: list[int] = []
+            while len(out) < 32:
+                out += multi.step([e], [sampler])[0] if batched else e.step(sampler)
+            assert e.stats.drafted > e.stats.accepted > 0
+            runs.append((out, sizes))
+    assert runs[0] == runs[1]
+    assert sum(1 for name, _ in runs[0][1] if name == "mtp") == 3 * sum(1 for name, _ in runs[0][1] if name == "target")

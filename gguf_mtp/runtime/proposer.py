@@ -1,6 +1,12 @@
 """Who proposes an engine's drafts: :class:`Proposer` (no head: every step is plain, the target returns no
-hidden rows) or :class:`MtpProposer` (the MTP head, see speculative.py's docstring for its queue). The engine's
-step asks its proposer and never asks whether there is a head.
+hidden rows) or :class:`MtpProposer` (the MTP head, see speculative.py's docstring for its queue). The step
+(speculative.py: ``batch_step``) asks its proposers and never asks whether there is a head.
+
+Drafting is written once, for a batch of sequences on one MTP context (:meth:`MtpProposer.propose`): the first
+draft decode carries every drafting sequence's queue and its ``(id_last, pending_h)``, each later one a row per
+sequence still drafting. A batch of one decodes its proposer's own batch (its queue), padded to a stable shape;
+several sequences share a batch whose shape the number of sequences sets. Chained heads (mimo2, step35) run head
+i over every drafting sequence's draft prefix in draft step i's one decode.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from .sampling import ContextSampler, context_sampler, top1_prob
 from .stats import Stats
 
 if TYPE_CHECKING:
+    from .adaptive import DraftLength
     from .speculative import Engine
 
 _NEVER = sys.maxsize  # a position no prompt reaches
@@ -33,6 +40,8 @@ class Proposer:
     n_draft_max = 0
     n_heads = 0
     chain = False
+    #: the controller whose current choice the head's padding follows (None: the engine's own)
+    lengths: DraftLength | None = None
 
     def graphs_reused(self) -> int:
         return 0
@@ -65,15 +74,20 @@ class Proposer:
     def rewind(self, n_keep: int, n_tokens: int) -> None:
         """Forget positions from ``n_keep`` on (the target held ``n_tokens``)."""
 
-    def before_batched_step(self) -> None:
-        """A batched step (multistep.py) decodes the head itself."""
+    def shared_batch(self, n_seq: int) -> Batch | None:
+        """The MTP batch ``n_seq`` sequences draft in together (a batch of one uses its own queue)."""
+        return None
 
-    def propose(self, last: int, pos0: int, k: int) -> tuple[list[int], bool]:
-        """Up to ``k`` drafts after ``last`` at ``pos0``, and whether the MTP context now holds ``last`` there."""
-        return [], False
+    def propose(self, heads: Sequence[Proposer], lasts: Sequence[int], pos0s: Sequence[int], ks: Sequence[int],
+                shared: Batch | None = None) -> tuple[list[list[int]], int]:
+        """Drafts for the sequences of ``heads`` (this one first, all on one MTP context): up to ``ks[s]`` after
+        ``lasts[s]`` at ``pos0s[s]`` (0: none); several sequences draft in ``shared``. Also returns how many of a
+        drafting sequence's tokens the MTP context holds at ``pos0`` afterwards (1: ``last``; 0: none)."""
+        return [[] for _ in heads], 0
 
-    def verify_rows(self, tgt: Context, row: int, n: int) -> tuple[np.ndarray | None, int]:
-        """The target's hidden rows of the ``n`` verify rows from ``row``, and how many rows came back in all."""
+    def verify_rows(self, tgt: Context, row: int, n: int, copy: bool = False) -> tuple[np.ndarray | None, int]:
+        """The target's hidden rows of the ``n`` verify rows from ``row`` (a view unless ``copy``: a later target
+        decode overwrites it), and how many rows came back in all."""
         return None, 0
 
     def commit(self, stats: Stats, last: int, drafts: list[int], j: int, rows: np.ndarray | None, n_past: int,
@@ -148,7 +162,7 @@ class MtpProposer(Proposer):
             for head in range(self.n_heads):  # every head keeps its own layer's cache for these positions
                 self.ctx.seq_rm(pos0, seq=self.seq)
                 self.ctx.set_head(head)
-                spent += self.engine._decode(self.ctx, b, wait=wait, in_step=in_step)
+                spent += self.engine.decode(self.ctx, b, wait=wait, in_step=in_step)
             self.ctx.set_head(0)
         if in_step:
             self.engine.timing.feed(spent)
@@ -165,7 +179,7 @@ class MtpProposer(Proposer):
     @property
     def _shape(self) -> int:
         """Rows every MTP decode is padded to: the draft length + 1 (auto: its current choice, not a probe's)."""
-        adaptive = self.engine.adaptive
+        adaptive = self.lengths if self.lengths is not None else self.engine.adaptive
         return max(1, adaptive.k if adaptive is not None else self.n_draft_max) + 1
 
     def _decode(self, b: Batch, *, wait: bool = True, in_step: bool = True) -> float:
@@ -174,7 +188,7 @@ class MtpProposer(Proposer):
         inputs, so the cache ends up the same and every decode has one shape."""
         if self.stable and b.n < self._shape:
             self._pad(b)
-        dt = self.engine._decode(self.ctx, b, wait=wait, in_step=in_step)
+        dt = self.engine.decode(self.ctx, b, wait=wait, in_step=in_step)
         if self.stable:
             p0 = int(b.pos_np[0])
             while self._held and self._held[-1][0] >= p0:
@@ -261,8 +275,18 @@ class MtpProposer(Proposer):
             b.n = n_keep - q0  # drop the queued tail
         self.pending_h = self.h_hist[n_keep - 1].copy()
 
-    def before_batched_step(self) -> None:
-        self.flush()
+    def shared_batch(self, n_seq: int) -> Batch | None:
+        # as large as one MTP decode may be: every sequence's queue rides with its first draft
+        return Batch(max(self.ctx.n_batch, n_seq * (self.n_draft_max + 1)), self.engine.tgt.model.n_embd_out)
+
+    def _send_queue(self, b: Batch) -> None:
+        """Move this sequence's queue into the shared batch ``b`` (it goes out with the first draft there). The
+        shared decode does not keep the cache tail the padding needs (a batch of one pads again once refilled)."""
+        q, seq = self.mbatch, self.seq
+        assert q.embd is not None
+        for i in range(q.n):
+            b.add(int(q.tok_np[i]), int(q.pos_np[i]), logits=False, embd=q.embd[i], seq=seq)
+        q.clear()
         self._held.clear()
 
     # -- drafts ---------------------------------------------------------------------------------
@@ -278,60 +302,113 @@ class MtpProposer(Proposer):
         timing.read(_clock() - t)
         return d
 
-    def _draft_chain(self, last: int, pos0: int, k: int) -> list[int]:
-        """Draft step i runs head i over the whole draft prefix (its layer has no cache there yet). Leaves
-        nothing at ``n_past`` in the MTP context: id_last goes out with the verified tokens."""
-        self.flush()
-        b, mtp = self.mbatch, self.ctx
-        toks, rows = [last], [self.pending_h]
-        out: list[int] = []
-        for i in range(k):
-            mtp.seq_rm(pos0, seq=self.seq)
+    def _draft_chain(self, heads: list[MtpProposer], lasts: Sequence[int], pos0s: Sequence[int], ks: Sequence[int],
+                     b: Batch) -> list[list[int]]:
+        """Draft step i runs head i over each sequence's whole draft prefix (its layer has no cache there yet), the
+        sequences still drafting in one decode. Leaves nothing at ``pos0`` in the MTP context: ``last`` goes out
+        with the verified tokens."""
+        mtp, timing = self.ctx, self.engine.timing
+        out: list[list[int]] = [[] for _ in heads]
+        drafting = [s for s, k in enumerate(ks) if k > 0]
+        prefixes: dict[int, tuple[list[int], list[np.ndarray]]] = {}  # each sequence's tokens and their input rows
+        for s in drafting:
+            heads[s].flush()  # b may be this sequence's own queue: empty now
+            prefixes[s] = [lasts[s]], [heads[s].pending_h]
+        for i in range(max(ks)):
+            b.clear()
+            ends: list[int] = []
+            for s in drafting:
+                seq, (toks, rows) = heads[s].seq, prefixes[s]
+                mtp.seq_rm(pos0s[s], seq=seq)
+                for j, (tok, row) in enumerate(zip(toks, rows)):
+                    end = b.add(tok, pos0s[s] + j, logits=j == len(toks) - 1, embd=row, seq=seq)
+                ends.append(end)
             mtp.set_head(i)
-            b.fill(toks, pos0, last_logits=True, embd=np.stack(rows))
-            self.engine.timing.draft(i, self.engine._decode(mtp, b))
-            d = self.pick(len(toks) - 1)
-            if d is None:
+            timing.draft(i, self.engine.decode(mtp, b))
+            live, drafting = drafting, []
+            for s, end in zip(live, ends):
+                d = heads[s].pick(end)
+                if d is None:
+                    continue
+                out[s].append(d)
+                toks, rows = prefixes[s]
+                toks.append(d)
+                rows.append(mtp.h_row(end).copy())
+                if i + 1 < ks[s]:
+                    drafting.append(s)
+            if not drafting:
                 break
-            out.append(d)
-            toks.append(d)
-            rows.append(mtp.h_row(len(toks) - 2).copy())
         b.clear()
         mtp.set_head(0)
-        mtp.seq_rm(pos0, seq=self.seq)
+        for s in prefixes:
+            mtp.seq_rm(pos0s[s], seq=heads[s].seq)
         return out
 
-    def propose(self, last: int, pos0: int, k: int) -> tuple[list[int], bool]:
+    def propose(self, heads: Sequence[Proposer], lasts: Sequence[int], pos0s: Sequence[int], ks: Sequence[int],
+                shared: Batch | None = None) -> tuple[list[list[int]], int]:
+        mtps: list[MtpProposer] = heads  # type: ignore[assignment]  # a session's proposers all have a head
         if self.chain:
-            return self._draft_chain(last, pos0, k), False
-        b = self.mbatch
-        if b.n >= b.capacity:
-            self.flush()
-        # the queue and (id_last, pending_h) in one decode: the feed and the first draft share it
-        b.add(last, pos0, logits=True, embd=self.pending_h)
-        out: list[int] = []
-        timing = self.engine.timing
-        for step in range(k):
-            timing.draft(step, self._decode(b))
-            i = b.n - 1  # the output row is the last one
-            d = self.pick(i)
-            if d is None:
-                break
-            out.append(d)
-            if step + 1 < k:  # the next draft: this one paired with the head's own hidden row
-                h = self.ctx.h_row(i)
-                b.clear()
-                b.add(d, pos0 + 1 + step, logits=True, embd=h)
+            b = self.mbatch if len(heads) == 1 else shared
+            assert b is not None
+            return self._draft_chain(mtps, lasts, pos0s, ks, b), 0
+        out: list[list[int]] = [[] for _ in heads]
+        if len(heads) == 1:
+            b = self.mbatch  # its queue: padded to a stable shape (_decode)
+            if b.n >= b.capacity:
+                self.flush()
+        else:
+            assert shared is not None
+            b = shared
+            b.clear()
+            # the queues ride with the first draft; one too many for the batch goes out on its own first
+            queued = sorted((h for h, k in zip(mtps, ks) if k > 0), key=lambda h: -h.mbatch.n)
+            for h in queued:
+                if sum(x.mbatch.n for x in queued) <= b.capacity - len(queued):
+                    break
+                h.flush()
+            for h, k in zip(mtps, ks):
+                if k > 0:
+                    h._send_queue(b)
+        # (id_last, pending_h) at n_past: the feed and the first draft share a decode. Each drafting sequence:
+        # (its proposer, its drafts, its draft length, its first position, its output row in b)
+        live: list[tuple[MtpProposer, list[int], int, int, int]] = []
+        for h, o, last, pos0, k in zip(mtps, out, lasts, pos0s, ks):
+            if k > 0:
+                live.append((h, o, k, pos0, b.add(last, pos0, logits=True, embd=h.pending_h, seq=h.seq)))
+        started = live
+        timing, ctx, step = self.engine.timing, self.ctx, 0
+        while live:
+            n0 = b.n
+            timing.draft(step, self._decode(b) if b is self.mbatch else self.engine.decode(ctx, b))
+            pad = b.n - n0  # rows the padding put in front
+            b.clear()
+            step += 1
+            going = []
+            for h, o, k, pos0, i in live:
+                d = h.pick(i + pad)
+                if d is None:
+                    continue
+                o.append(d)
+                if step < k:  # the next draft: this one paired with the head's own hidden row
+                    row = b.add(d, pos0 + step, logits=True, embd=ctx.h_row(i + pad), seq=h.seq)
+                    going.append((h, o, k, pos0, row))
+            live = going
         b.clear()
-        if out and k > 1:  # a decode ran at pos0 + 1 or later
-            self.ctx.seq_rm(pos0 + 1, seq=self.seq)  # the drafts' own positions leave no trace; (last) at pos0 stays
-            while self._held and self._held[-1][0] > pos0:
-                self._held.pop()
-        return out, True
+        for h, o, k, pos0, _ in started:
+            if o and k > 1:  # a decode ran at pos0 + 1 or later
+                h._forget_drafts(pos0)
+        return out, 1
+
+    def _forget_drafts(self, pos0: int) -> None:
+        """The drafts' own positions leave no trace; ``last`` at ``pos0`` stays."""
+        self.ctx.seq_rm(pos0 + 1, seq=self.seq)
+        while self._held and self._held[-1][0] > pos0:
+            self._held.pop()
 
     # -- a step's outcome -----------------------------------------------------------------------
-    def verify_rows(self, tgt: Context, row: int, n: int) -> tuple[np.ndarray | None, int]:
-        return tgt.h_rows(row + n)[row:], row + n
+    def verify_rows(self, tgt: Context, row: int, n: int, copy: bool = False) -> tuple[np.ndarray | None, int]:
+        rows = tgt.h_rows(row + n)[row:]
+        return (rows.copy() if copy else rows), row + n
 
     def commit(self, stats: Stats, last: int, drafts: list[int], j: int, rows: np.ndarray | None, n_past: int,
                *, k: int, held: int) -> None:

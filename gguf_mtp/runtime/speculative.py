@@ -15,10 +15,12 @@ position before, waiting in the MTP batch to go out with the next MTP decode. On
    copy and the accepted tokens are decoded again, possibly ahead of the next verify batch: ``rollback.prefix``),
    and queue the accepted drafts for the MTP context with the target's hidden rows (shifted by one).
 
-The step is made of public operations (:meth:`Engine.begin_step`, :meth:`~Engine.draft_length`,
-:meth:`~Engine.add_verify`, :meth:`~Engine.accept`, :meth:`~Engine.commit`) that :class:`~.multistep.MultiStep`
-runs on batches shared by several sequences; the head's side (its queue, drafts, stable shapes) is the engine's
-proposer (``proposer.py``: the null one without a head), and per-phase timing a recorder (``timing.py``).
+The step is written once, batched: :func:`batch_step` steps several sequences (server slots, through
+:class:`~.multistep.MultiStep`) or one (:meth:`Engine.step`, which ``run`` and the Python API use) with the same
+code and, for one, the same decodes and shapes. It is made of public operations (:meth:`Engine.begin_step`,
+:meth:`~Engine.draft_length`, the proposer's ``propose``, :meth:`~Engine.add_verify`, :meth:`~Engine.accept`,
+:meth:`~Engine.commit`); the head's side (its queue, drafts, stable shapes) is the engine's proposer
+(``proposer.py``: the null one without a head), and per-phase timing a recorder (``timing.py``).
 
 Both samplers are llama.cpp sampler chains that run inside the decode graph where the back-end can
 (``sampling.py``): only token ids come back, no vocabulary-sized logits. Every emitted token comes from the
@@ -88,7 +90,7 @@ class Engine:
         self._n_pre = 0  # tokens the target decodes again ahead of this step's verify rows (rollback.prefix)
 
     # -- low-level ---------------------------------------------------------------------------
-    def _decode(self, ctx: Context, batch: Batch, *, wait: bool = True, in_step: bool = True) -> float:
+    def decode(self, ctx: Context, batch: Batch, *, wait: bool = True, in_step: bool = True) -> float:
         """Decode; with ``wait`` also wait for the device (GPU back-ends run async), so the time is llama.cpp's.
         Decodes whose results are read next wait anyway; the others need not. ``in_step``: count it in the
         step breakdown (prompt decodes are not)."""
@@ -171,7 +173,7 @@ class Engine:
                 head.rows_for(rows_needed)
                 b = self.tbatch
                 b.fill(chunk, pos0)
-                self._decode(self.tgt, b, wait=rows_needed, in_step=False)
+                self.decode(self.tgt, b, wait=rows_needed, in_step=False)
                 if rows_needed:
                     head.take_prompt(chunk, pos0, self.tgt.h_rows(len(chunk)), start)
                 self.tokens.extend(chunk)
@@ -222,13 +224,7 @@ class Engine:
         self.feed(tokens[common:])
         return common
 
-    # -- generation --------------------------------------------------------------------------
-    def _draft(self, k: int) -> tuple[list[int], bool]:
-        """Up to ``k`` draft tokens, and whether the MTP context now holds ``(id_last, pending_h)`` at n_past."""
-        assert self.id_last is not None
-        return self.head.propose(self.id_last, len(self.tokens), k)
-
-    # -- one step, in the operations a batched step (multistep.py) uses for each of its sequences ---------
+    # -- one step, in the operations the batched step (batch_step) runs for each of its sequences ----------
     def begin_step(self, sampler: Sampler | None = None) -> int:
         """Check that a step can run, and sample it with ``sampler`` (or the one given last); returns the room
         left in the context after ``id_last``."""
@@ -300,39 +296,8 @@ class Engine:
 
     def step(self, sampler: Sampler | None = None) -> list[int]:
         """One target decode; returns the emitted tokens (1 + accepted drafts). Samples with ``sampler``, or the
-        one given last (``use_sampler``; ``generate`` sets it)."""
-        t_step = _clock()
-        room = self.begin_step(sampler)
-        timing = self.timing
-        timing.begin()
-        k = self.draft_length(room)  # 0: a plain step
-        drafts: list[int] = []
-        held = 0  # the MTP context holds (id_last, pending_h) at n_past already
-        shadow: int | None = None  # auto's shadow draft: drafted, not verified (adaptive.py, SHADOW_EVERY)
-        adaptive = self.adaptive
-        extra = adaptive is not None and adaptive.shadow and k < self.n_draft_max and k + 1 < room
-        if k > 0 or extra:
-            drafts, kept_last = self._draft(k + 1 if extra else k)
-            held = 1 if kept_last else 0
-            if len(drafts) > k:  # the target's token after k accepted drafts tells whether it would have been
-                shadow, drafts = drafts[k], drafts[:k]
-        b = self.tbatch
-        b.clear()
-        row = self.add_verify(b, drafts)
-        timing.verify(self._decode(self.tgt, b))
-        t = _clock()
-        emitted = self.accept(row, drafts)
-        if shadow is not None and adaptive is not None:
-            adaptive.shadow_result(k, len(emitted) - 1 == k and emitted[-1] == shadow)
-        rows, n_rows = self.head.verify_rows(self.tgt, row, len(drafts) + 1)
-        timing.read(_clock() - t)
-        timing.d2h(self.tsampler, self.tgt.model.n_vocab, len(drafts) + 1, n_rows)
-        self.commit(drafts, emitted, rows, k=k, held=held)
-        dt = _clock() - t_step
-        timing.step(dt)
-        if adaptive is not None:
-            adaptive.observe(k, dt)  # the length it was given: a step with no drafts above p_min is no plain step
-        return emitted
+        one given last (``use_sampler``; ``generate`` sets it). The batched step, for a batch of one."""
+        return batch_step((self,), (sampler,))[0]
 
     def use_sampler(self, sampler: Sampler) -> None:
         """Sample the target with ``sampler`` from now on; a seeded chain starts from its seed again when
@@ -344,11 +309,6 @@ class Engine:
         history = self.tokens + [self.id_last] if self.id_last is not None else self.tokens
         self.tsampler.use(None if sampler.greedy else sampler.cfg, device=self.device_sampling and sampler.device,
                           on_logits=sampler.on_logits, history=history)
-
-    def before_batched_step(self) -> None:
-        """A step batched with other sequences (multistep.py) decodes the head itself: send out this engine's
-        queue first, and forget the cache tail it pads with (the batched step does not keep it)."""
-        self.head.before_batched_step()
 
     def generate(self, sampler: Sampler, max_tokens: int, is_eog: Callable[[int], bool],
                  should_stop: Callable[[], bool] = lambda: False) -> Iterator[int]:
@@ -383,6 +343,98 @@ class Engine:
             if stats.breakdown is None:
                 stats.breakdown = timing.breakdown
             timing.breakdown = stats.breakdown
+
+
+def batch_step(engines: Sequence[Engine], samplers: Sequence[Sampler | None], *, lengths: DraftLength | None = None,
+               tbatch: Batch | None = None, mbatch: Batch | None = None) -> list[list[int]]:
+    """One speculative step of ``engines`` (distinct sequences of the same contexts, in increasing sequence order
+    for llama.cpp's splits); returns the tokens each emitted. Propose (every sequence's drafts, the i-th of each in
+    one MTP decode, their queues with the first), verify (every sequence's rows in one target decode), accept and
+    commit, each engine by its own operations. A batch of one decodes in its engine's own batches, as
+    :meth:`Engine.step`; several share ``tbatch`` and ``mbatch`` (:class:`~.multistep.MultiStep` sizes them).
+
+    ``lengths``: one draft length for every sequence, chosen from the pooled acceptance and the step's wall time
+    (a server's ``auto``); without it each engine chooses its own (fixed, or its own ``auto`` with shadow drafts).
+    A batch's phases are timed by the first engine's recorder; its decode time is shared between the engines."""
+    e0 = engines[0]
+    n = len(engines)
+    # a loop over the engines per phase, not a comprehension per quantity: a batch of one (every conversation's
+    # step) pays Python per pass
+    t_step = _clock()
+    timing = e0.timing
+    timing.begin()
+    chosen = lengths.next(_pooled(engines)) if lengths is not None else None
+    ks: list[int] = []  # 0: a plain step
+    asks: list[int] = []  # with auto's shadow draft (adaptive.py, SHADOW_EVERY): drafted, not verified
+    ask_any = 0
+    for e, sampler in zip(engines, samplers):
+        room = e.begin_step(sampler)
+        k = e.draft_length(room, chosen)
+        ks.append(k)
+        a = e.adaptive
+        if chosen is None and a is not None and a.shadow and k < e.n_draft_max and k + 1 < room:
+            k += 1
+        asks.append(k)
+        ask_any |= k
+    llama0 = e0.stats.llama_seconds
+    held = 0  # how many of a drafting sequence's tokens the MTP context holds at n_past (id_last: 1)
+    shadows: list[int | None] = [None] * n
+    drafts: list[list[int]] = [[]] * n  # read only: a list per sequence only where it drafts
+    if ask_any:
+        drafts, held = e0.head.propose([e.head for e in engines], [e.id_last for e in engines],  # type: ignore[misc]
+                                       [len(e.tokens) for e in engines], asks, mbatch)
+        if asks != ks:
+            for s, k in enumerate(ks):
+                if len(drafts[s]) > k:  # the target's token after k accepted drafts tells whether it would have been
+                    shadows[s], drafts[s] = drafts[s][k], drafts[s][:k]
+    b = e0.tbatch if n == 1 else tbatch
+    assert b is not None
+    b.clear()
+    rows: list[int] = []
+    for e, d in zip(engines, drafts):
+        rows.append(e.add_verify(b, d))
+    timing.verify(e0.decode(e0.tgt, b))
+    t = _clock()
+    emitted: list[list[int]] = []
+    hidden: list[np.ndarray | None] = []
+    tgt = e0.tgt
+    n_vocab, copy = tgt.model.n_vocab, n > 1
+    for e, row, d, k, shadow in zip(engines, rows, drafts, ks, shadows):
+        em = e.accept(row, d)
+        emitted.append(em)
+        if shadow is not None and e.adaptive is not None:
+            e.adaptive.shadow_result(k, len(em) - 1 == k and em[-1] == shadow)
+        # a later target decode (a rollback's replay in a commit) overwrites the rows: several sequences copy theirs
+        h, n_rows = e.head.verify_rows(tgt, row, len(d) + 1, copy)
+        hidden.append(h)
+        timing.d2h(e.tsampler, n_vocab, len(d) + 1, n_rows)
+    timing.read(_clock() - t)
+    if n > 1:  # the shared decodes were counted by the first engine: each sequence takes its share
+        share = (e0.stats.llama_seconds - llama0) / n
+        e0.stats.llama_seconds = llama0
+        for e in engines:
+            e.stats.llama_seconds += share
+    for e, d, em, h, k, ask in zip(engines, drafts, emitted, hidden, ks, asks):
+        e.commit(d, em, h, k=k, held=held if ask else 0)
+    dt = _clock() - t_step
+    timing.step(dt)
+    if chosen is not None:
+        lengths.observe(chosen, dt)  # type: ignore[union-attr]  # chosen by it
+    else:
+        for e, k in zip(engines, ks):
+            if e.adaptive is not None:
+                e.adaptive.observe(k, dt)  # the length it was given: a step with no drafts above p_min is no plain step
+    return emitted
+
+
+def _pooled(engines: Sequence[Engine]) -> Stats:
+    """All the sequences' counts in one: what the one shared draft length is chosen by."""
+    if len(engines) == 1:
+        return engines[0].stats
+    p = Stats()
+    for e in engines:
+        p.merge(e.stats)
+    return p
 
 
 class ContextFull(GgufMtpError):

@@ -5,8 +5,9 @@ rollback, statistics), so requests never share state and a slot keeps its last c
 request goes to the free slot whose cache shares the longest prefix with its prompt (multi-turn chats skip
 the prompt they already sent). All llama.cpp calls happen on this one thread: each iteration processes
 the prompts of newly admitted requests, then takes one speculative step of every active slot with their
-decodes batched together (:class:`~gguf_mtp.runtime.multistep.MultiStep`). A job's cancel flag (client
-gone, shutdown) is honoured at the next step.
+decodes batched together (:class:`~gguf_mtp.runtime.multistep.MultiStep`: the step ``run`` takes, for a batch of
+slots; a slot stepping alone decodes as ``run`` does). A job's cancel flag (client gone, shutdown) is honoured at
+the next step.
 """
 
 from __future__ import annotations
