@@ -218,9 +218,9 @@ def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
     draft_vocab_mod.check_n(draft_vocab, draft_vocab_from)
     plan = plan_graft(source, target, replace=replace, mtp_type=mtp_type, draft_head_type=draft_head_type)
     src, tgt = plan.source, plan.target
-    kvs = draft_vocab_mod.apply(plan.kvs, draft_vocab_mod.of(src.model_kvs(), src.path), draft_vocab,
-                                draft_vocab_from, tgt.path)
-    draft_vocab_mod.of(kvs, tgt.path)  # a carried map, checked against the vocabulary it now serves
+    # (the plan carries SOURCE's draft vocabulary; a new one replaces it)
+    kvs = plan.kvs if draft_vocab is None else draft_vocab_mod.apply(plan.kvs, None, draft_vocab, draft_vocab_from,
+                                                                     tgt.path)
     out = Path(outfile) if outfile else Path.cwd() / f"{model_stem(tgt.path)}-with-MTP.gguf"
     inputs = tgt.files + src.files
     paths, written = _write(out, kvs, plan.groups, alignment=plan.alignment, force=force, inputs=inputs,

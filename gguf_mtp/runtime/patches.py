@@ -25,6 +25,7 @@ class Patch:
 #: applied by GGUF_MTP_PATCHES=proposed), in number order; tests/test_patches.py checks the files against it
 KNOWN: tuple[Patch, ...] = (
     Patch("qwen3next-rs-rollback", "gguf_mtp_patch_qwen3next_rs_rollback", rs_rollback_archs=frozenset({"qwen3next"})),
+    Patch("draft-vocab", "gguf_mtp_patch_draft_vocab"),  # the MTP graph reads gguf_mtp.draft_vocab itself
     Patch("cuda-graph-per-shape", "gguf_mtp_patch_cuda_graph_per_shape"),  # nothing to switch: ggml-cuda's own
 )
 
