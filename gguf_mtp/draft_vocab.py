@@ -32,7 +32,7 @@ __all__ = ["KEY", "OPTION", "FROM_OPTION", "MAX_TEXT_BYTES", "check_n", "require
 KEY = "gguf_mtp.draft_vocab"
 OPTION = "--draft-vocab"
 FROM_OPTION = "--draft-vocab-from"
-MAX_TEXT_BYTES = 1 << 30  # a text to count tokens on: bounded, it is read whole
+MAX_TEXT_BYTES = 256 << 20  # a text to count tokens on: bounded, it is read whole
 TOKENIZE_CHUNK = 1 << 20  # bytes of text per llama_tokenize call (split at a line end)
 #: token texts llama.cpp's vocabulary treats as end-of-generation even where the file types them as normal
 EOG_TEXTS = frozenset({"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>",
@@ -135,7 +135,8 @@ def by_counts(n: int, counts: np.ndarray, required: set[int]) -> np.ndarray:
     return np.array(sorted(chosen), dtype=np.int32)
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path) -> bytes:
+    """The text's bytes, checked to be UTF-8."""
     try:
         size = path.stat().st_size
     except OSError as e:
@@ -148,7 +149,9 @@ def _read_text(path: Path) -> str:
         raise UnsupportedError(f"{FROM_OPTION} {path}: {size} bytes, more than the {MAX_TEXT_BYTES} bytes this "
                                "counts; give a sample of the text")
     try:
-        return path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
+        data.decode("utf-8")
+        return data
     except UnicodeDecodeError as e:
         raise UnsupportedError(f"{FROM_OPTION} {path}: not UTF-8 text (byte {e.start}); give a UTF-8 text "
                                "file") from None
@@ -156,8 +159,8 @@ def _read_text(path: Path) -> str:
         raise UnsupportedError(f"{FROM_OPTION} {path}: cannot read it ({e.strerror or e})") from None
 
 
-def _chunks(text: str) -> list[bytes]:
-    data, out, i = text.encode("utf-8"), [], 0
+def _chunks(data: bytes) -> list[bytes]:
+    out, i = [], 0
     while i < len(data):
         j = min(len(data), i + TOKENIZE_CHUNK)
         if j < len(data):

@@ -156,9 +156,11 @@ def _bad_map_file(tiny: dict[str, Path], tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("case", ["zero", "negative", "over n_vocab", "under the specials", "from without N",
                                   "missing text", "empty text", "not UTF-8", "--no-mtp", "quantize trunk",
-                                  "--strip", "bad map in the file"])
-def test_bad_draft_vocab_is_refused_in_one_line(tiny: dict[str, Path], tmp_path: Path, case: str) -> None:
+                                  "--strip", "bad map in the file", "text too big"])
+def test_bad_draft_vocab_is_refused_in_one_line(tiny: dict[str, Path], tmp_path: Path, case: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out.gguf"
+    monkeypatch.setattr(dv, "MAX_TEXT_BYTES", 4096)  # sizes are checked before anything is read
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 ol\xe9\n".encode("latin-1"))
     conv = ["convert", str(TINY), "--outtype", "q8_0", "-o", str(out), "-q"]
@@ -179,6 +181,8 @@ def test_bad_draft_vocab_is_refused_in_one_line(tiny: dict[str, Path], tmp_path:
                             "64"], "has no MTP head to give a draft vocabulary"),
         "--strip": (["extract", str(tiny["map"]), "--strip", "-o", str(out), "--draft-vocab", "64"],
                     "--draft-vocab has no effect with --strip"),
+        "text too big": (conv + ["--draft-vocab", "64", "--draft-vocab-from", str(TEXT)],
+                         "more than the 4096 bytes this counts; give a sample"),
         "bad map in the file": (["extract", str(_bad_map_file(tiny, tmp_path)), "-o", str(out)],
                                 "gguf_mtp.draft_vocab must hold ascending unique token ids below 4096"),
     }[case]
