@@ -156,7 +156,8 @@ def _bad_map_file(tiny: dict[str, Path], tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("case", ["zero", "negative", "over n_vocab", "under the specials", "from without N",
                                   "missing text", "empty text", "not UTF-8", "--no-mtp", "quantize trunk",
-                                  "--strip", "bad map in the file", "text too big"])
+                                  "--strip", "bad map in the file", "text too big", "not a number", "overlong number",
+                                  "empty FILE", "huge"])
 def test_bad_draft_vocab_is_refused_in_one_line(tiny: dict[str, Path], tmp_path: Path, case: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out.gguf"
@@ -181,6 +182,11 @@ def test_bad_draft_vocab_is_refused_in_one_line(tiny: dict[str, Path], tmp_path:
                             "64"], "has no MTP head to give a draft vocabulary"),
         "--strip": (["extract", str(tiny["map"]), "--strip", "-o", str(out), "--draft-vocab", "64"],
                     "--draft-vocab has no effect with --strip"),
+        "not a number": (conv + ["--draft-vocab", "abc"], "Invalid value for '--draft-vocab'"),
+        "overlong number": (conv + ["--draft-vocab", "9" * 5000], "Invalid value for '--draft-vocab'"),
+        "huge": (conv + ["--draft-vocab", "9" * 30], "has only 4096 tokens"),
+        "empty FILE": (conv + ["--draft-vocab", "64", "--draft-vocab-from", ""],
+                       "Invalid value for '--draft-vocab-from': empty"),
         "text too big": (conv + ["--draft-vocab", "64", "--draft-vocab-from", str(TEXT)],
                          "more than the 4096 bytes this counts; give a sample"),
         "bad map in the file": (["extract", str(_bad_map_file(tiny, tmp_path)), "-o", str(out)],
@@ -189,7 +195,7 @@ def test_bad_draft_vocab_is_refused_in_one_line(tiny: dict[str, Path], tmp_path:
     code, err = cli(*args)
     assert code == 2, err
     lines = [ln for ln in err if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and want in lines[0], err
+    assert len(lines) == 1 and lines[0].startswith("error: ") and want in lines[0] and len(lines[0]) < 300, err
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing left
 
 
