@@ -32,6 +32,14 @@ def extract(
         None, "--draft-head-type", callback=TYPE_NAME,
         help="Give the head its own copy of the LM head at this type (q4_0, q4_1, q5_0, q5_1, q8_0); default: carry "
              "the head's tensors as they are."),
+    draft_vocab: int | None = typer.Option(
+        None, "--draft-vocab", metavar="N",
+        help="Let the drafts propose only N tokens (e.g. 32768): the file names them (metadata only) and a patched "
+             "llama.cpp reads N rows of the LM head per draft; the target still verifies over all. Rows: the N "
+             "lowest BPE ids (merge order), or the N most frequent in --draft-vocab-from. Default: none."),
+    draft_vocab_from: str | None = typer.Option(
+        None, "--draft-vocab-from", callback=text(4096), metavar="FILE",
+        help="With --draft-vocab: choose the N tokens by their count in this UTF-8 text file."),
     replace: bool = typer.Option(False, "--replace", help="With --onto: replace a head TARGET already has."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite existing output files."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
@@ -67,19 +75,22 @@ def extract(
     refuse_invalid_repo_id(source)
     if not Path(source).exists() and looks_like_repo_id(source):
         _from_hub(source, onto, strip, outfile, head_only, mtp_type, replace, force, quiet, revision, outtype,
-                  force_download, draft_head_type)
+                  force_download, draft_head_type, draft_vocab, draft_vocab_from)
         return
     if onto is not None:
         r = surgery.graft(source, onto, outfile, replace=replace, mtp_type=mtp_type, draft_head_type=draft_head_type,
-                          force=force, progress=not quiet)
+                          force=force, progress=not quiet, draft_vocab=draft_vocab, draft_vocab_from=draft_vocab_from)
     elif strip:
-        if mtp_type is not None or draft_head_type is not None:
-            raise typer.BadParameter(f"{'--mtp-type' if mtp_type is not None else '--draft-head-type'} has no effect "
-                                     "with --strip")
+        options = (("--mtp-type", mtp_type), ("--draft-head-type", draft_head_type), ("--draft-vocab", draft_vocab),
+                   ("--draft-vocab-from", draft_vocab_from))
+        given = [o for o, v in options if v is not None]
+        if given:
+            raise typer.BadParameter(f"{given[0]} has no effect with --strip (it drops the head and its draft "
+                                     "vocabulary)")
         r = surgery.strip(source, outfile, force=force, progress=not quiet)
     else:
         r = surgery.extract(source, outfile, head_only=head_only, mtp_type=mtp_type, draft_head_type=draft_head_type,
-                            force=force, progress=not quiet)
+                            force=force, progress=not quiet, draft_vocab=draft_vocab, draft_vocab_from=draft_vocab_from)
     for note in r.notes:
         typer.echo(f"note: {note}", err=True)
     names = ", ".join(str(p) for p in r.paths) if len(r.paths) <= 2 else f"{r.paths[0]} ... ({len(r.paths)} shards)"
@@ -89,7 +100,8 @@ def extract(
 
 def _from_hub(repo: str, onto: Path | None, strip: bool, outfile: Path | None, head_only: bool,
               mtp_type: str | None, replace: bool, force: bool, quiet: bool, revision: str | None,
-              outtype: str, force_download: bool = False, draft_head_type: str | None = None) -> None:
+              outtype: str, force_download: bool = False, draft_head_type: str | None = None,
+              draft_vocab: int | None = None, draft_vocab_from: str | None = None) -> None:
     """SOURCE is a Hub checkpoint: fetch only the head's byte ranges, make the sidecar, graft it if asked."""
     from gguf_mtp import surgery
     from gguf_mtp.convert import convert as _convert
@@ -100,7 +112,7 @@ def _from_hub(repo: str, onto: Path | None, strip: bool, outfile: Path | None, h
     if onto is None:
         r = _convert(repo, outfile=outfile, outtype=outtype, layout="head-only" if head_only else "mtp-only",
                      mtp_type=mt, draft_head_type=draft_head_type, force=force, revision=revision, progress=not quiet,
-                     force_download=force_download)
+                     force_download=force_download, draft_vocab=draft_vocab, draft_vocab_from=draft_vocab_from)
         for note in r.notes:
             typer.echo(f"note: {note}", err=True)
         typer.echo(f"extract: wrote {r.path} ({r.layout.value}, {r.n_tensors} tensors, {human_bytes(r.bytes_out)})")
@@ -108,6 +120,7 @@ def _from_hub(repo: str, onto: Path | None, strip: bool, outfile: Path | None, h
     g = surgery.graft_from_hub(repo, onto, outfile, replace=replace, mtp_type=mtp_type,
                                draft_head_type=draft_head_type, force=force, revision=revision,
                                force_download=force_download, progress=not quiet,
-                               on_note=lambda note: typer.echo(f"note: {note}", err=True))
+                               on_note=lambda note: typer.echo(f"note: {note}", err=True), draft_vocab=draft_vocab,
+                               draft_vocab_from=draft_vocab_from)
     typer.echo(f"graft: wrote {', '.join(str(p) for p in g.paths)} "
                f"({g.n_tensors} tensors, {human_bytes(g.bytes_written)})")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .options import TYPE_NAME
+from .options import TYPE_NAME, text
 
 
 def quantize(
@@ -23,6 +23,14 @@ def quantize(
         None, "--draft-head-type", callback=TYPE_NAME,
         help="Give the MTP layer its own copy of the LM head at this type (q4_0, q4_1, q5_0, q5_1, q8_0), made from "
              "the input's LM head. Default: a draft head the input has keeps its type; none is added."),
+    draft_vocab: int | None = typer.Option(
+        None, "--draft-vocab", metavar="N",
+        help="Let the drafts propose only N tokens (e.g. 32768): the file names them (metadata only) and a patched "
+             "llama.cpp reads N rows of the LM head per draft; the target still verifies over all. Rows: the N "
+             "lowest BPE ids (merge order), or the N most frequent in --draft-vocab-from. Default: none."),
+    draft_vocab_from: str | None = typer.Option(
+        None, "--draft-vocab-from", callback=text(4096), metavar="FILE",
+        help="With --draft-vocab: choose the N tokens by their count in this UTF-8 text file."),
     imatrix: Path | None = typer.Option(None, "--imatrix", help="Importance matrix from llama-imatrix (GGUF or .dat)."),
     threads: int = typer.Option(0, "--threads", "-t", help="Quantization threads (0: all cores)."),
     allow_requantize: bool = typer.Option(False, "--allow-requantize",
@@ -46,7 +54,8 @@ def quantize(
 
     r = quantize_model(src, dst, qtype, mtp_type=None if mtp_type.lower() == "same" else mtp_type,
                        imatrix=imatrix, threads=threads, force=force, draft_head_type=draft_head_type,
-                       allow_requantize=allow_requantize, progress=not quiet)
+                       allow_requantize=allow_requantize, progress=not quiet, draft_vocab=draft_vocab,
+                       draft_vocab_from=draft_vocab_from)
     for n in r.notes:
         typer.echo(f"note: {n}", err=True)
     drafts = {t.name for t in r.report.draft_heads}

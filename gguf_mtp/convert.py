@@ -17,6 +17,7 @@ from typing import Any, BinaryIO, TypeVar
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, Keys
 
+from . import draft_vocab as draft_vocab_mod
 from .checkpoint.folder import Checkpoint
 from .checkpoint.hub import looks_like_repo_id, resolve_model
 from .checkpoint.shards import Ref, TensorRef
@@ -151,6 +152,8 @@ def convert(
     progress: bool = True,
     threads: int | None = None,
     force_download: bool = False,
+    draft_vocab: int | None = None,
+    draft_vocab_from: str | os.PathLike[str] | None = None,
 ) -> ConvertResult:
     """Convert a Hugging Face checkpoint (folder or repo id) to GGUF.
 
@@ -159,6 +162,8 @@ def convert(
     as ``mtp_type`` (Q8_0 by default); norms and 1-D tensors as F32. ``draft_head_type`` adds a draft LM head
     of that type to the MTP layers (:mod:`gguf_mtp.draft_head`). ``force_download`` (repo ids) drops
     cached downloads of the repo first (the partial cache of a sidecar, the HF cache's files otherwise).
+    ``draft_vocab`` names the N tokens the drafts may propose (:mod:`gguf_mtp.draft_vocab`), counted on the text
+    file ``draft_vocab_from`` if given.
 
     Example:
         >>> convert("Qwen3.5-9B", outtype="q8_0")                  # doctest: +SKIP
@@ -173,6 +178,9 @@ def convert(
     draft_t = parse_draft_type(draft_head_type) if draft_head_type is not None else None  # '' is refused
     if draft_t is not None and layout == Layout.TRUNK_ONLY:
         raise UnsupportedError(f"{DRAFT_OPTION} is for the MTP head, which --no-mtp leaves out")
+    draft_vocab_mod.check_n(draft_vocab, draft_vocab_from)
+    if draft_vocab is not None and layout == Layout.TRUNK_ONLY:
+        raise UnsupportedError(f"{draft_vocab_mod.OPTION} is for the MTP head, which --no-mtp leaves out")
     notes: list[str] = []
     sidecar = layout in (Layout.MTP_ONLY, Layout.HEAD_ONLY)
     out = Path(outfile) if outfile else default_outfile(model, outtype, layout, mtp_type)
@@ -230,6 +238,8 @@ def convert(
     if n_tokens != family.vocab:
         raise UnsupportedError(f"{root}: tokenizer has {n_tokens} tokens but embed_tokens has "
                                f"{family.vocab} rows; llama.cpp needs them equal")
+    if draft_vocab is not None and layout != Layout.TRUNK_ONLY:
+        kvs.append(draft_vocab_mod.to_kv(draft_vocab_mod.choose(kvs, draft_vocab, draft_vocab_from, root)))
 
     check_output(out, force=force, inputs=ck.files())
 

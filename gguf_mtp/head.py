@@ -14,6 +14,7 @@ from typing import BinaryIO
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, Keys
 
+from . import draft_vocab
 from .draft_head import draft_head_tensors, keeps_type, lm_head, parse_draft_type
 from .errors import CompatibilityError, GgufMtpError, MissingTensorError, UnsupportedError
 from .ggml_types import can_decode, choose_type, dequantize, encode, parse_type
@@ -254,6 +255,9 @@ def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.Path
             kvs.append(KV(nextn_key, nextn_kv.vtype, head.n_mtp))
     if nextn_key not in {kv.key for kv in kvs}:
         kvs.append(KV(nextn_key, nextn_kv.vtype, head.n_mtp))
+    # the draft vocabulary belongs to the head: SOURCE's, checked against the vocabulary it now serves
+    kvs = draft_vocab.apply(kvs, draft_vocab.of(src.model_kvs(), src.path), None, None, tgt.path)
+    draft_vocab.of(kvs, tgt.path)
 
     mt = parse_type(mtp_type, "--mtp-type") if mtp_type else None
     dt = parse_draft_type(draft_head_type) if draft_head_type else None

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import draft_vocab as draft_vocab_mod
 from .draft_head import draft_head_tensors, is_draft_head, keeps_type, parse_draft_type
 from .errors import GgufMtpError, MissingTensorError, OutputError, UnsupportedError
 from .file_report import FileReport, inspect_file
@@ -127,7 +128,8 @@ def _into_scratch(write: Callable[[], object], dst: Path) -> None:
 def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *,
                    mtp_type: str | None = "q8_0", imatrix: str | os.PathLike[str] | None = None,
                    threads: int = 0, force: bool = False, draft_head_type: str | None = None,
-                   progress: bool = True, allow_requantize: bool = False) -> QuantizeResult:
+                   progress: bool = True, allow_requantize: bool = False, draft_vocab: int | None = None,
+                   draft_vocab_from: str | os.PathLike[str] | None = None) -> QuantizeResult:
     """Quantize a model or sidecar to ``ftype`` with its MTP head at ``mtp_type`` (None: as the trunk).
 
     An input whose tensors are already quantized (a Q8_0 model) is refused unless ``allow_requantize`` (as
@@ -138,6 +140,8 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
     type, made from the input's LM head in a second pass over the quantized file (llama.cpp's quantizer cannot add
     a tensor). F32/F16/BF16 targets keep the head's quantized tensors as they are (``mtp_type`` None: converted
     like the trunk); their float ones are converted like the trunk.
+    The input's draft vocabulary is kept; ``draft_vocab`` writes a new one of that many tokens, counted on the
+    text ``draft_vocab_from`` if given (:mod:`gguf_mtp.draft_vocab`; also a second pass).
 
     Example:
         >>> quantize_model("Qwen3.5-9B-BF16.gguf", "Qwen3.5-9B-Q4_K_M.gguf", "Q4_K_M")   # doctest: +SKIP
@@ -167,6 +171,10 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
         raise MissingTensorError(f"{m.path}: has no MTP head to give a draft head; drop --draft-head-type")
     if dt is not None and head is not None:
         draft_head_tensors(m, head.tensors, head.n_trunk, head.n_mtp, dt)  # its source checked before the long pass
+    draft_vocab_mod.check_n(draft_vocab, draft_vocab_from)
+    if draft_vocab is not None and head is None:
+        raise MissingTensorError(f"{m.path}: has no MTP head to give a draft vocabulary; drop {draft_vocab_mod.OPTION}")
+    ids = None if draft_vocab is None else draft_vocab_mod.choose(m.model_kvs(), draft_vocab, draft_vocab_from, m.path)
     mt = parse_type(mtp_type, "--mtp-type", writable=False) if head is not None and mtp_type is not None else None
     head_names = {t.name for t in head.tensors} if head is not None else set()
     overrides: list[tuple[str, int]] = []
@@ -200,7 +208,7 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
     # float targets: only the head's quantized tensors (checked above), which the next pass puts back
     allow = allow_requantize or key in FLOAT_TARGETS
     show = progress and _on_terminal()
-    if not keep and dt is None:
+    if not keep and dt is None and ids is None:
         out = llama_quantize(m.path, dst, key, threads=n_threads or 0, force=force, tensor_types=overrides,
                              imatrix=im, inputs=inputs, allow_requantize=allow, progress=show)
     else:
@@ -211,7 +219,7 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
             _into_scratch(lambda: quantizer.quantize(m.path, out, key, threads=n_threads or 0, tensor_types=overrides,
                                                      imatrix=im, allow_requantize=allow, progress=show,
                                                      label=dst.name), dst)
-            if keep and dt is None:
+            if keep and dt is None and ids is None:
                 with atomic_paths([dst], force=force) as (tmp,):
                     _write_keeping(out, m, keep, tmp, f"head {dst.name}", show)
                 out = dst
@@ -219,9 +227,9 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
                 kept = stack.enter_context(scratch_path(dst))
                 _into_scratch(lambda: _write_keeping(out, m, keep, kept, f"head {dst.name}", show), dst)
                 out = kept
-            if dt is not None:
-                out = add_draft_head(out, dst, dt.name, made_from=m.path, force=force, inputs=inputs,
-                                     progress=show).paths[0]
+            if dt is not None or ids is not None:
+                out = add_draft_head(out, dst, dt.name if dt is not None else None, made_from=m.path, force=force,
+                                     inputs=inputs, progress=show, draft_vocab=ids).paths[0]
     report = inspect_file(out)
     before = inspect_file(m.path)
     if report.layout != before.layout:

@@ -15,8 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from gguf import GGUFValueType, Keys
 
+from . import draft_vocab as draft_vocab_mod
 from .draft_head import draft_head_tensors, is_draft_head, parse_draft_type
 from .errors import GgufMtpError, MissingTensorError
 from .ggml_types import file_type_name, parse_type, type_name
@@ -108,17 +110,20 @@ def _check_types(m: GGUFModel, names: list[str], role: str) -> None:
 
 def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None = None, *,
             head_only: bool = False, mtp_type: str | None = None, draft_head_type: str | None = None,
-            force: bool = False, progress: bool = True) -> SurgeryResult:
+            force: bool = False, progress: bool = True, draft_vocab: int | None = None,
+            draft_vocab_from: str | os.PathLike[str] | None = None) -> SurgeryResult:
     """Write the MTP head of ``source`` (bundled model or sidecar, single file or split set) as a sidecar.
 
     The self-contained sidecar also carries ``token_embd``/``output_norm``/``output`` (stock llama.cpp can
     load it); ``head_only`` leaves them out and marks the file as borrowing them from its target.
-    ``draft_head_type`` adds a draft LM head of that type (see :mod:`gguf_mtp.draft_head`).
+    ``draft_head_type`` adds a draft LM head of that type (see :mod:`gguf_mtp.draft_head`). The source's draft
+    vocabulary travels with the head; ``draft_vocab`` writes a new one (see :mod:`gguf_mtp.draft_vocab`).
 
     Example:
         >>> extract("Qwen3.5-27B-Q4_K_M.gguf")     # -> Qwen3.5-27B-Q4_K_M-MTP-Q8_0.gguf   # doctest: +SKIP
     """
     t0 = time.perf_counter()
+    draft_vocab_mod.check_n(draft_vocab, draft_vocab_from)
     m = _open(source)
     head = require_head(m, "SOURCE")
     _check_types(m, [t.name for t in head.tensors] + [n for n in EMBEDDING_TENSORS + MODEL_TENSORS if n in m.tensors],
@@ -140,6 +145,7 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
     kvs = [kv for kv in m.model_kvs() if kv.key != marker]
     if head_only:
         kvs.append(KV.array(marker, GGUFValueType.STRING, borrowed_tensors(m.tensors)))
+    kvs = draft_vocab_mod.apply(kvs, draft_vocab_mod.of(kvs, m.path), draft_vocab, draft_vocab_from, m.path)
     stem = model_stem(m.path) if head.sidecar is None else sidecar_owner(model_stem(m.path))
     out = Path(outfile) if outfile else Path.cwd() / default_name(
         stem, Layout.HEAD_ONLY if head_only else Layout.MTP_ONLY,
@@ -172,7 +178,7 @@ def strip(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None
     per_layer = per_layer_keys(m, head.n_trunk + head.n_mtp)
     kvs: list[KV] = []
     for kv in m.model_kvs():
-        if kv.key == nextn_key or kv.key == arch_key(K_SHARED_TARGET_TENSORS, m.arch):
+        if kv.key in (nextn_key, arch_key(K_SHARED_TARGET_TENSORS, m.arch), draft_vocab_mod.KEY):
             continue
         if kv.key == bc_key:
             kv = KV(kv.key, kv.vtype, head.n_trunk)
@@ -190,52 +196,63 @@ def strip(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | None
 
 def graft(source: str | os.PathLike[str], target: str | os.PathLike[str],
           outfile: str | os.PathLike[str] | None = None, *, replace: bool = False, mtp_type: str | None = None,
-          draft_head_type: str | None = None, force: bool = False, progress: bool = True) -> SurgeryResult:
+          draft_head_type: str | None = None, force: bool = False, progress: bool = True,
+          draft_vocab: int | None = None, draft_vocab_from: str | os.PathLike[str] | None = None) -> SurgeryResult:
     """Put the MTP head of ``source`` (bundled model or sidecar) onto ``target`` (a model without one).
 
     ``target``'s metadata is kept (file type, quantization and imatrix keys, chat template, names); only
     block_count, nextn_predict_layers and per-layer arrays change; the head's blocks are renumbered to
     follow ``target``'s trunk. A split target gives a split output with the head in the last shard.
-    ``draft_head_type`` gives the head a draft LM head of that type (see :mod:`gguf_mtp.draft_head`).
+    ``draft_head_type`` gives the head a draft LM head of that type (see :mod:`gguf_mtp.draft_head`). The
+    draft vocabulary is ``source``'s (it travels with the head), or a new one of ``draft_vocab`` tokens.
 
     Example:
         >>> graft("Qwen3.5-27B-Q8_0-MTP.gguf", "Qwen3.5-27B-UD-Q4_K_XL.gguf",  # doctest: +SKIP
         ...       "Qwen3.5-27B-Q4_K_XL-MTP-bundled.gguf")
     """
     t0 = time.perf_counter()
+    draft_vocab_mod.check_n(draft_vocab, draft_vocab_from)
     plan = plan_graft(source, target, replace=replace, mtp_type=mtp_type, draft_head_type=draft_head_type)
     src, tgt = plan.source, plan.target
+    # (the plan carries SOURCE's draft vocabulary; a new one replaces it)
+    kvs = plan.kvs if draft_vocab is None else draft_vocab_mod.apply(plan.kvs, None, draft_vocab, draft_vocab_from,
+                                                                     tgt.path)
     out = Path(outfile) if outfile else Path.cwd() / graft_name(model_stem(tgt.path))
     inputs = tgt.files + src.files
-    paths, written = _write(out, plan.kvs, plan.groups, alignment=plan.alignment, force=force, inputs=inputs,
+    paths, written = _write(out, kvs, plan.groups, alignment=plan.alignment, force=force, inputs=inputs,
                             label=f"graft {out.name}", progress=progress)
     return SurgeryResult("graft", paths, sum(len(g) for g in plan.groups),
                          _header_bytes(tgt) + _header_bytes(src) + written,
                          sum(p.stat().st_size for p in paths), time.perf_counter() - t0, plan.notes)
 
 
-def add_draft_head(source: str | os.PathLike[str], outfile: str | os.PathLike[str], draft_head_type: str, *,
+def add_draft_head(source: str | os.PathLike[str], outfile: str | os.PathLike[str], draft_head_type: str | None, *,
                    made_from: str | os.PathLike[str] | None = None, force: bool = False,
-                   inputs: list[Path] | None = None, progress: bool = True) -> SurgeryResult:
-    """Write ``source`` with a draft LM head of ``draft_head_type`` in its MTP layers (replacing any it has).
+                   inputs: list[Path] | None = None, progress: bool = True,
+                   draft_vocab: np.ndarray | None = None) -> SurgeryResult:
+    """Write ``source`` with a draft LM head of ``draft_head_type`` in its MTP layers (replacing any it has;
+    None: the tensors as they are), and with ``draft_vocab`` as its draft vocabulary when given.
 
     The heads are made from ``made_from``'s (default: ``source``'s) own heads or LM head: ``quantize`` passes its
     unquantized input, so the draft head is one rounding away from the original, not two. ``inputs``: every file
     the caller read, none of which the output may be.
     """
     t0 = time.perf_counter()
-    dt = parse_draft_type(draft_head_type)
     m = _open(source)
     base = _open(made_from) if made_from is not None else m
     head = require_head(base, "SOURCE")
-    drafts, _ = draft_head_tensors(base, head.tensors, head.n_trunk, head.n_mtp, dt)
+    drafts: list[OutTensor] = []
+    if draft_head_type is not None:
+        drafts, _ = draft_head_tensors(base, head.tensors, head.n_trunk, head.n_mtp, parse_draft_type(draft_head_type))
     if require_head(m, "SOURCE").n_trunk != head.n_trunk:
         raise GgufMtpError(f"{m.path}: has another trunk than {base.path}; make the draft head from the same model")
     new = {t.name for t in drafts}
     groups = [[copy_tensor(Tensor(i, s)) for i in s.tensors.values() if i.name not in new] for s in m.shards]
     groups[-1].extend(drafts)
     out = Path(outfile)
-    paths, written = _write(out, m.model_kvs(), groups, alignment=m.alignment, force=force,
+    kvs = m.model_kvs() if draft_vocab is None else draft_vocab_mod.apply(m.model_kvs(), draft_vocab, None, None,
+                                                                          m.path)
+    paths, written = _write(out, kvs, groups, alignment=m.alignment, force=force,
                             inputs=(inputs or []) + m.files + base.files, label=f"draft head {out.name}",
                             progress=progress)
     return SurgeryResult("draft-head", paths, sum(len(g) for g in groups), _header_bytes(m) + written,
@@ -245,7 +262,8 @@ def add_draft_head(source: str | os.PathLike[str], outfile: str | os.PathLike[st
 def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.PathLike[str] | None = None, *,
                    replace: bool = False, mtp_type: str | None = None, draft_head_type: str | None = None,
                    force: bool = False, revision: str | None = None, force_download: bool = False,
-                   progress: bool = True, on_note: Callable[[str], None] | None = None) -> SurgeryResult:
+                   progress: bool = True, on_note: Callable[[str], None] | None = None, draft_vocab: int | None = None,
+                   draft_vocab_from: str | os.PathLike[str] | None = None) -> SurgeryResult:
     """Fetch the MTP head of Hub checkpoint ``repo`` (only its byte ranges) and graft it onto ``target``.
 
     The head is converted (at ``mtp_type``, q8_0 by default) to a scratch head-only sidecar next to the output,
@@ -267,6 +285,7 @@ def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.
     out = Path(outfile) if outfile else Path.cwd() / graft_name(model_stem(Path(target)))
     if draft_head_type:
         parse_draft_type(draft_head_type)  # a bad name fails before any download
+    draft_vocab_mod.check_n(draft_vocab, draft_vocab_from)
     check_output(out, force=force, inputs=[Path(target)])  # before any download
     # the fetched head is an intermediate named like the output's temp files: removed on any exit,
     # SIGTERM included, and by the next run after a SIGKILL
@@ -277,6 +296,7 @@ def graft_from_hub(repo: str, target: str | os.PathLike[str], outfile: str | os.
             note(text)
         try:
             g = graft(head, target, out, replace=replace, draft_head_type=draft_head_type, force=force,
+                      draft_vocab=draft_vocab, draft_vocab_from=draft_vocab_from,
                       progress=progress)
         except GgufMtpError as e:  # name the repo, not the scratch file
             raise type(e)(str(e).replace(str(head), f"{repo} (its MTP head)")) from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from dataclasses import dataclass
 
 
@@ -24,6 +25,7 @@ class Patch:
 #: applied by GGUF_MTP_PATCHES=proposed), in number order; tests/test_patches.py checks the files against it
 KNOWN: tuple[Patch, ...] = (
     Patch("qwen3next-rs-rollback", "gguf_mtp_patch_qwen3next_rs_rollback", rs_rollback_archs=frozenset({"qwen3next"})),
+    Patch("draft-vocab", "gguf_mtp_patch_draft_vocab"),  # the MTP graph reads gguf_mtp.draft_vocab itself
     Patch("cuda-graph-per-shape", "gguf_mtp_patch_cuda_graph_per_shape"),  # nothing to switch: ggml-cuda's own
 )
 
@@ -59,3 +61,24 @@ def rs_rollback_archs() -> frozenset[str]:
 def startup_line() -> str:
     """One line for start-up, beside the ``devices:`` line: ``llama.cpp patches: qwen3next-rs-rollback``."""
     return "llama.cpp patches: " + (", ".join(names()) or "none (stock)")
+
+
+def draft_vocab_note(*paths: str | os.PathLike[str] | None) -> str | None:
+    """A note for start-up when a model file names a draft vocabulary (``gguf_mtp.draft_vocab``) that the loaded
+    library cannot use (no ``draft-vocab`` patch): the drafts then read the full LM head. None otherwise."""
+    from ..draft_vocab import KEY
+    from ..ggufio.reader import GGUFFile
+
+    if "draft-vocab" in names():
+        return None
+    for p in paths:
+        if p is None:
+            continue
+        try:
+            has = KEY in GGUFFile(p).kv
+        except Exception:  # noqa: BLE001 - the loader reports a bad file; this note is only a hint
+            continue
+        if has:
+            return (f"{p} names a draft vocabulary ({KEY}), which this llama.cpp build does not use (no draft-vocab "
+                    "patch): the drafts read the full LM head; `bash scripts/setup.sh` builds the patched library")
+    return None

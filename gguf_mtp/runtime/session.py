@@ -19,7 +19,7 @@ from gguf import Keys
 
 from ..errors import GgufMtpError
 from ..head import find_head, plan_graft
-from . import devices, placement, rpc, tokens
+from . import devices, patches, placement, rpc, tokens
 from .chat import ChatTemplate
 from .config import SamplerConfig, SessionConfig
 from .llama import Context, Model
@@ -81,6 +81,11 @@ class MTPSession:
             self._load()
         if self.pairing.notice and self.pairing.notice not in self.notices:
             self.notices.append(self.pairing.notice)
+        if self.pairing.source != HeadSource.NONE:  # a draft vocabulary this library cannot use: say so
+            sidecar = self.pairing.sidecar.path if self.pairing.sidecar is not None else None
+            vocab_note = patches.draft_vocab_note(self.pairing.model.path, sidecar)
+            if vocab_note:
+                self.notices.append(vocab_note)
         why = next((m.host_sampling for m in self._models if m.host_sampling), None)
         if why and self.cfg.device_sampling:  # a back-end that must not run sampler chains in its decode graph
             self.notices.append(f"sampling on the host, not in the decode graph ({why})")
