@@ -334,3 +334,19 @@ def test_start_up_note_for_a_map_the_library_cannot_use(tiny: dict[str, Path]) -
     else:
         assert note is not None and str(tiny["map"]) in note and "full LM head" in note
     assert patches.draft_vocab_note(tiny["full"], None) is None
+
+
+def test_a_session_says_when_its_library_cannot_use_the_map(tiny: dict[str, Path],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library without the draft-vocab patch (made so by hiding the marker) gets a start-up note from the
+    session itself, so `run`, `serve` and the Python API all say it; with the patch, no note."""
+    from gguf_mtp.runtime import MTPSession
+
+    if PATCHED:
+        with MTPSession(tiny["map"], n_ctx=256) as s:
+            assert not any("draft vocabulary" in n or "full LM head" in n for n in s.notices), s.notices
+    monkeypatch.setattr(patches, "names", lambda: [])  # as a stock library answers
+    with MTPSession(tiny["map"], n_ctx=256) as s:
+        assert any("full LM head" in n for n in s.notices), s.notices
+    with MTPSession(tiny["full"], n_ctx=256) as s:
+        assert not any("full LM head" in n for n in s.notices), s.notices
