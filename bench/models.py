@@ -61,18 +61,24 @@ def checkpoint(work: Path, *, widths: str, layers: int, vocab: int, seed: int = 
     """The synthetic checkpoint, made once: written into a temp folder and renamed when complete, so a killed run
     leaves no folder a later run would take for done. One an earlier version left half written (a 0-byte or short
     shard) is made again."""
-    from tests.synthetic import SyntheticSpec, write_checkpoint
+    from tests.synthetic import SyntheticSpec
 
-    ck = work / f"ckpt-{widths}-{layers}L-{vocab}"
-    _remove_dead_temps(work, ck.name)
+    spec = SyntheticSpec("qwen35", layers=layers, **WIDTHS[widths], vocab_size=vocab, oracle_head=True,
+                         trunk_scale=0.0, head_noise=0.0, n_shards=4, seed=seed)
+    return _made_once(work / f"ckpt-{widths}-{layers}L-{vocab}", spec)
+
+
+def _made_once(ck: Path, spec) -> Path:  # type: ignore[no-untyped-def]
+    """``ck`` written from ``spec`` unless a complete one is there: into a temp folder renamed when complete."""
+    from tests.synthetic import write_checkpoint
+
+    _remove_dead_temps(ck.parent, ck.name)
     if ck.exists():
         if _complete(ck):
             return ck
         print(f"{ck}: left half written by an earlier run; making it again", file=sys.stderr)
         shutil.rmtree(ck)
-    spec = SyntheticSpec("qwen35", layers=layers, **WIDTHS[widths], vocab_size=vocab, oracle_head=True,
-                         trunk_scale=0.0, head_noise=0.0, n_shards=4, seed=seed)
-    tmp = work / f".{ck.name}.{os.getpid()}.partial"
+    tmp = ck.parent / f".{ck.name}.{os.getpid()}.partial"
     try:
         write_checkpoint(tmp, spec)
         os.rename(tmp, ck)
@@ -233,7 +239,7 @@ def make(work: Path, *, widths: str = "9b", layers: int = 12, vocab: int = 24832
 
 def template(work: Path, shape: str, vocab: int, threads: int) -> Path:
     """A 4-layer Q8_0 GGUF at ``shape``'s widths with the oracle head (bigram trunk that adds nothing)."""
-    from tests.synthetic import SyntheticSpec, write_checkpoint
+    from tests.synthetic import SyntheticSpec
 
     family, widths, _, experts, *_ = SHAPES[shape]
     tag = f"tpl-{shape}-{vocab // 1000}k"
@@ -243,15 +249,7 @@ def template(work: Path, shape: str, vocab: int, threads: int) -> Path:
     kw = dict(experts=4, experts_used=2) if experts else {}  # widened by inflate
     spec = SyntheticSpec(family, layers=4, vocab_size=vocab, oracle_head=True, trunk_scale=0.0, head_noise=0.0,
                          n_shards=2, **widths, **kw)  # type: ignore[arg-type]
-    ck = work / f"ckpt-{tag}"
-    if not (ck / "config.json").exists():
-        tmp = work / f".{ck.name}.{os.getpid()}.partial"
-        try:
-            write_checkpoint(tmp, spec)
-            os.rename(tmp, ck)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return convert(ck, out, "q8_0", threads)
+    return convert(_made_once(work / f"ckpt-{tag}", spec), out, "q8_0", threads)
 
 
 def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float | None, ...] = (None, 0.0),

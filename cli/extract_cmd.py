@@ -9,7 +9,7 @@ import typer
 from gguf_mtp.checkpoint.hub import looks_like_repo_id, refuse_invalid_repo_id
 from gguf_mtp.progress import human_bytes
 
-from .options import TYPE_NAME, text
+from .options import DRAFT_VOCAB, DRAFT_VOCAB_FROM, TYPE_NAME, text
 
 
 def extract(
@@ -32,14 +32,8 @@ def extract(
         None, "--draft-head-type", callback=TYPE_NAME,
         help="Give the head its own copy of the LM head at this type (q4_0, q4_1, q5_0, q5_1, q8_0); default: carry "
              "the head's tensors as they are."),
-    draft_vocab: int | None = typer.Option(
-        None, "--draft-vocab", metavar="N",
-        help="Let the drafts propose only N tokens (e.g. 32768): the file names them (metadata only) and a patched "
-             "llama.cpp reads N rows of the LM head per draft; the target still verifies over all. Rows: the N "
-             "lowest BPE ids (merge order), or the N most frequent in --draft-vocab-from. Default: none."),
-    draft_vocab_from: str | None = typer.Option(
-        None, "--draft-vocab-from", callback=text(4096), metavar="FILE",
-        help="With --draft-vocab: choose the N tokens by their count in this UTF-8 text file."),
+    draft_vocab: int | None = DRAFT_VOCAB,
+    draft_vocab_from: str | None = DRAFT_VOCAB_FROM,
     replace: bool = typer.Option(False, "--replace", help="With --onto: replace a head TARGET already has."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite existing output files."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),

@@ -33,6 +33,15 @@ def text(max_len: int = 1000) -> Callable[[str | None], str | None]:
 
 #: ggml type names (q8_0, Q4_K_M, iq2_xxs, same, auto, ...)
 TYPE_NAME = text(32)
+# convert, extract and quantize: the reduced-vocabulary draft head (gguf_mtp.draft_vocab)
+DRAFT_VOCAB = typer.Option(
+    None, "--draft-vocab", metavar="N",
+    help="Let the drafts propose only N tokens (e.g. 32768): the file names them (metadata only) and a patched "
+         "llama.cpp reads N rows of the LM head per draft; the target still verifies over all. Rows: the N "
+         "lowest BPE ids (merge order), or the N most frequent in --draft-vocab-from. Default: none.")
+DRAFT_VOCAB_FROM = typer.Option(
+    None, "--draft-vocab-from", callback=text(4096), metavar="FILE",
+    help="With --draft-vocab: choose the N tokens by their count in this UTF-8 text file.")
 
 # pairing and speculation
 MTP = typer.Option(None, "--mtp", help="MTP sidecar to pair (default: the model's own head, or <name>-MTP.gguf / "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .options import TYPE_NAME, text
+from .options import DRAFT_VOCAB, DRAFT_VOCAB_FROM, TYPE_NAME
 
 
 def quantize(
@@ -23,14 +23,8 @@ def quantize(
         None, "--draft-head-type", callback=TYPE_NAME,
         help="Give the MTP layer its own copy of the LM head at this type (q4_0, q4_1, q5_0, q5_1, q8_0), made from "
              "the input's LM head. Default: a draft head the input has keeps its type; none is added."),
-    draft_vocab: int | None = typer.Option(
-        None, "--draft-vocab", metavar="N",
-        help="Let the drafts propose only N tokens (e.g. 32768): the file names them (metadata only) and a patched "
-             "llama.cpp reads N rows of the LM head per draft; the target still verifies over all. Rows: the N "
-             "lowest BPE ids (merge order), or the N most frequent in --draft-vocab-from. Default: none."),
-    draft_vocab_from: str | None = typer.Option(
-        None, "--draft-vocab-from", callback=text(4096), metavar="FILE",
-        help="With --draft-vocab: choose the N tokens by their count in this UTF-8 text file."),
+    draft_vocab: int | None = DRAFT_VOCAB,
+    draft_vocab_from: str | None = DRAFT_VOCAB_FROM,
     imatrix: Path | None = typer.Option(None, "--imatrix", help="Importance matrix from llama-imatrix (GGUF or .dat)."),
     threads: int = typer.Option(0, "--threads", "-t", help="Quantization threads (0: all cores)."),
     allow_requantize: bool = typer.Option(False, "--allow-requantize",

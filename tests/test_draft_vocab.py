@@ -208,9 +208,10 @@ def _record_drafts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     orig = proposer.MtpProposer.propose
 
-    def propose(self, last: int, pos0: int, k: int):  # type: ignore[no-untyped-def]
-        out = orig(self, last, pos0, k)
-        seen.extend(out[0])
+    def propose(self, heads, lasts, pos0s, ks, shared=None):  # type: ignore[no-untyped-def]
+        out = orig(self, heads, lasts, pos0s, ks, shared)
+        for drafts in out[0]:  # a batch of sequences (one conversation: a batch of one)
+            seen.extend(drafts)
         return out
 
     monkeypatch.setattr(proposer.MtpProposer, "propose", propose)
