@@ -13,7 +13,7 @@ import pytest
 import gguf_mtp.archs as arch_table
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.runtime import SamplerConfig
-from gguf_mtp.runtime.archs import ArchFacts
+from gguf_mtp.runtime.arch_facts import ArchFacts
 from gguf_mtp.runtime.llama import Context, Model, _ll
 from tests.lossless import Reference, References
 

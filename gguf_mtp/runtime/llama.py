@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import backends
 from ..errors import GgufMtpError, Terminated
-from .archs import arch_facts
+from .arch_facts import arch_facts
 
 if TYPE_CHECKING:
     from .placement import ModelParams

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..errors import GgufMtpError
-from .archs import arch_facts
+from .arch_facts import arch_facts
 from .config import RollbackChoice, parse_rollback
 from .llama import Batch, Context, Model, _ll
 from .patches import rs_rollback_archs
