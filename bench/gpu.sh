@@ -17,7 +17,9 @@
 #                                                 # models of LAYERS (default 32) at WIDTHS
 #   bash bench/gpu.sh shapes ["27b:q8_0,q4_k_m 35b-a3b:q8_0"]   # the same one-shot rows on release shapes
 #                                                 # (bench/models.py SHAPES: template + inflate), noisy heads
-#                                                 # (HEADS="noisy perfect" for both), with --perf rows
+#                                                 # (HEADS="noisy perfect" for both), with --perf rows;
+#                                                 # DRAFT_VOCAB=N: the models with a draft vocabulary of N tokens
+#                                                 # (patch 0002-draft-vocab), rows with it off beside
 #
 # Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz (the PyPI sdist; the trimmed copy must keep vendor/llama.cpp's
 # CMakeLists.txt, cmake/, common/, ggml/, include/, src/, vendor/, licenses/, tools/ (CMakeLists.txt, completion/)
@@ -196,11 +198,29 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     build
     wait "$MODELS" || { tail -20 "$OUT/models.log"; exit 1; }
     log "models done: $(tr '\n' ' ' < "$OUT/models.log")"
+    if [ -n "${DRAFT_VOCAB:-}" ]; then  # each model again with a draft vocabulary counted on what it generates
+        for sp in $SPECS; do
+            tpl="$(PYTHONPATH="$SITE" python3 -m bench.models --workdir "$WORK" --shape "${sp%%:*}" \
+                   --vocab "${VOCAB:-248320}" --print-template)"
+            python3 -c "from bench.oneshot import PROMPT; print(PROMPT, end='')" > "$WORK/prompt-dv.txt"
+            py -m gguf_mtp_cli.main run "$tpl" --no-mtp -ngl $NGL -f "$WORK/prompt-dv.txt" -n 2048 -c 4096 \
+                > "$WORK/generated-${sp%%:*}.txt" 2>> "$OUT/models.log"
+            py -m bench.models --workdir "$WORK" --shape "${sp%%:*}" --trunks "${sp#*:}" --vocab "${VOCAB:-248320}" \
+                ${NOISE:+--noise "$NOISE"} --draft-vocab "$DRAFT_VOCAB" \
+                --draft-vocab-text "$WORK/generated-${sp%%:*}.txt" --manifest "$WORK/models-${sp%%:*}.txt" \
+                >> "$OUT/models.log" 2>&1 || { tail -20 "$OUT/models.log"; exit 1; }
+        done
+        log "draft-vocabulary models done"
+    fi
     args=()
     for sp in $SPECS; do
         for trunk in $(echo "${sp#*:}" | tr ',' ' '); do
             for h in ${HEADS:-noisy}; do
-                args+=(--model "$(grep -m1 -i "^${sp%%:*} ${trunk}, $h head" "$WORK/models-${sp%%:*}.txt")")
+                if [ -n "${DRAFT_VOCAB:-}" ]; then
+                    args+=(--model "$(grep -m1 -i "^${sp%%:*} ${trunk}, $h head.*, draft vocab $DRAFT_VOCAB=" "$WORK/models-${sp%%:*}.txt")")
+                else
+                    args+=(--model "$(grep -m1 -i "^${sp%%:*} ${trunk}, $h head ([0-9.]*)=\|^${sp%%:*} ${trunk}, $h head=" "$WORK/models-${sp%%:*}.txt")")
+                fi
             done
         done
     done

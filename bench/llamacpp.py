@@ -106,11 +106,11 @@ def completion(tool: Path, model: Path, prompt_file: Path, n: int, *, ngl: int =
 @_retry
 def speculative(tool: Path, model: Path, prompt_file: Path, n: int, k: int, *, ngl: int = 0,
                 threads: int | None = None, ctx: int = 4096, temp: float = 0.0, seed: int = 0,
-                extra: list[str] | None = None, timeout: float = 600) -> ToolRun:
+                extra: list[str] | None = None, timeout: float = 600, env: dict[str, str] | None = None) -> ToolRun:
     """llama.cpp's MTP driver (llama-speculative-simple --spec-type draft-mtp) with draft length ``k``."""
     cmd = [str(tool), *_common(model, prompt_file, n, ngl, threads, ctx, temp, seed), "--spec-type", "draft-mtp",
            "--spec-draft-n-max", str(k), "-lv", "4", *(extra or [])]
-    out = _run(cmd, timeout)
+    out = _run(cmd, timeout, env)
     m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+(\S+) t/s", out)
     if not m:
         tail = "\n".join(out.strip().splitlines()[-8:])

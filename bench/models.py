@@ -252,11 +252,30 @@ def template(work: Path, shape: str, vocab: int, threads: int) -> Path:
     return convert(_made_once(work / f"ckpt-{tag}", spec), out, "q8_0", threads)
 
 
+def with_draft_vocab(src: Path, out: Path, n: int, text: Path) -> Path:
+    """``src`` with a draft vocabulary (``gguf_mtp.draft_vocab``, metadata only) of the ``n`` tokens most frequent in
+    ``text`` (counted with llama.cpp's tokenizer: needs llama.cpp). Made once."""
+    from gguf_mtp import draft_vocab
+    from gguf_mtp.ggufio.atomic import atomic_paths
+    from gguf_mtp.ggufio.model import GGUFModel
+    from gguf_mtp.ggufio.writer import copy_tensor, write_gguf
+
+    if out.exists():
+        return out
+    m = GGUFModel(src)
+    kvs = draft_vocab.apply(m.model_kvs(), None, n, text, src)
+    with atomic_paths([out]) as (tmp,):
+        write_gguf(tmp, kvs, [copy_tensor(t) for t in m.tensors.values()])
+    return out
+
+
 def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float | None, ...] = (None, 0.0),
-           trunks: tuple[str, ...] = ("q8_0",), threads: int | None = None) -> dict[str, Path]:
+           trunks: tuple[str, ...] = ("q8_0",), threads: int | None = None, draft_vocab: int | None = None,
+           draft_vocab_text: Path | None = None) -> dict[str, Path]:
     """label -> model at a release ``shape`` (SHAPES): each head noise (0: always right) x each trunk type
     (``q8_0``, ``q4_k_m``: llama.cpp's Q4_K/Q6_K rule for the trunk; embeddings, LM head and head stay Q8_0).
-    A noise of None is the shape's ~70% one."""
+    A noise of None is the shape's ~70% one. With ``draft_vocab`` (and ``draft_vocab_text``, e.g. what the model
+    generates: needs llama.cpp), also each model with that draft vocabulary, labelled ``..., draft vocab N``."""
     from bench.big_model import inflate
 
     work.mkdir(parents=True, exist_ok=True)
@@ -271,6 +290,13 @@ def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float |
                 inflate(src, path, layers, experts=experts, experts_used=used, trunk=trunk)
             head = f"noisy head ({noise})" if noise > 0 else "perfect head"
             out[f"{shape} {trunk.upper()}, {head}"] = path
+            if draft_vocab and draft_vocab_text is not None:
+                mapped = with_draft_vocab(src, src.with_name(f"{src.stem}-dv{draft_vocab}.gguf"), draft_vocab,
+                                          draft_vocab_text)
+                vpath = path.with_name(f"{path.stem}-dv{draft_vocab}.gguf")
+                if not vpath.exists():
+                    inflate(mapped, vpath, layers, experts=experts, experts_used=used, trunk=trunk)
+                out[f"{shape} {trunk.upper()}, {head}, draft vocab {draft_vocab}"] = vpath
     return out
 
 
@@ -290,10 +316,19 @@ def main() -> None:
     ap.add_argument("--shape", choices=sorted(SHAPES), help="a release shape instead (template + inflate): "
                     "--noise and --trunks choose the variants, --layers/--widths/--quant are ignored")
     ap.add_argument("--trunks", default="q8_0", help="with --shape: trunk types, comma-separated (q8_0,q4_k_m)")
+    ap.add_argument("--draft-vocab", type=int, help="with --shape: also each model with a draft vocabulary of N "
+                    "tokens, counted on --draft-vocab-text (needs llama.cpp)")
+    ap.add_argument("--draft-vocab-text", type=Path, help="the text the draft vocabulary is counted on")
+    ap.add_argument("--print-template", action="store_true", help="with --shape: print the template's path, make "
+                    "nothing else")
     a = ap.parse_args()
+    if a.shape and a.print_template:
+        print(template(a.workdir, a.shape, a.vocab, a.threads or os.cpu_count() or 2))
+        return
     if a.shape:
         made = shaped(a.workdir, a.shape, vocab=a.vocab, noises=(a.noise, 0.0),
-                      trunks=tuple(a.trunks.split(",")), threads=a.threads)
+                      trunks=tuple(a.trunks.split(",")), threads=a.threads, draft_vocab=a.draft_vocab,
+                      draft_vocab_text=a.draft_vocab_text)
     else:
         made = make(a.workdir, widths=a.widths, layers=a.layers, vocab=a.vocab,
                     noise=0.06 if a.noise is None else a.noise, quant=a.quant or None,

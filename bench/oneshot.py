@@ -11,6 +11,8 @@ run on the same file. ``--perf`` adds plain and the best k again with per-phase 
 decode waited for, so a little slower) and the memory-bound limit of a plain token and of a draft (bytes the
 weights read, at the device's nominal bandwidth). ``--before DIR`` adds plain, the best k and auto run from
 another copy of the package (DIR holds ``gguf_mtp`` and ``gguf_mtp_cli``): a before/after on the same machine.
+A model whose file names a draft vocabulary (``--draft-vocab``) also gets llama.cpp's MTP driver at its best k, the
+best k and its ``--perf`` row with ``GGUF_MTP_DRAFT_VOCAB=0``: the patched library's full-head drafts beside.
 """
 
 from __future__ import annotations
@@ -69,6 +71,14 @@ def weight_bytes(model: Path) -> dict[str, float]:
     return {"plain": plain + lm_head, "draft": draft + (draft_head or lm_head)}
 
 
+def has_draft_vocab(model: Path) -> bool:
+    """Whether the file names a draft vocabulary (``gguf-mtp ... --draft-vocab``)."""
+    from gguf_mtp.draft_vocab import KEY
+    from gguf_mtp.ggufio.model import GGUFModel
+
+    return GGUFModel(model).get(KEY) is not None
+
+
 def gpu_name() -> str:
     try:
         return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
@@ -78,15 +88,15 @@ def gpu_name() -> str:
 
 
 def ours(model: Path, prompt_file: Path, a: argparse.Namespace, tmp: Path, *extra: str,
-         package: Path | None = None) -> dict:
+         package: Path | None = None, env_extra: dict[str, str] | None = None) -> dict:
     """One `gguf-mtp run` process: its own statistics (--stats-json) and the text it printed. ``package``: run
     the copy of gguf_mtp (and gguf_mtp_cli) in that folder instead."""
     stats = tmp / "stats.json"
     cmd = [sys.executable, "-m", "gguf_mtp_cli.main", "run", str(model), "-f", str(prompt_file), "-n",
            str(a.n_predict), "-c", str(a.ctx), "-ngl", str(a.ngl), "--stats-json", str(stats), "--force", *extra]
-    env = None
+    env = dict(os.environ, **(env_extra or {})) if env_extra else None
     if package is not None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(package), os.environ.get("PYTHONPATH", "")]))
+        env = dict(env or os.environ, PYTHONPATH=os.pathsep.join([str(package), os.environ.get("PYTHONPATH", "")]))
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, timeout=600, stdin=subprocess.DEVNULL, env=env)
     wall = time.perf_counter() - t
@@ -119,8 +129,8 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
                         "acceptance_at": [round(x, 3) for x in r.acceptance_at]})
             save(out)
 
-    def add(name: str, *extra: str, package: Path | None = None) -> dict:
-        st = ours(model, prompt_file, a, tmp, *extra, package=package)
+    def add(name: str, *extra: str, package: Path | None = None, env_extra: dict[str, str] | None = None) -> dict:
+        st = ours(model, prompt_file, a, tmp, *extra, package=package, env_extra=env_extra)
         row = {"row": name, "t/s": st["decode_tps"], "acceptance_at": st.get("acceptance_at"), "model": label,
                "emitted": st["emitted"], "wall_s": st["wall_s"], "_text": st["text"]}
         if st.get("breakdown"):
@@ -145,6 +155,19 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         add("run --no-mtp (before)", "--no-mtp", package=a.before)
         add(f"run k={best} (before)", "--spec-draft-n-max", str(best), package=a.before)
         add("run auto (before)", "--spec-draft-n-max", "auto", package=a.before)
+    if has_draft_vocab(model):  # the same with the patched library's draft vocabulary switched off
+        off = {"GGUF_MTP_DRAFT_VOCAB": "0"}
+        if spec is not None:
+            ks = [int(r["row"].rsplit("=", 1)[1]) for r in out if r["row"].startswith("llama-speculative-simple")]
+            k_spec = max(ks, key=lambda k: next(r["t/s"] for r in out if r["row"] == f"llama-speculative-simple k={k}"))
+            r = llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec, ngl=a.ngl, ctx=a.ctx,
+                                     env=dict(os.environ, **off))
+            out.append({"row": f"llama-speculative-simple k={k_spec}, draft vocab off", "t/s": round(r.tps, 1),
+                        "model": label, "acceptance_at": [round(x, 3) for x in r.acceptance_at]})
+            save(out)
+        add(f"run k={best}, draft vocab off", "--spec-draft-n-max", str(best), env_extra=off)
+        if a.perf:
+            add(f"run k={best} --perf, draft vocab off", "--spec-draft-n-max", str(best), "--perf", env_extra=off)
     if a.perf:
         add("run --no-mtp --perf", "--no-mtp", "--perf")
         add(f"run k={best} --perf", "--spec-draft-n-max", str(best), "--perf")

@@ -351,3 +351,28 @@ def test_a_session_says_when_its_library_cannot_use_the_map(tiny: dict[str, Path
         assert any("full LM head" in n for n in s.notices), s.notices
     with MTPSession(tiny["full"], n_ctx=256) as s:
         assert not any("full LM head" in n for n in s.notices), s.notices
+
+
+def test_the_benchmark_models_carry_a_draft_vocabulary_counted_on_a_text(tmp_path: Path) -> None:
+    """bench/models.py --draft-vocab (bench/gpu.sh shapes with DRAFT_VOCAB): the inflated model with the map carries
+    the N tokens most frequent in the text (and every required one), the one without carries none, and
+    bench/oneshot.py tells them apart (it adds rows with the map switched off)."""
+    import importlib
+
+    models = importlib.import_module("bench.models")
+    oneshot = importlib.import_module("bench.oneshot")
+    text = tmp_path / "generated.txt"
+    text.write_text(oneshot.PROMPT * 3)
+    made = models.shaped(tmp_path, "35b-a3b", vocab=4096, noises=(0.6,), trunks=("q8_0",), threads=2,
+                         draft_vocab=N, draft_vocab_text=text)
+    plain, mapped = made["35b-a3b Q8_0, noisy head (0.6)"], made[f"35b-a3b Q8_0, noisy head (0.6), draft vocab {N}"]
+    assert not oneshot.has_draft_vocab(plain) and oneshot.has_draft_vocab(mapped)
+    ids = np.asarray(GGUFModel(mapped).get(dv.KEY))
+    assert len(ids) == N and (np.diff(ids) > 0).all()
+    tpl = models.template(tmp_path, "35b-a3b", 4096, 2)
+    get = GGUFModel(tpl).get
+    counts = dv.count_tokens(GGUFModel(tpl).model_kvs(), text, 4096)
+    required = dv.required_ids(get)
+    assert required <= set(ids.tolist())
+    common = [int(i) for i in np.argsort(-counts, kind="stable") if counts[i] > 0][: N - len(required)]
+    assert set(common) <= set(ids.tolist())  # the text's most frequent tokens are in it
