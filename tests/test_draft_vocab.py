@@ -353,7 +353,8 @@ def test_a_session_says_when_its_library_cannot_use_the_map(tiny: dict[str, Path
         assert not any("full LM head" in n for n in s.notices), s.notices
 
 
-def test_the_benchmark_models_carry_a_draft_vocabulary_counted_on_a_text(tmp_path: Path) -> None:
+def test_the_benchmark_models_carry_a_draft_vocabulary_counted_on_a_text(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/models.py --draft-vocab (bench/gpu.sh shapes with DRAFT_VOCAB): the inflated model with the map carries
     the N tokens most frequent in the text (and every required one), the one without carries none, and
     bench/oneshot.py tells them apart (it adds rows with the map switched off)."""
@@ -361,6 +362,8 @@ def test_the_benchmark_models_carry_a_draft_vocabulary_counted_on_a_text(tmp_pat
 
     models = importlib.import_module("bench.models")
     oneshot = importlib.import_module("bench.oneshot")
+    family, widths, _, _, used, noise = models.SHAPES["35b-a3b"]
+    monkeypatch.setitem(models.SHAPES, "35b-a3b", (family, widths, 6, 32, used, noise))  # small files
     text = tmp_path / "generated.txt"
     text.write_text(oneshot.PROMPT * 3)
     made = models.shaped(tmp_path, "35b-a3b", vocab=4096, noises=(0.6,), trunks=("q8_0",), threads=2,
