@@ -122,9 +122,11 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         out.append({"row": "llama-completion", "t/s": round(r.tps, 1), "model": label,
                     "t/s eval+sampling": round(r.tps_with_sampling, 1)})
         save(out)
+    spec_tps: dict[int, float] = {}  # llama.cpp's MTP driver: t/s at each k
     if spec is not None:
         for k in a.spec_drafts or a.drafts:
             r = llamacpp.speculative(spec, model, prompt_file, a.n_predict, k, ngl=a.ngl, ctx=a.ctx)
+            spec_tps[k] = r.tps
             out.append({"row": f"llama-speculative-simple k={k}", "t/s": round(r.tps, 1), "model": label,
                         "acceptance_at": [round(x, 3) for x in r.acceptance_at]})
             save(out)
@@ -157,9 +159,8 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         add("run auto (before)", "--spec-draft-n-max", "auto", package=a.before)
     if has_draft_vocab(model):  # the same with the patched library's draft vocabulary switched off
         off = {"GGUF_MTP_DRAFT_VOCAB": "0"}
-        if spec is not None:
-            ks = [int(r["row"].rsplit("=", 1)[1]) for r in out if r["row"].startswith("llama-speculative-simple")]
-            k_spec = max(ks, key=lambda k: next(r["t/s"] for r in out if r["row"] == f"llama-speculative-simple k={k}"))
+        if spec_tps:
+            k_spec = max(spec_tps, key=spec_tps.__getitem__)
             r = llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec, ngl=a.ngl, ctx=a.ctx,
                                      env=dict(os.environ, **off))
             out.append({"row": f"llama-speculative-simple k={k_spec}, draft vocab off", "t/s": round(r.tps, 1),
