@@ -19,7 +19,9 @@
 #                                                 # (bench/models.py SHAPES: template + inflate), noisy heads
 #                                                 # (HEADS="noisy perfect" for both), with --perf rows;
 #                                                 # DRAFT_VOCAB=N: the models with a draft vocabulary of N tokens
-#                                                 # (patch 0002-draft-vocab), rows with it off beside
+#                                                 # (patch 0002-draft-vocab), rows with it off beside;
+#                                                 # PERF= (empty): no --perf rows; ONESHOT_ARGS: more
+#                                                 # oneshot.py options (--repeat 3, --env-row NAME=VALUE)
 #
 # Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz (the PyPI sdist; the trimmed copy must keep vendor/llama.cpp's
 # CMakeLists.txt, cmake/, common/, ggml/, include/, src/, vendor/, licenses/, tools/ (CMakeLists.txt, completion/)
@@ -198,16 +200,10 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     build
     wait "$MODELS" || { tail -20 "$OUT/models.log"; exit 1; }
     log "models done: $(tr '\n' ' ' < "$OUT/models.log")"
-    if [ -n "${DRAFT_VOCAB:-}" ]; then  # each model again with a draft vocabulary counted on what it generates
+    if [ -n "${DRAFT_VOCAB:-}" ]; then  # each model again with a draft vocabulary counted on what it answers and drafts
         for sp in $SPECS; do
-            tpl="$(PYTHONPATH="$SITE" python3 -m bench.models --workdir "$WORK" --shape "${sp%%:*}" \
-                   --vocab "${VOCAB:-248320}" --print-template)"
-            python3 -c "from bench.oneshot import PROMPT; print(PROMPT, end='')" > "$WORK/prompt-dv.txt"
-            py -m gguf_mtp_cli.main run "$tpl" --no-mtp -ngl $NGL -f "$WORK/prompt-dv.txt" -n 2048 -c 4096 \
-                > "$WORK/generated-${sp%%:*}.txt" 2>> "$OUT/models.log"
             py -m bench.models --workdir "$WORK" --shape "${sp%%:*}" --trunks "${sp#*:}" --vocab "${VOCAB:-248320}" \
-                ${NOISE:+--noise "$NOISE"} --draft-vocab "$DRAFT_VOCAB" \
-                --draft-vocab-text "$WORK/generated-${sp%%:*}.txt" --manifest "$WORK/models-${sp%%:*}.txt" \
+                ${NOISE:+--noise "$NOISE"} --draft-vocab "$DRAFT_VOCAB" --manifest "$WORK/models-${sp%%:*}.txt" \
                 >> "$OUT/models.log" 2>&1 || { tail -20 "$OUT/models.log"; exit 1; }
         done
         log "draft-vocabulary models done"
@@ -227,7 +223,7 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     left=$(( ${BUDGET:-560} - (SECONDS - T0) ))
     log "one-shot rows, $left s left"
     PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 -m bench.oneshot "${args[@]}" \
-        --bin "$LCPP/bin" --ngl $NGL -n "${NPRED:-256}" --drafts ${DRAFTS:-2 3 4} --perf \
+        --bin "$LCPP/bin" --ngl $NGL -n "${NPRED:-256}" --drafts ${DRAFTS:-2 3 4} ${PERF---perf} \
         ${BEFORE:+--before "$BEFORE"} ${ONESHOT_ARGS:-} --out "$OUT/oneshot.json" 2>&1 \
         | tee "$OUT/oneshot.txt" || log "oneshot stopped early (time budget or error); the JSON keeps every finished row"
     log "done"

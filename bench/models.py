@@ -252,9 +252,36 @@ def template(work: Path, shape: str, vocab: int, threads: int) -> Path:
     return convert(_made_once(work / f"ckpt-{tag}", spec), out, "q8_0", threads)
 
 
+def emitted_ids(model: Path, prompt: str, n: int, ngl: int = 99, *, drafts: int = 0) -> list[int]:
+    """The token ids ``model`` emits (greedy) answering ``prompt``, ``n`` of them at most; with ``drafts`` = k, also
+    every token its head drafts at k (the wrong ones too)."""
+    from gguf_mtp.runtime import MTPSession, proposer
+
+    seen: list[int] = []
+    orig = proposer.MtpProposer.propose
+
+    def propose(self, *args, **kw):  # type: ignore[no-untyped-def]
+        out = orig(self, *args, **kw)
+        for d in out[0]:
+            seen.extend(d)
+        return out
+
+    proposer.MtpProposer.propose = propose  # type: ignore[method-assign]
+    try:
+        with MTPSession(model, mtp="auto" if drafts else False, n_draft=max(1, drafts), n_gpu_layers=ngl,
+                        n_ctx=n + 1024) as s:
+            return list(s.generate(prompt, max_tokens=n).tokens) + seen
+    finally:
+        proposer.MtpProposer.propose = orig  # type: ignore[method-assign]
+
+
 def with_draft_vocab(src: Path, out: Path, n: int, text: Path) -> Path:
     """``src`` with a draft vocabulary (``gguf_mtp.draft_vocab``, metadata only) of the ``n`` tokens most frequent in
-    ``text`` (counted with llama.cpp's tokenizer: needs llama.cpp). Made once."""
+    ``text`` (counted with llama.cpp's tokenizer: needs llama.cpp), or, for a ``.ids`` file (token ids, whitespace
+    apart: emitted_ids()), among those ids. A synthetic model's answer must be counted by its ids: its vocabulary
+    beyond the small trained BPE is filler whose text tokenizes back into other ids. Made once."""
+    import numpy as np
+
     from gguf_mtp import draft_vocab
     from gguf_mtp.ggufio.atomic import atomic_paths
     from gguf_mtp.ggufio.model import GGUFModel
@@ -263,7 +290,14 @@ def with_draft_vocab(src: Path, out: Path, n: int, text: Path) -> Path:
     if out.exists():
         return out
     m = GGUFModel(src)
-    kvs = draft_vocab.apply(m.model_kvs(), None, n, text, src)
+    if text.suffix == ".ids":
+        n_vocab = len(m.get("tokenizer.ggml.tokens") or [])
+        ids = np.array([int(x) for x in text.read_text().split()], dtype=np.int64)
+        counts = np.bincount(ids[(ids >= 0) & (ids < n_vocab)], minlength=n_vocab)
+        chosen = draft_vocab.by_counts(n, counts, draft_vocab.required_ids(m.get, src))
+        kvs = [kv for kv in m.model_kvs() if kv.key != draft_vocab.KEY] + [draft_vocab.to_kv(chosen)]
+    else:
+        kvs = draft_vocab.apply(m.model_kvs(), None, n, text, src)
     with atomic_paths([out]) as (tmp,):
         write_gguf(tmp, kvs, [copy_tensor(t) for t in m.tensors.values()])
     return out
@@ -274,8 +308,12 @@ def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float |
            draft_vocab_text: Path | None = None) -> dict[str, Path]:
     """label -> model at a release ``shape`` (SHAPES): each head noise (0: always right) x each trunk type
     (``q8_0``, ``q4_k_m``: llama.cpp's Q4_K/Q6_K rule for the trunk; embeddings, LM head and head stay Q8_0).
-    A noise of None is the shape's ~70% one. With ``draft_vocab`` (and ``draft_vocab_text``, e.g. what the model
-    generates: needs llama.cpp), also each model with that draft vocabulary, labelled ``..., draft vocab N``."""
+    A noise of None is the shape's ~70% one. With ``draft_vocab``, also each model with that draft vocabulary,
+    labelled ``..., draft vocab N``: counted on ``draft_vocab_text``, or by default on the ids the model answers
+    the one-shot prompt with and its head drafts on the way (needs llama.cpp). The drafts count too so the map
+    does not drop the noisy head's wrong guesses: dropped, they would hand the draft its next best token, often
+    the right one, and raise acceptance above the full head's, which a real head's map (its wrong guesses are
+    frequent tokens too) does not."""
     from bench.big_model import inflate
 
     work.mkdir(parents=True, exist_ok=True)
@@ -290,9 +328,15 @@ def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float |
                 inflate(src, path, layers, experts=experts, experts_used=used, trunk=trunk)
             head = f"noisy head ({noise})" if noise > 0 else "perfect head"
             out[f"{shape} {trunk.upper()}, {head}"] = path
-            if draft_vocab and draft_vocab_text is not None:
-                mapped = with_draft_vocab(src, src.with_name(f"{src.stem}-dv{draft_vocab}.gguf"), draft_vocab,
-                                          draft_vocab_text)
+            if draft_vocab:
+                text = draft_vocab_text
+                if text is None:  # what this head's model answers and drafts: its wrong drafts stay in the map
+                    text = src.with_name(f"{src.stem}-emitted.ids")
+                    if not text.exists():
+                        from bench.oneshot import PROMPT
+
+                        text.write_text(" ".join(map(str, emitted_ids(src, PROMPT, 2048, drafts=3))) + "\n")
+                mapped = with_draft_vocab(src, src.with_name(f"{src.stem}-dv{draft_vocab}.gguf"), draft_vocab, text)
                 vpath = path.with_name(f"{path.stem}-dv{draft_vocab}.gguf")
                 if not vpath.exists():
                     inflate(mapped, vpath, layers, experts=experts, experts_used=used, trunk=trunk)
@@ -317,8 +361,10 @@ def main() -> None:
                     "--noise and --trunks choose the variants, --layers/--widths/--quant are ignored")
     ap.add_argument("--trunks", default="q8_0", help="with --shape: trunk types, comma-separated (q8_0,q4_k_m)")
     ap.add_argument("--draft-vocab", type=int, help="with --shape: also each model with a draft vocabulary of N "
-                    "tokens, counted on --draft-vocab-text (needs llama.cpp)")
-    ap.add_argument("--draft-vocab-text", type=Path, help="the text the draft vocabulary is counted on")
+                    "tokens, counted on --draft-vocab-text or, by default, on what each model answers and drafts "
+                    "(needs llama.cpp)")
+    ap.add_argument("--draft-vocab-text", type=Path, help="the text (or .ids file of token ids) the draft "
+                    "vocabulary is counted on")
     ap.add_argument("--print-template", action="store_true", help="with --shape: print the template's path, make "
                     "nothing else")
     a = ap.parse_args()

@@ -1,18 +1,22 @@
-"""Speed as a user meets it: every row is its own process, one answer, as `gguf-mtp run` is compared with
-`llama-completion` and `llama-speculative-simple` (issue 24). The page cache is filled first, so no row pays the
-disk; everything else a first answer pays (kernel loads, graph captures, the warm-up at load) is in its row.
+"""Speed as a user meets it: every row is its own process, one answer, as `gguf-mtp run` is compared with `llama-
+completion` and `llama-speculative-simple` (issue 24). The page cache is filled first, so no row pays the disk;
+everything else a first answer pays (kernel loads, graph captures, the warm-up at load) is in its row.
 
     python -m bench.oneshot --model LABEL=PATH --bin LLAMA_BIN -ngl 99 -n 256 --drafts 1 2 3 4 --out o.json
 
-Rows: llama-completion; llama-speculative-simple --spec-type draft-mtp at each k; `gguf-mtp run --no-mtp`, at
-each k and with `auto`, with the warm-up at load (the default with -ngl) and, with ``--no-warmup-rows``, plain,
-the best k and auto again with `--no-warmup` to show what it brings. Ratios are to llama-completion in the same
-run on the same file. ``--perf`` adds plain and the best k again with per-phase timings (``run --perf``: each
-decode waited for, so a little slower) and the memory-bound limit of a plain token and of a draft (bytes the
-weights read, at the device's nominal bandwidth). ``--before DIR`` adds plain, the best k and auto run from
-another copy of the package (DIR holds ``gguf_mtp`` and ``gguf_mtp_cli``): a before/after on the same machine.
-A model whose file names a draft vocabulary (``--draft-vocab``) also gets llama.cpp's MTP driver at its best k, the
-best k and its ``--perf`` row with ``GGUF_MTP_DRAFT_VOCAB=0``: the patched library's full-head drafts beside.
+Rows: llama-completion; llama-speculative-simple --spec-type draft-mtp at each k; `gguf-mtp run --no-mtp`, at each k
+and with `auto`, with the warm-up at load (the default with -ngl) and, with ``--no-warmup-rows``, plain, the best k
+and auto again with `--no-warmup` to show what it brings. Ratios are to llama-completion in the same run on the same
+file. ``--perf`` adds plain and the best k again with per-phase timings (``run --perf``: each decode waited for, so
+a little slower) and the memory-bound limit of a plain token and of a draft (bytes the weights read, at the device's
+nominal bandwidth). ``--env-row NAME=VALUE`` adds plain, the best k and auto with that variable set
+(``GGML_CUDA_GRAPH_MAX_SHAPES=1``: the stock CUDA graph cache on a build with that patch). Auto rows keep what auto
+did (``auto``: changes of length, runs, the measured cost of a change). ``--repeat N`` runs each `run` row in N
+processes and keeps the median. ``--before DIR`` adds plain, the best k and
+auto run from another copy of the package (DIR holds ``gguf_mtp`` and ``gguf_mtp_cli``): a before/after on the same
+machine. A model whose file names a draft vocabulary (``--draft-vocab``) also gets llama.cpp's MTP driver at its
+best k, the best k and its ``--perf`` row with ``GGUF_MTP_DRAFT_VOCAB=0``: the patched library's full-head drafts
+beside.
 """
 
 from __future__ import annotations
@@ -132,12 +136,21 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
             save(out)
 
     def add(name: str, *extra: str, package: Path | None = None, env_extra: dict[str, str] | None = None) -> dict:
-        st = ours(model, prompt_file, a, tmp, *extra, package=package, env_extra=env_extra)
+        runs = [ours(model, prompt_file, a, tmp, *extra, package=package, env_extra=env_extra)
+                for _ in range(max(1, a.repeat))]
+        rates = [r["decode_tps"] for r in runs]
+        st = sorted(runs, key=lambda r: r["decode_tps"])[(len(runs) - 1) // 2]  # the median process (lower one)
         row = {"row": name, "t/s": st["decode_tps"], "acceptance_at": st.get("acceptance_at"), "model": label,
                "emitted": st["emitted"], "wall_s": st["wall_s"], "_text": st["text"]}
+        if len(runs) > 1:
+            row["t/s each"] = rates
+            if any(r["text"] != st["text"] for r in runs):
+                row["_text"] = None  # processes disagreed: never "same text"
         if st.get("breakdown"):
             row["breakdown"] = st["breakdown"]
             row["steps"] = st.get("steps")
+        if st.get("auto"):  # what auto did: changes of length, runs, the measured cost of a change
+            row["auto"] = st["auto"]
         if base:
             row["x llama-completion"] = round(row["t/s"] / base, 3)
         out.append(row)
@@ -153,6 +166,12 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         add("run --no-mtp --no-warmup", "--no-mtp", "--no-warmup")
         add(f"run k={best} --no-warmup", "--spec-draft-n-max", str(best), "--no-warmup")
         add("run auto --no-warmup", "--spec-draft-n-max", "auto", "--no-warmup")
+    for env_row in a.env_row or []:  # the same rows under another environment (GGML_CUDA_GRAPH_MAX_SHAPES=1)
+        name, _, value = env_row.partition("=")
+        env = {name: value}
+        add(f"run --no-mtp, {env_row}", "--no-mtp", env_extra=env)
+        add(f"run k={best}, {env_row}", "--spec-draft-n-max", str(best), env_extra=env)
+        add(f"run auto, {env_row}", "--spec-draft-n-max", "auto", env_extra=env)
     if a.before:
         add("run --no-mtp (before)", "--no-mtp", package=a.before)
         add(f"run k={best} (before)", "--spec-draft-n-max", str(best), package=a.before)
@@ -205,6 +224,10 @@ def main() -> None:
     ap.add_argument("--perf", action="store_true", help="also plain and best k with per-phase timings (--perf)")
     ap.add_argument("--before", type=Path, help="a folder with another gguf_mtp and gguf_mtp_cli: plain, best k "
                     "and auto from it too")
+    ap.add_argument("--repeat", type=int, default=1, help="processes per `run` row; the row keeps the median's "
+                    "t/s and every process's (rows move by several percent between processes)")
+    ap.add_argument("--env-row", action="append", metavar="NAME=VALUE",
+                    help="also plain, the best k and auto with this environment variable set; repeatable")
     ap.add_argument("--spec-drafts", type=int, nargs="+", help="k for llama-speculative-simple (default: --drafts)")
     a = ap.parse_args()
     a.gpu = gpu_name()

@@ -220,6 +220,8 @@ def run(
             payload = session.stats.to_dict() | {"mtp": session.pairing.source.value, "notices": session.notices,
                                                  "rollback": session.engine.rollback.name,
                                                  "placement": session.placement}
+            if session.engine.adaptive is not None:
+                payload["auto"] = session.engine.adaptive.summary()
             if stats_file is None:  # "-": stdout's last line, one JSON object after the text (| tail -n 1)
                 typer.echo(json.dumps(payload))
             else:

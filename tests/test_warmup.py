@@ -54,14 +54,18 @@ def test_warm_up_runs_every_shape_and_leaves_nothing(model: Path, monkeypatch: p
         if auto:  # the controller has seen no step, only the times of every length, each past its untimed steps
             a, fresh = e.adaptive, type(e.adaptive)(e.n_draft_max)
             assert sorted(a.times) == list(range(k + 1)) and all(len(v) == 2 for v in a.times.values())
-            assert a._explored == set(range(k + 1)) and a.n == 0 and a._block == fresh._block
-            left = {n: v for n, v in vars(a).items() if n not in ("times", "_timed_at", "_explored")}
-            assert left == {n: v for n, v in vars(fresh).items() if n not in ("times", "_timed_at", "_explored")}
+            assert a._explored == set(range(k + 1)) and a.n == 0 and fresh._block and not a._block
+            # no opening block at k_max: a typical head's acceptance until the answer's own drafts outweigh it
+            assert a._typical == [True] * k and a._prior_d == [a.TYPICAL_DRAFTS] * k
+            seeded = ("times", "_timed_at", "_explored", "switch_s", "_block", "_typical", "_prior_d")
+            left = {n: v for n, v in vars(a).items() if n not in seeded}
+            assert left == {n: v for n, v in vars(fresh).items() if n not in seeded}
+            assert len(a.switch_s) == 1 and a.switch_s[0] >= 0  # a change of length, timed after every shape ran
 
 
 def test_a_warm_auto_answer_explores_no_length(model: Path) -> None:
-    """With every length timed at load, the first answer runs its opening block at k_max (the acceptance at every
-    position), then its choice: no exploration block (a cold controller explores 1 and 0 at least)."""
+    """With every length timed at load, the first answer starts at its choice: no opening block at k_max and no
+    exploration block (a cold controller runs both, and explores 1 and 0 at least)."""
     explored = {}
     for warm in (False, True):
         with MTPSession(model, n_ctx=512, n_draft=4, adaptive=True, warmup=warm) as s:
@@ -103,3 +107,37 @@ def test_the_cli_spellings(model: Path, capsys: pytest.CaptureFixture[str]) -> N
     for flag in ("--warmup", "--no-warmup"):
         assert main(["run", str(model), "-p", "The quick", "-n", "4", "-c", "256", flag]) == 0
         assert capsys.readouterr().out.strip()
+
+
+def test_the_warm_up_prompt_is_ordinary_text(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MoE target routes each token to its own experts: a warm-up of one token repeated would time a verify
+    batch that reads a fraction of the experts a real one reads (and seed auto's step times too low)."""
+    prompts: list[list[int]] = []
+    real = Context.decode_batch
+
+    def recording(self, batch):  # type: ignore[no-untyped-def]
+        if batch.embd is None and batch.n_outputs < batch.n:  # the target's prompt batch: not every row sampled
+            prompts.append([int(t) for t in batch.tok_np[:batch.n]])
+        return real(self, batch)
+
+    monkeypatch.setattr(Context, "decode_batch", recording)
+    with MTPSession(model, n_ctx=512, n_draft=2, warmup=True) as s:
+        expected = s.model.warmup_tokens()
+    assert prompts and all(p == expected[:-1] for p in prompts), prompts  # the last one waits for the first step
+    assert len(set(expected)) >= 6 and all(0 <= t < s.model.n_vocab for t in expected)
+
+
+def test_stats_json_says_what_auto_did(model: Path, tmp_path: Path) -> None:
+    """`run --spec-draft-n-max auto --stats-json`: the changes of length, the runs of each length, the measured
+    cost of a change and the step times the choice used (bench/oneshot.py keeps them with each auto row)."""
+    out = tmp_path / "s.json"
+    assert main(["run", str(model), "-p", PROMPT, "-n", "40", "-c", "512", "--spec-draft-n-max", "auto", "--warmup",
+                 "--stats-json", str(out)]) == 0
+    auto = json.loads(out.read_text())["auto"]
+    steps = json.loads(out.read_text())["steps"]
+    assert auto["changes"] == len(auto["runs"]) >= 1 and sum(n for _, n in auto["runs"]) == steps
+    assert auto["switch_ms"] >= 0 and set(auto["step_ms"]) == {"0", "1", "2", "3", "4"}
+    assert set(auto["mean_ms"]) == {str(k) for k, _ in auto["runs"]}
+    fixed = tmp_path / "f.json"
+    assert main(["run", str(model), "-p", PROMPT, "-n", "8", "-c", "512", "--stats-json", str(fixed)]) == 0
+    assert "auto" not in json.loads(fixed.read_text())

@@ -18,7 +18,7 @@ only ever measured, never read off the line: a plain step has no head decode and
 lie on the line through the drafting lengths.
 
 Why it is shaped so: every change of length makes llama.cpp build the target's graph and CUDA run it eagerly
-and capture it again (ggml-cuda keeps one captured graph per context), so the first ``WARMUP`` steps at a new
+and capture it again (stock ggml-cuda keeps one captured graph per context), so the first ``WARMUP`` steps at a new
 length pay for graph work a steady run does not: on an H100 about 1.3 ms each, a third of a step. Exploration
 is therefore short and in blocks: k_max first (it also measures acceptance at every position), then 1, then 0
 (plain steps: cheap), then the best length and its neighbours until each of them is measured. The line alone
@@ -43,6 +43,15 @@ head the tokens queued for it during plain steps (speculative.py), one more reas
 
 Shadow drafts on every fourth step instead (and probes every 128) measured 0.85-0.87x the best fixed k on the
 same H100: the extra head decode, 0.8 ms on a 3.7 ms step, cost more than the probes it saved.
+
+What a change of length costs is measured, not assumed (``switch_cost``: the untimed steps after a change, over
+as many steady ones; the warm-up at load times one change after every shape ran). On a deep model with ggml-cuda's
+stock graph cache it is several steps' worth (the whole target's graph run eagerly and captured again), so: the
+choice moves only where the gain pays the change back within ``PAYBACK_STEPS``; probes come less often where
+their two changes would cost more than ``PROBE_SHARE`` of the time between them; and a session warmed up at load
+has no opening block at k_max (two changes, and k_max is the slowest length of a ~70% head) but starts from the
+best length for a typical head's acceptance (``TYPICAL_*``), whose deeper positions follow the trend of the
+verified ones, so a head better or worse than typical moves the choice within a few steps.
 """
 
 from __future__ import annotations
@@ -76,8 +85,22 @@ class DraftLength:
     # A change of length costs about one step of graph work on a GPU (WARMUP), so the choice moves only for a
     # clear gain. 3% held a perfect head at k=4, 2.2% below k=3 (H100); 1.5% let noise move it (simulated).
     SWITCH_GAIN = 0.02
+    # ... and only where the gain pays back what a change measurably costs (switch_cost()) within this many steps:
+    # on a deep model with the stock CUDA graph cache a change re-captures the whole target's graph, several steps'
+    # worth of time, and a choice moving on small gains lost more than it found
+    PAYBACK_STEPS = 32
+    PROBE_SHARE = 0.02  # at most this share of the time between probes goes to their changes of length
+    MAX_RUNS = 256  # runs of one length kept for summary()
     EXPLORE_WITHIN = 0.9
     PRIOR_DRAFTS = 64  # a profile's acceptance (seed()) counts as its drafts at each position, at most this many
+    # Without a profile, a session warmed up at load (every length timed) starts from the best length for a
+    # typical MTP head (acceptance TYPICAL_FIRST at the first position, each next one TYPICAL_DECAY of the one
+    # before), counted as TYPICAL_DRAFTS drafts a position, instead of an opening block at k_max: that block
+    # costs two changes of length, on a deep model with the stock CUDA graph cache several steps each, and its
+    # steps at k_max are the slowest of a ~70% head. The run's own drafts outweigh the prior within a few steps.
+    TYPICAL_FIRST = 0.75
+    TYPICAL_DECAY = 0.66
+    TYPICAL_DRAFTS = 8
 
     def __init__(self, k_max: int, *, shadows: bool = True) -> None:
         self.k_max = max(1, k_max)
@@ -87,6 +110,7 @@ class DraftLength:
         self._shadow_a = [0] * self.k_max
         self._prior_d = [0.0] * self.k_max  # an earlier run's acceptance as pseudo-counts (seed())
         self._prior_a = [0.0] * self.k_max
+        self._typical = [False] * self.k_max  # positions whose prior is the typical head's (seed_times)
         self._probe_every = self.PROBE_EVERY_SHADOWED if shadows else self.PROBE_EVERY
         self.times: dict[int, deque[float]] = {}
         self._timed_at: dict[int, int] = {}  # step of each length's newest timed sample
@@ -97,6 +121,11 @@ class DraftLength:
         self._block: list[int] = [self.k_max] * self.BLOCK  # lengths still to run in the current block
         self._explored = {self.k_max}  # lengths measured or being measured (k_max is the first block)
         self._probes = 0  # probe blocks run (they alternate between the neighbours)
+        self.switch_s: deque[float] = deque(maxlen=self.KEEP)  # measured cost of a change of length (seconds)
+        self._switch_acc = 0.0  # wall time of the untimed steps since the last change
+        self.changes = 0  # changes of length (the first step included)
+        self.runs: list[list[int]] = []  # [length, steps] of the first MAX_RUNS runs
+        self._all: dict[int, list[float]] = {}  # every step at each length, timed or not: [seconds, steps]
 
     def next(self, stats: Stats) -> int:
         """Draft length for the next step (0: a plain step, no drafts); ``shadow`` says whether to draft one more
@@ -113,7 +142,8 @@ class DraftLength:
                 self._block = [k] * (self.BLOCK - 1)
                 return k
         self.k = self._choose(stats, rates)
-        if self.n % self._probe_every == self._probe_every - self.PROBE:
+        every = self._probe_every * self._probe_stretch()
+        if self.n % every == every - self.PROBE:
             nbrs = [j for j in (self.k + 1, self.k - 1) if 0 <= j <= self.k_max]  # at 0: only 1
             k = nbrs[self._probes % len(nbrs)]
             self._probes += 1
@@ -147,15 +177,35 @@ class DraftLength:
             self._shadow_a[pos] += int(accepted)
 
     def _counts(self, stats: Stats, i: int) -> tuple[float, float]:
-        """Drafts and accepted drafts at 0-based position ``i``: verified, shadow and an earlier run's prior."""
+        """Drafts and accepted drafts at 0-based position ``i``: verified, shadow and the prior's pseudo-counts."""
+        return self._all_counts(stats)[i]
+
+    def _all_counts(self, stats: Stats) -> list[tuple[float, float]]:
+        """:meth:`_counts` at every position. A profile's prior has its own shares; the typical head's prior
+        (seed_times) at position i > 0 is the estimate at i-1 times the ratio of the estimates at i-1 and i-2
+        (TYPICAL_DECAY at i = 1): acceptance falls by about one ratio a position, so what the verified positions
+        show carries to the deeper ones, and a head better than typical is not held back by the prior."""
         d0, a0 = stats.drafted_at, stats.accepted_at
-        d = (d0[i] if i < len(d0) else 0) + self._shadow_d[i] + self._prior_d[i]
-        a = (a0[i] if i < len(a0) else 0) + self._shadow_a[i] + self._prior_a[i]
-        return d, a
+        out: list[tuple[float, float]] = []
+        for i in range(self.k_max):
+            d = (d0[i] if i < len(d0) else 0) + self._shadow_d[i]
+            a = (a0[i] if i < len(a0) else 0) + self._shadow_a[i]
+            pd, pa = self._prior_d[i], self._prior_a[i]
+            if pd and self._typical[i]:
+                if i == 0:
+                    share = self.TYPICAL_FIRST
+                else:
+                    prev = out[i - 1][1] / out[i - 1][0] if out[i - 1][0] else 0.0
+                    before = (out[i - 2][1] / out[i - 2][0] if out[i - 2][0] else 0.0) if i >= 2 else 0.0
+                    ratio = prev / before if i >= 2 and before > 0 else self.TYPICAL_DECAY
+                    share = prev * min(1.0, ratio)
+                pa = pd * share
+            out.append((d + pd, a + pa))
+        return out
 
     def acceptance(self, stats: Stats) -> list[float]:
         """Share of steps whose first i+1 drafts were all accepted: verified drafts, shadow ones and the prior."""
-        return [a / d if d else 0.0 for d, a in (self._counts(stats, i) for i in range(self.k_max))]
+        return [a / d if d else 0.0 for d, a in self._all_counts(stats)]
 
     def seed(self, step_s: dict[int, float], acceptance: list[float], drafts: list[int] | None = None) -> None:
         """Start from what an earlier run on the same model and machine measured (draft_profile.py): its step
@@ -175,16 +225,29 @@ class DraftLength:
             n = float(min(self.PRIOR_DRAFTS, given))
             self._prior_d[i] = n
             self._prior_a[i] = min(1.0, max(0.0, a)) * n
+            self._typical[i] = False
+
+    def seed_switch(self, seconds: float) -> None:
+        """A change of length's cost measured before the first answer (the warm-up at load)."""
+        if seconds >= 0:
+            self.switch_s.append(seconds)
 
     def seed_times(self, step_s: dict[int, list[float]]) -> None:
         """Step times (seconds) at each length measured before the first answer (the warm-up at load, after its
-        untimed steps): those lengths need no exploration block. The opening block at k_max stays, as it is what
-        measures the acceptance at every position."""
+        untimed steps): those lengths need no exploration block. With every length timed, the opening block at
+        k_max goes too: the acceptance starts from a typical head's (``TYPICAL_*``) unless a profile gave one, and
+        verified and shadow drafts correct it."""
         for k, ts in step_s.items():
             if 0 <= k <= self.k_max and ts:
                 self.times[k] = deque(ts, maxlen=self.KEEP)
                 self._timed_at[k] = 0
                 self._explored.add(k)
+        if self._explored >= set(range(self.k_max + 1)):
+            self._block = []
+            for i in range(self.k_max):
+                if not self._prior_d[i]:
+                    self._prior_d[i] = float(self.TYPICAL_DRAFTS)
+                    self._typical[i] = True
 
     def measured(self, stats: Stats) -> tuple[dict[int, float], list[float], list[int]]:
         """What a profile keeps: the median step time (seconds) at each length timed, and the acceptance at the
@@ -199,12 +262,40 @@ class DraftLength:
         return {k: median(v) for k, v in sorted(self.times.items()) if v}, acc, n
 
     def _choose(self, stats: Stats, rates: dict[int, float]) -> int:
-        """The best length, unless the current one is within ``SWITCH_GAIN`` of it (a change costs graph work)."""
+        """The best length, unless the current one is within ``SWITCH_GAIN`` of it or the gain would not pay back
+        a change's measured cost within ``PAYBACK_STEPS`` steps."""
         b = self.best(stats, rates)
         cur = rates.get(self.k)
-        if b != self.k and cur is not None and rates[b] < cur * (1 + self.SWITCH_GAIN):
+        if b == self.k or cur is None or cur <= 0:
+            return b
+        if rates[b] < cur * (1 + self.SWITCH_GAIN):
             return self.k
-        return b
+        t_b = self.step_time(b, None) or 0.0
+        saved = self.PAYBACK_STEPS * t_b * (rates[b] / cur - 1)  # time the same tokens would take longer at k
+        return b if saved >= self.switch_cost() else self.k
+
+    def _probe_stretch(self) -> int:
+        """How many probe periods go between probes: one, unless a probe's two changes of length would cost more
+        than ``PROBE_SHARE`` of the steps between them."""
+        t = self.step_time(self.k, None)
+        cost = 2 * self.switch_cost()
+        if not t or cost <= 0:
+            return 1
+        return max(1, math.ceil(cost / (self.PROBE_SHARE * self._probe_every * t)))
+
+    def switch_cost(self) -> float:
+        """Median measured cost (seconds) of a change of length: the time its untimed steps took over steady ones
+        (graph rebuilds, CUDA graph captures); 0 until one was measured."""
+        return median(self.switch_s) if self.switch_s else 0.0
+
+    def summary(self) -> dict:
+        """What this controller did, for ``--stats-json``: changes of length, the runs of each length in order
+        (the first ``MAX_RUNS``), the measured cost of a change, each length's median step time (what the choice
+        uses) and its mean over every step run at it (untimed and shadow steps included)."""
+        return {"changes": self.changes, "runs": [list(r) for r in self.runs],
+                "switch_ms": round(1e3 * self.switch_cost(), 3),
+                "step_ms": {k: round(1e3 * median(v), 3) for k, v in sorted(self.times.items()) if v},
+                "mean_ms": {k: round(1e3 * t / n, 3) for k, (t, n) in sorted(self._all.items()) if n}}
 
     def _unexplored(self, stats: Stats, rates: dict[int, float]) -> int | None:
         """The next length to measure: 1 after k_max, then 0, then the current best or a neighbour of it that the
@@ -224,6 +315,21 @@ class DraftLength:
         self.n += 1
         self._run = self._run + 1 if k == self._last else 1
         self._last = k  # a shadow step has the verify's shape of k
+        if self._run == 1:
+            self.changes += 1
+            self._switch_acc = 0.0
+            if len(self.runs) < self.MAX_RUNS:
+                self.runs.append([k, 0])
+        if self.runs and self.runs[-1][0] == k and self.changes <= self.MAX_RUNS:
+            self.runs[-1][1] += 1
+        total = self._all.setdefault(k, [0.0, 0.0])
+        total[0] += seconds
+        total[1] += 1
+        if self._run <= self.WARMUP:
+            self._switch_acc += seconds
+        elif self._run == self.WARMUP + 1 and self.times.get(k):
+            # what the untimed steps cost over as many steady ones: the graph work a change brought
+            self.switch_s.append(max(0.0, self._switch_acc - self.WARMUP * median(self.times[k])))
         if self._run > self.WARMUP and not self.shadow:  # a shadow step paid for one more head decode
             v = self.times.setdefault(k, deque(maxlen=self.KEEP))
             if self.n - self._timed_at.get(k, self.n) > self.PROBE_EVERY:

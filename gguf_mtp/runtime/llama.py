@@ -165,6 +165,9 @@ def file_types() -> dict[str, int]:
     return names
 
 
+#: what a warm-up decodes (Model.warmup_tokens): plain prose and code, as prompts usually are
+WARMUP_TEXT = "The quick brown fox jumps over the lazy dog.\ndef add(a, b):\n    return a + b\n"
+
 class QuantizeFailed(GgufMtpError):
     """``llama_model_quantize`` failed; ``errno`` is the C library's error code as the call returned (a failed
     write leaves ENOSPC, EFBIG, ... there; llama.cpp's own message only says ``iostream error``)."""
@@ -302,10 +305,15 @@ class Model:
         fast, slow = (self.meta(f"{arch}.rope.scaling.yarn_beta_{k}") for k in ("fast", "slow"))
         return (float(fast), float(slow)) if fast is not None and slow is not None else None
 
-    def warmup_token(self) -> int:
-        """The token a warm-up decodes: BOS, as llama.cpp's tools use, else the first of the vocabulary."""
+    def warmup_tokens(self, n: int = 8) -> list[int]:
+        """``n`` tokens for a warm-up prompt: a short ordinary text in the model's own vocabulary, so that an MoE
+        model routes them to different experts as real text does (one token repeated reaches the same experts
+        every time and makes a batch look cheaper than it is); BOS (or the first token) where the text gives
+        fewer."""
         bos = int(_ll.llama_vocab_bos(self.vocab))
-        return bos if 0 <= bos < self.n_vocab else 0
+        fill = bos if 0 <= bos < self.n_vocab else 0
+        toks = [t for t in self.tokenize(WARMUP_TEXT, add_special=False, parse_special=False) if 0 <= t < self.n_vocab]
+        return (toks + [fill] * n)[:n]
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")

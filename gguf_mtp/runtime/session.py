@@ -103,7 +103,7 @@ class MTPSession:
         if warmup is None:
             warmup = self.cfg.n_gpu_layers != 0 or bool(self.cfg.draft_gpu_layers)
         if warmup:
-            self.engine.warm_up(self.model.warmup_token())
+            self.engine.warm_up(self.model.warmup_tokens())
 
     # -- loading -------------------------------------------------------------------------------
     def _make_params(self) -> tuple[placement.ModelParams, placement.ModelParams | None]:
@@ -206,17 +206,12 @@ class MTPSession:
         stable = c.stable_shapes
         if stable is None:  # the padding costs compute: worth it where launches, not arithmetic, dominate
             ngl = c.draft_gpu_layers if self.pairing.source == HeadSource.SELF_CONTAINED else None
-            stable = (c.n_gpu_layers if ngl is None else ngl) != 0 and not self._head_is_moe()
+            # an MoE head too: its padded rows route to more experts, but a rebuilt graph and a CUDA graph
+            # captured again cost more than reading a few more experts (bench/reference/oneshot-h100-35b-a3b*)
+            stable = (c.n_gpu_layers if ngl is None else ngl) != 0
         return Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=adaptive, prompt_window=c.prompt_window,
                       seq=seq, rollback=rollback, timings=c.timings, device_sampling=c.device_sampling,
                       stable_shapes=stable)
-
-    def _head_is_moe(self) -> bool:
-        """An MoE head block reads the weights of every expert its tokens route to: padding its decodes to k+1
-        tokens would read more of them, not just replay a graph."""
-        p = self.pairing
-        head = find_head(p.sidecar if p.sidecar is not None else p.model)
-        return head is not None and any("ffn_gate_inp" in t.info.name for t in head.tensors)
 
     def set_draft(self, n_draft: int, *, adaptive: bool = False) -> None:
         """Change the draft length for the next turn: 1 up to the length the session was opened with (a longer one

@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from statistics import median
 
 import numpy as np
 
@@ -110,19 +111,23 @@ class Engine:
         return self.tgt.graphs_reused() + self.head.graphs_reused()
 
     # -- warm-up -----------------------------------------------------------------------------
-    def warm_up(self, token: int) -> None:
+    def warm_up(self, prompt: Sequence[int]) -> None:
         """Run once, before the first answer, the decodes a first answer will use: a short prompt, plain steps
         and verify steps with the head's decodes at every draft length this engine can choose (a fixed length: that
         one). Back-ends pay for a shape's first use (CUDA: loading kernels, pools, capturing graphs) and llama.cpp's
         own tools pay it at load with a decode of their own, so a first answer that paid it would be measured
         slower than theirs. Nothing of it stays but, under auto, the controller's step times (the later steps at
-        each length are timed): the context is cleared, and no token or statistic remains."""
+        each length are timed): the context is cleared, and no token or statistic remains. ``prompt``: a few
+        tokens of ordinary text (``Model.warmup_tokens``)."""
+        if not prompt:
+            raise ValueError("warm_up needs a prompt of at least one token")
         kept = self.adaptive, self.k, self.stats, self.timing
         lengths = list(range(self.n_draft_max, 0, -1)) if self.adaptive is not None else [self.k]
         # auto: past the steps that rebuild and capture a shape's graph, two more are timed at every length, so
         # the first answer need not explore them (its opening block still measures the acceptance)
         n_steps = DraftLength.WARMUP + (2 if self.adaptive is not None else 0)
         times: dict[int, list[float]] = {}
+        switch: float | None = None
         self.adaptive, self.timing = None, NO_TIMING
         self.stats = Stats(n_draft_max=self.n_draft_max)
         try:
@@ -130,17 +135,27 @@ class Engine:
             for k in [*(lengths if self.n_draft_max else []), 0]:
                 self.reset()
                 self.k = k
-                self.feed([token] * 3)  # a prompt of a few tokens: a batch, then the queue to the head
+                self.feed(list(prompt))  # a batch, then the queue to the head
                 for i in range(max(2, n_steps)):  # the second step drafts from a queue fed by the first's verify
                     t = _clock()
                     self.step()
                     if i >= DraftLength.WARMUP:
                         times.setdefault(k, []).append(_clock() - t)
+            if kept[0] is not None and lengths:  # auto: what a change of length costs once every shape was seen
+                self.k = lengths[0]
+                spent = 0.0
+                for _ in range(DraftLength.WARMUP):
+                    t = _clock()
+                    self.step()
+                    spent += _clock() - t
+                switch = spent - DraftLength.WARMUP * median(times[lengths[0]])
         finally:
             self.reset()
             self.adaptive, self.k, self.stats, self.timing = kept
         if self.adaptive is not None:
             self.adaptive.seed_times(times)
+            if switch is not None:
+                self.adaptive.seed_switch(max(0.0, switch))
 
     # -- prompt ------------------------------------------------------------------------------
     def reset(self) -> None:
