@@ -1,0 +1,253 @@
+"""Coverage of a draft vocabulary on held-out text: the share of a text's tokens that fall inside the N tokens
+``--draft-vocab N`` keeps (issue 25: "≥ 97% at 32k on realistic text").
+
+    python -m bench.vocab_coverage VOCAB.gguf --text-dir /usr/lib/python3.11 --text-dir /usr/share/doc \\
+        --out bench/reference/vocab-coverage/NAME
+
+Text: the files under each ``--text-dir`` whose names end in one of ``--ext`` (``.gz`` ones decompressed), each
+read up to ``--max-file-bytes`` (cut at a line end), kept only if UTF-8, identical contents once. Split by file:
+the parity of the first byte of a file's content hash puts it in the counting part or the held-out part, so a
+file (and every copy of it) is in one part only, whatever other files the directories hold; each part then takes
+files in hash order up to ``--max-bytes``. Both parts are tokenized by llama.cpp with VOCAB's own vocabulary,
+through the code ``--draft-vocab-from`` uses (gguf_mtp.draft_vocab.count_tokens).
+
+For each N it reports the held-out coverage of: the default choice (the N lowest ids, by merge rank:
+``draft_vocab.choose`` without a text), the N most frequent on the counting part (``draft_vocab.by_counts``, what
+``--draft-vocab-from`` gives), and, as an upper bound, the N most frequent on the held-out part itself; each
+with the required tokens (control, end-of-generation) included, as the writers choose them. Held-out coverage
+is also given for source code and prose apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import os
+import shlex
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import gguf_mtp.runtime  # noqa: F401  (llama.cpp's libraries before numpy's: count_tokens loads the vocabulary)
+
+# isort: split
+import numpy as np
+
+from bench.common import machine, save, table
+from gguf_mtp import draft_vocab as dv
+from gguf_mtp.errors import GgufMtpError
+from gguf_mtp.ggufio.format import KV
+from gguf_mtp.ggufio.model import GGUFModel
+
+NS = (8192, 16384, 32768, 65536)
+EXTS = (".py", ".txt", ".md", ".rst", ".gz")
+CODE = (".py", ".pyi", ".c", ".h", ".sh", ".pl", ".js")  # held-out files reported as code; the rest as prose
+MAX_BYTES = 32 << 20  # per part
+MAX_FILE_BYTES = 1 << 20
+
+
+class Doc(NamedTuple):
+    """One file's text: its path, kind (code or prose), content and content hash."""
+
+    path: Path
+    kind: str
+    data: bytes
+    digest: str
+
+
+def _name(path: Path) -> str:
+    return path.name[:-3] if path.name.endswith(".gz") else path.name
+
+
+def _read(path: Path, limit: int) -> bytes | None:
+    """Up to ``limit`` bytes of the file (decompressed for ``.gz``), cut at the last line end; None when
+    unreadable or not UTF-8."""
+    try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rb") as f:  # read bounded: a small .gz may inflate to anything
+                data = f.read(limit + 1)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(limit + 1)
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
+        return None
+    if len(data) > limit:
+        data = data[:limit]
+        nl = data.rfind(b"\n")
+        data = data[:nl + 1] if nl > 0 else data
+        while data and (data[-1] & 0xC0) == 0x80:  # never inside a UTF-8 sequence
+            data = data[:-1]
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return data if data.strip() else None
+
+
+def collect(dirs: Sequence[Path], exts: Sequence[str] = EXTS, max_file_bytes: int = MAX_FILE_BYTES) -> list[Doc]:
+    """The UTF-8 text files under ``dirs`` with one of ``exts``, one per distinct content, in hash order."""
+    seen: dict[str, Doc] = {}
+    for root in dirs:
+        for here, subdirs, files in os.walk(root):  # symlinks to directories are not followed: no loops
+            subdirs.sort()
+            for name in sorted(files):
+                p = Path(here) / name
+                if not name.endswith(tuple(exts)) or p.is_symlink() or not p.is_file():
+                    continue
+                data = _read(p, max_file_bytes)
+                if data is None:
+                    continue
+                digest = hashlib.sha256(data).hexdigest()
+                kind = "code" if _name(p).endswith(CODE) else "prose"
+                seen.setdefault(digest, Doc(p, kind, data, digest))
+    return [seen[d] for d in sorted(seen)]
+
+
+def split(docs: Iterable[Doc], max_bytes: int = MAX_BYTES) -> tuple[list[Doc], list[Doc]]:
+    """(counting part, held-out part): by the parity of each content hash's first byte, each part filled in hash
+    order up to ``max_bytes``. A file's part depends on its content only."""
+    parts: tuple[list[Doc], list[Doc]] = ([], [])
+    used = [0, 0]
+    for d in sorted(docs, key=lambda d: d.digest):
+        k = int(d.digest[:2], 16) & 1
+        if used[k] + len(d.data) + 1 <= max_bytes:
+            parts[k].append(d)
+            used[k] += len(d.data) + 1
+    return parts
+
+
+def count(kvs: Sequence[KV], docs: Sequence[Doc], n_vocab: int, tmp: Path) -> np.ndarray:
+    """Token counts of ``docs`` (one text, files separated by a line end) as llama.cpp tokenizes them with the
+    vocabulary in ``kvs``."""
+    if not docs:
+        return np.zeros(n_vocab, dtype=np.int64)
+    text = tmp / "part.txt"
+    with open(text, "wb") as f:
+        for d in docs:
+            f.write(d.data if d.data.endswith(b"\n") else d.data + b"\n")
+    try:
+        return dv.count_tokens(kvs, text, n_vocab)
+    finally:
+        text.unlink()
+
+
+def coverage(ids: np.ndarray, counts: np.ndarray) -> float:
+    """The share of the tokens counted in ``counts`` whose id is in ``ids``."""
+    total = int(counts.sum())
+    return float(counts[ids].sum()) / total if total else float("nan")
+
+
+def measure(kvs: Sequence[KV], counting: Sequence[Doc], held: Sequence[Doc], ns: Sequence[int],
+            where: object = "vocabulary") -> dict[str, Any]:
+    """Coverage of each choice of N tokens on the held-out part (all, code, prose) and on the counting part."""
+    table_ = {kv.key: kv for kv in kvs}
+
+    def get(key: str) -> Any:
+        kv = table_.get(key)
+        return None if kv is None else kv.scalar()
+
+    tokens = get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not tokens:
+        raise GgufMtpError(f"{where}: no tokenizer.ggml.tokens; give a GGUF with the model's vocabulary")
+    n_vocab = len(tokens)
+    required = dv.required_ids(get, where)
+    with tempfile.TemporaryDirectory(prefix="vocab-coverage-") as d:
+        c_count = count(kvs, counting, n_vocab, Path(d))
+        c_held = {k: count(kvs, [x for x in held if x.kind == k], n_vocab, Path(d)) for k in ("code", "prose")}
+    c_all = c_held["code"] + c_held["prose"]
+    rows = []
+    for n in ns:
+        if n > n_vocab or n < len(required):
+            continue
+        choices: dict[str, np.ndarray | None] = {
+            "lowest ids": None, "counted": dv.by_counts(n, c_count, required),
+            "counted on held-out (bound)": dv.by_counts(n, c_all, required)}
+        try:
+            choices["lowest ids"] = dv.choose(kvs, n, None, where)
+        except GgufMtpError:  # a tokenizer whose ids do not follow merge order: no default choice
+            del choices["lowest ids"]
+        for name, ids in choices.items():
+            assert ids is not None and ids.size == n
+            rows.append({"n": n, "choice": name, "held_out": coverage(ids, c_all),
+                         "held_out_code": coverage(ids, c_held["code"]),
+                         "held_out_prose": coverage(ids, c_held["prose"]),
+                         "counting_part": coverage(ids, c_count)})
+
+    def part(docs: Sequence[Doc], counts: np.ndarray) -> dict[str, int]:
+        return {"files": len(docs), "bytes": sum(len(x.data) for x in docs), "tokens": int(counts.sum()),
+                "distinct_tokens": int(np.count_nonzero(counts))}
+
+    return {"n_vocab": n_vocab, "required": len(required), "rows": rows,
+            "counting": part(counting, c_count), "held_out": part(held, c_all),
+            "held_out_code": part([x for x in held if x.kind == "code"], c_held["code"]),
+            "held_out_prose": part([x for x in held if x.kind == "prose"], c_held["prose"])}
+
+
+def by_dir(docs: Sequence[Doc], root: Path) -> dict[str, int]:
+    """Files and bytes of ``docs`` that come from under ``root``."""
+    mine = [d for d in docs if d.path.is_relative_to(root)]
+    return {"files": len(mine), "bytes": sum(len(d.data) for d in mine)}
+
+
+def report(r: dict[str, Any]) -> str:
+    pct = {k: lambda v: f"{100 * v:.2f}%" for k in ("held_out", "held_out_code", "held_out_prose", "counting_part")}
+    rows = [{"N": x["n"], "choice": x["choice"], **{k: f(x[k]) for k, f in pct.items()}} for x in r["rows"]]
+    parts = "\n".join(f"{k}: {v['files']} files, {v['bytes']} bytes, {v['tokens']} tokens "
+                      f"({v['distinct_tokens']} distinct)" for k, v in r.items()
+                      if k in ("counting", "held_out", "held_out_code", "held_out_prose"))
+    parts += "".join(f"\n  from {d}: counting {v['counting']['files']} files ({v['counting']['bytes']} bytes), "
+                     f"held-out {v['held_out']['files']} files ({v['held_out']['bytes']} bytes)"
+                     for d, v in r.get("by_dir", {}).items())
+    return (f"vocabulary: {r['n_vocab']} tokens ({r['required']} required)\n{parts}\n\n"
+            + table(rows, ["N", "choice", "held_out", "held_out_code", "held_out_prose", "counting_part"]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.vocab_coverage", description=__doc__.split("\n\n")[0])
+    ap.add_argument("vocab", type=Path, help="a GGUF with the model's vocabulary (a model or a vocab-only file)")
+    ap.add_argument("--text-dir", type=Path, action="append", required=True, help="a directory of text (repeat)")
+    ap.add_argument("--ext", nargs="+", default=list(EXTS), help=f"file name endings to read (default: {EXTS})")
+    ap.add_argument("-n", "--n", type=int, nargs="+", default=list(NS), help=f"sizes N (default: {NS})")
+    ap.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="bytes of text per part")
+    ap.add_argument("--max-file-bytes", type=int, default=MAX_FILE_BYTES, help="bytes read of one file")
+    ap.add_argument("--source", default="", help="where the vocabulary comes from (recorded)")
+    ap.add_argument("--out", type=Path, help="write OUT.txt and OUT.json")
+    args = sys.argv[1:] if argv is None else argv
+    a = ap.parse_args(args)
+    if not 0 < a.max_bytes <= dv.MAX_TEXT_BYTES or a.max_file_bytes <= 0:
+        raise SystemExit(f"error: --max-bytes must be 1 to {dv.MAX_TEXT_BYTES}, --max-file-bytes positive")
+    for d in a.text_dir:
+        if not d.is_dir():
+            raise SystemExit(f"error: --text-dir {d}: not a directory")
+    t0 = time.perf_counter()
+    try:
+        m = GGUFModel(a.vocab)
+        counting, held = split(collect(a.text_dir, a.ext, a.max_file_bytes), a.max_bytes)
+        if not counting or not held:
+            raise SystemExit("error: too little text to split into two parts; give more --text-dir")
+        r = measure(m.model_kvs(), counting, held, a.n, m.path)
+        r["by_dir"] = {str(d): {name: by_dir(part, d) for name, part in (("counting", counting), ("held_out", held))}
+                       for d in a.text_dir}
+    except GgufMtpError as e:
+        raise SystemExit(f"error: {e}") from None
+    r.update(vocab=str(a.vocab), vocab_sha256=hashlib.sha256(a.vocab.read_bytes()).hexdigest(), source=a.source,
+             text_dirs=[str(d) for d in a.text_dir], ext=a.ext, max_bytes=a.max_bytes,
+             max_file_bytes=a.max_file_bytes, command=shlex.join(["python", "-m", "bench.vocab_coverage", *args]),
+             machine=machine(), seconds=round(time.perf_counter() - t0, 1))
+    text = report(r)
+    print(text)
+    if a.out:
+        save(a.out.with_suffix(".json"), r)
+        a.out.with_suffix(".txt").write_text(f"$ {r['command']}\nvocabulary: {a.vocab} (sha256 {r['vocab_sha256']})"
+                                             f"{'; ' + a.source if a.source else ''}\n{text}\n")
+
+
+if __name__ == "__main__":
+    from bench.common import exit_after
+
+    exit_after(main)
