@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> None:
         with atomic_paths([a.output], force=a.force) as (tmp,):
             write_gguf(tmp, kvs, [])
     except GgufMtpError as e:
-        raise SystemExit(f"error: {e}") from None
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     digest = hashlib.sha256(a.ranks.read_bytes()).hexdigest()
     print(f"{a.output}: {N_VOCAB} tokens from {a.ranks} (sha256 {digest})", file=sys.stderr)
 

@@ -31,7 +31,7 @@ import time
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import gguf_mtp.runtime  # noqa: F401  (llama.cpp's libraries before numpy's: count_tokens loads the vocabulary)
 
@@ -207,6 +207,12 @@ def report(r: dict[str, Any]) -> str:
             + table(rows, ["N", "choice", "held_out", "held_out_code", "held_out_prose", "counting_part"]))
 
 
+def fail(message: str) -> NoReturn:
+    """One line on stderr and exit status 2, as the CLI does for bad input."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.vocab_coverage", description=__doc__.split("\n\n")[0])
     ap.add_argument("vocab", type=Path, help="a GGUF with the model's vocabulary (a model or a vocab-only file)")
@@ -220,21 +226,21 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     a = ap.parse_args(args)
     if not 0 < a.max_bytes <= dv.MAX_TEXT_BYTES or a.max_file_bytes <= 0:
-        raise SystemExit(f"error: --max-bytes must be 1 to {dv.MAX_TEXT_BYTES}, --max-file-bytes positive")
+        fail(f"--max-bytes must be 1 to {dv.MAX_TEXT_BYTES}, --max-file-bytes positive")
     for d in a.text_dir:
         if not d.is_dir():
-            raise SystemExit(f"error: --text-dir {d}: not a directory")
+            fail(f"--text-dir {d}: not a directory")
     t0 = time.perf_counter()
     try:
         m = GGUFModel(a.vocab)
         counting, held = split(collect(a.text_dir, a.ext, a.max_file_bytes), a.max_bytes)
         if not counting or not held:
-            raise SystemExit("error: too little text to split into two parts; give more --text-dir")
+            fail("too little text to split into two parts; give more --text-dir")
         r = measure(m.model_kvs(), counting, held, a.n, m.path)
         r["by_dir"] = {str(d): {name: by_dir(part, d) for name, part in (("counting", counting), ("held_out", held))}
                        for d in a.text_dir}
     except GgufMtpError as e:
-        raise SystemExit(f"error: {e}") from None
+        fail(str(e))
     r.update(vocab=str(a.vocab), vocab_sha256=hashlib.sha256(a.vocab.read_bytes()).hexdigest(), source=a.source,
              text_dirs=[str(d) for d in a.text_dir], ext=a.ext, max_bytes=a.max_bytes,
              max_file_bytes=a.max_file_bytes, command=shlex.join(["python", "-m", "bench.vocab_coverage", *args]),

@@ -122,7 +122,30 @@ def test_the_command_writes_its_report(vocab: GGUFModel, texts: Path, tmp_path: 
     (["--text-dir", "/nonexistent-dir"], "not a directory"),
     (["--text-dir", ".", "--max-bytes", "0"], "--max-bytes"),
 ])
-def test_bad_arguments_get_one_line(vocab: GGUFModel, args: list[str], says: str) -> None:
+def test_bad_arguments_get_one_line(vocab: GGUFModel, args: list[str], says: str,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         vc.main([str(vocab.path), *args])
-    assert str(e.value).startswith("error: ") and says in str(e.value) and "\n" not in str(e.value)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and says in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("content, says", [(b"not a gguf\n", "too small"), (b"{" + b" " * 64 + b"}", "not a GGUF"),
+                                           (None, "no such file")])
+def test_a_bad_vocabulary_file_gets_one_line(tmp_path: Path, content: bytes | None, says: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "v.gguf"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(SystemExit) as e:
+        vc.main([str(path), "--text-dir", str(ROOT / "docs")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and says in err and err.count("\n") == 1, err
+
+
+def test_too_little_text_gets_one_line(vocab: GGUFModel, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "one.md").write_text("a single file cannot be split in two\n")
+    with pytest.raises(SystemExit) as e:
+        vc.main([str(vocab.path), "--text-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "too little text" in err and err.count("\n") == 1, err
