@@ -8,7 +8,8 @@ Text: the files under each ``--text-dir`` whose names end in one of ``--ext`` (`
 read up to ``--max-file-bytes`` (cut at a line end), kept only if UTF-8, identical contents once. Split by file:
 the parity of the first byte of a file's content hash puts it in the counting part or the held-out part, so a
 file (and every copy of it) is in one part only, whatever other files the directories hold; each part then takes
-files in hash order up to ``--max-bytes``. Both parts are tokenized by llama.cpp with VOCAB's own vocabulary,
+files in hash order up to ``--max-bytes`` (``--count-bytes`` for the counting part: how much text a user's
+``--draft-vocab-from`` needs). Both parts are tokenized by llama.cpp with VOCAB's own vocabulary,
 through the code ``--draft-vocab-from`` uses (gguf_mtp.draft_vocab.count_tokens).
 
 For each N it reports the held-out coverage of: the default choice (the N lowest ids, by merge rank:
@@ -108,14 +109,17 @@ def collect(dirs: Sequence[Path], exts: Sequence[str] = EXTS, max_file_bytes: in
     return [seen[d] for d in sorted(seen)]
 
 
-def split(docs: Iterable[Doc], max_bytes: int = MAX_BYTES) -> tuple[list[Doc], list[Doc]]:
+def split(docs: Iterable[Doc], max_bytes: int = MAX_BYTES,
+          count_bytes: int | None = None) -> tuple[list[Doc], list[Doc]]:
     """(counting part, held-out part): by the parity of each content hash's first byte, each part filled in hash
-    order up to ``max_bytes``. A file's part depends on its content only."""
+    order up to ``max_bytes`` (the counting part up to ``count_bytes`` if given). A file's part depends on its
+    content only."""
     parts: tuple[list[Doc], list[Doc]] = ([], [])
     used = [0, 0]
+    cap = (max_bytes if count_bytes is None else count_bytes, max_bytes)
     for d in sorted(docs, key=lambda d: d.digest):
         k = int(d.digest[:2], 16) & 1
-        if used[k] + len(d.data) + 1 <= max_bytes:
+        if used[k] + len(d.data) + 1 <= cap[k]:
             parts[k].append(d)
             used[k] += len(d.data) + 1
     return parts
@@ -220,20 +224,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ext", nargs="+", default=list(EXTS), help=f"file name endings to read (default: {EXTS})")
     ap.add_argument("-n", "--n", type=int, nargs="+", default=list(NS), help=f"sizes N (default: {NS})")
     ap.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="bytes of text per part")
+    ap.add_argument("--count-bytes", type=int, help="bytes of the counting part (default: --max-bytes)")
     ap.add_argument("--max-file-bytes", type=int, default=MAX_FILE_BYTES, help="bytes read of one file")
     ap.add_argument("--source", default="", help="where the vocabulary comes from (recorded)")
     ap.add_argument("--out", type=Path, help="write OUT.txt and OUT.json")
     args = sys.argv[1:] if argv is None else argv
     a = ap.parse_args(args)
-    if not 0 < a.max_bytes <= dv.MAX_TEXT_BYTES or a.max_file_bytes <= 0:
-        fail(f"--max-bytes must be 1 to {dv.MAX_TEXT_BYTES}, --max-file-bytes positive")
+    count_bytes = a.max_bytes if a.count_bytes is None else a.count_bytes
+    if not (0 < a.max_bytes <= dv.MAX_TEXT_BYTES and 0 < count_bytes <= dv.MAX_TEXT_BYTES) or a.max_file_bytes <= 0:
+        fail(f"--max-bytes and --count-bytes must be 1 to {dv.MAX_TEXT_BYTES}, --max-file-bytes positive")
     for d in a.text_dir:
         if not d.is_dir():
             fail(f"--text-dir {d}: not a directory")
     t0 = time.perf_counter()
     try:
         m = GGUFModel(a.vocab)
-        counting, held = split(collect(a.text_dir, a.ext, a.max_file_bytes), a.max_bytes)
+        counting, held = split(collect(a.text_dir, a.ext, a.max_file_bytes), a.max_bytes, count_bytes)
         if not counting or not held:
             fail("too little text to split into two parts; give more --text-dir")
         r = measure(m.model_kvs(), counting, held, a.n, m.path)
@@ -242,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     except GgufMtpError as e:
         fail(str(e))
     r.update(vocab=str(a.vocab), vocab_sha256=hashlib.sha256(a.vocab.read_bytes()).hexdigest(), source=a.source,
-             text_dirs=[str(d) for d in a.text_dir], ext=a.ext, max_bytes=a.max_bytes,
+             text_dirs=[str(d) for d in a.text_dir], ext=a.ext, max_bytes=a.max_bytes, count_bytes=count_bytes,
              max_file_bytes=a.max_file_bytes, command=shlex.join(["python", "-m", "bench.vocab_coverage", *args]),
              machine=machine(), seconds=round(time.perf_counter() - t0, 1))
     text = report(r)

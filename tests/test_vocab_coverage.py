@@ -67,6 +67,10 @@ def test_the_split_puts_each_text_in_one_part(texts: Path, parts: tuple[list[vc.
     for k in (0, 1):
         assert alone[k] and not {d.digest for d in alone[k]} & {d.digest for d in parts[1 - k]}
     assert sum(d.data == (ROOT / "gguf_mtp" / "draft_vocab.py").read_bytes() for d in vc.collect([texts])) == 1
+    # a smaller counting part takes files of the same half; the held-out part stays as it was
+    small = vc.split(vc.collect([texts]), MAX_BYTES, count_bytes=MAX_BYTES // 4)
+    assert small[1] == held and 0 < sum(len(d.data) for d in small[0]) <= MAX_BYTES // 4
+    assert not {d.digest for d in small[0]} & {d.digest for d in held}
 
 
 def test_coverage_is_coherent(result: dict[str, object]) -> None:
