@@ -9,8 +9,10 @@ read up to ``--max-file-bytes`` (cut at a line end), kept only if UTF-8, identic
 the parity of the first byte of a file's content hash puts it in the counting part or the held-out part, so a
 file (and every copy of it) is in one part only, whatever other files the directories hold; each part then takes
 files in hash order up to ``--max-bytes`` (``--count-bytes`` for the counting part: how much text a user's
-``--draft-vocab-from`` needs). Both parts are tokenized by llama.cpp with VOCAB's own vocabulary,
-through the code ``--draft-vocab-from`` uses (gguf_mtp.draft_vocab.count_tokens).
+``--draft-vocab-from`` needs). With ``--held-dir`` the held-out part is the text under those directories
+instead (another kind of text than the counting part's, e.g. other languages), each reported apart. Both parts
+are tokenized by llama.cpp with VOCAB's own vocabulary, through the code ``--draft-vocab-from`` uses
+(gguf_mtp.draft_vocab.count_tokens).
 
 For each N it reports the held-out coverage of: the default choice (the N lowest ids, by merge rank:
 ``draft_vocab.choose`` without a text), the N most frequent on the counting part (``draft_vocab.by_counts``, what
@@ -30,7 +32,7 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
@@ -114,15 +116,30 @@ def split(docs: Iterable[Doc], max_bytes: int = MAX_BYTES,
     """(counting part, held-out part): by the parity of each content hash's first byte, each part filled in hash
     order up to ``max_bytes`` (the counting part up to ``count_bytes`` if given). A file's part depends on its
     content only."""
-    parts: tuple[list[Doc], list[Doc]] = ([], [])
-    used = [0, 0]
-    cap = (max_bytes if count_bytes is None else count_bytes, max_bytes)
+    docs = list(docs)
+    half = [[d for d in docs if int(d.digest[:2], 16) & 1 == k] for k in (0, 1)]
+    return take(half[0], max_bytes if count_bytes is None else count_bytes), take(half[1], max_bytes)
+
+
+def take(docs: Iterable[Doc], max_bytes: int) -> list[Doc]:
+    """``docs`` in hash order up to ``max_bytes`` (a file that does not fit is left out, smaller ones still go in)."""
+    out, used = [], 0
     for d in sorted(docs, key=lambda d: d.digest):
-        k = int(d.digest[:2], 16) & 1
-        if used[k] + len(d.data) + 1 <= cap[k]:
-            parts[k].append(d)
-            used[k] += len(d.data) + 1
-    return parts
+        if used + len(d.data) + 1 <= max_bytes:
+            out.append(d)
+            used += len(d.data) + 1
+    return out
+
+
+def split_dirs(docs: Iterable[Doc], held_dirs: Sequence[Path], max_bytes: int = MAX_BYTES,
+               count_bytes: int | None = None) -> tuple[list[Doc], list[Doc]]:
+    """(counting part, held-out part) when the held-out text is its own: the files under ``held_dirs`` are held
+    out, the others (and no copy of a held-out file) counted; each part up to its size in hash order."""
+    docs = list(docs)
+    held = [d for d in docs if any(d.path.is_relative_to(h) for h in held_dirs)]
+    digests = {d.digest for d in held}
+    counting = [d for d in docs if d.digest not in digests]
+    return take(counting, max_bytes if count_bytes is None else count_bytes), take(held, max_bytes)
 
 
 def count(kvs: Sequence[KV], docs: Sequence[Doc], n_vocab: int, tmp: Path) -> np.ndarray:
@@ -147,8 +164,9 @@ def coverage(ids: np.ndarray, counts: np.ndarray) -> float:
 
 
 def measure(kvs: Sequence[KV], counting: Sequence[Doc], held: Sequence[Doc], ns: Sequence[int],
-            where: object = "vocabulary") -> dict[str, Any]:
-    """Coverage of each choice of N tokens on the held-out part (all, code, prose) and on the counting part."""
+            where: object = "vocabulary", groups: Mapping[str, Path] | None = None) -> dict[str, Any]:
+    """Coverage of each choice of N tokens on the held-out part (all, code, prose and, with ``groups``, the files
+    under each named directory apart) and on the counting part."""
     table_ = {kv.key: kv for kv in kvs}
 
     def get(key: str) -> Any:
@@ -160,10 +178,21 @@ def measure(kvs: Sequence[KV], counting: Sequence[Doc], held: Sequence[Doc], ns:
         raise GgufMtpError(f"{where}: no tokenizer.ggml.tokens; give a GGUF with the model's vocabulary")
     n_vocab = len(tokens)
     required = dv.required_ids(get, where)
+    groups = dict(groups or {})
+
+    def group(d: Doc) -> str:
+        return next((g for g, root in groups.items() if d.path.is_relative_to(root)), "")
+
+    cells: dict[tuple[str, str], list[Doc]] = {}
+    for x in held:
+        cells.setdefault((group(x), x.kind), []).append(x)
     with tempfile.TemporaryDirectory(prefix="vocab-coverage-") as d:
         c_count = count(kvs, counting, n_vocab, Path(d))
-        c_held = {k: count(kvs, [x for x in held if x.kind == k], n_vocab, Path(d)) for k in ("code", "prose")}
-    c_all = c_held["code"] + c_held["prose"]
+        c_cell = {key: count(kvs, docs, n_vocab, Path(d)) for key, docs in sorted(cells.items())}
+    zero = np.zeros(n_vocab, dtype=np.int64)
+    c_kind = {k: sum((c for (_, kind), c in c_cell.items() if kind == k), zero) for k in ("code", "prose")}
+    c_group = {g: sum((c for (gg, _), c in c_cell.items() if gg == g), zero) for g in groups}
+    c_all = c_kind["code"] + c_kind["prose"]
     rows = []
     for n in ns:
         if n > n_vocab or n < len(required):
@@ -177,19 +206,25 @@ def measure(kvs: Sequence[KV], counting: Sequence[Doc], held: Sequence[Doc], ns:
             del choices["lowest ids"]
         for name, ids in choices.items():
             assert ids is not None and ids.size == n
-            rows.append({"n": n, "choice": name, "held_out": coverage(ids, c_all),
-                         "held_out_code": coverage(ids, c_held["code"]),
-                         "held_out_prose": coverage(ids, c_held["prose"]),
-                         "counting_part": coverage(ids, c_count)})
+            row: dict[str, Any] = {"n": n, "choice": name, "held_out": coverage(ids, c_all),
+                                   "held_out_code": coverage(ids, c_kind["code"]),
+                                   "held_out_prose": coverage(ids, c_kind["prose"]),
+                                   "counting_part": coverage(ids, c_count)}
+            if groups:
+                row["held_out_by_group"] = {g: coverage(ids, c) for g, c in c_group.items()}
+            rows.append(row)
 
     def part(docs: Sequence[Doc], counts: np.ndarray) -> dict[str, int]:
         return {"files": len(docs), "bytes": sum(len(x.data) for x in docs), "tokens": int(counts.sum()),
                 "distinct_tokens": int(np.count_nonzero(counts))}
 
-    return {"n_vocab": n_vocab, "required": len(required), "rows": rows,
-            "counting": part(counting, c_count), "held_out": part(held, c_all),
-            "held_out_code": part([x for x in held if x.kind == "code"], c_held["code"]),
-            "held_out_prose": part([x for x in held if x.kind == "prose"], c_held["prose"])}
+    out = {"n_vocab": n_vocab, "required": len(required), "rows": rows,
+           "counting": part(counting, c_count), "held_out": part(held, c_all),
+           "held_out_code": part([x for x in held if x.kind == "code"], c_kind["code"]),
+           "held_out_prose": part([x for x in held if x.kind == "prose"], c_kind["prose"])}
+    if groups:
+        out["held_out_groups"] = {g: part([x for x in held if group(x) == g], c) for g, c in c_group.items()}
+    return out
 
 
 def by_dir(docs: Sequence[Doc], root: Path) -> dict[str, int]:
@@ -207,8 +242,17 @@ def report(r: dict[str, Any]) -> str:
     parts += "".join(f"\n  from {d}: counting {v['counting']['files']} files ({v['counting']['bytes']} bytes), "
                      f"held-out {v['held_out']['files']} files ({v['held_out']['bytes']} bytes)"
                      for d, v in r.get("by_dir", {}).items())
-    return (f"vocabulary: {r['n_vocab']} tokens ({r['required']} required)\n{parts}\n\n"
+    text = (f"vocabulary: {r['n_vocab']} tokens ({r['required']} required)\n{parts}\n\n"
             + table(rows, ["N", "choice", "held_out", "held_out_code", "held_out_prose", "counting_part"]))
+    groups = r.get("held_out_groups") or {}
+    if groups:
+        choices = list(dict.fromkeys(x["choice"] for x in r["rows"]))
+        ns = list(dict.fromkeys(str(x["n"]) for x in r["rows"]))
+        by = [{"held-out dir": g, "tokens": v["tokens"], "choice": c,
+               **{str(x["n"]): f"{100 * x['held_out_by_group'][g]:.2f}%" for x in r["rows"] if x["choice"] == c}}
+              for g, v in groups.items() for c in choices]
+        text += "\n\nheld-out coverage by directory:\n" + table(by, ["held-out dir", "tokens", "choice", *ns])
+    return text
 
 
 def fail(message: str) -> NoReturn:
@@ -221,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.vocab_coverage", description=__doc__.split("\n\n")[0])
     ap.add_argument("vocab", type=Path, help="a GGUF with the model's vocabulary (a model or a vocab-only file)")
     ap.add_argument("--text-dir", type=Path, action="append", required=True, help="a directory of text (repeat)")
+    ap.add_argument("--held-dir", type=Path, action="append", default=[],
+                    help="hold out the files under this directory (repeat; default: half of the --text-dir files)")
     ap.add_argument("--ext", nargs="+", default=list(EXTS), help=f"file name endings to read (default: {EXTS})")
     ap.add_argument("-n", "--n", type=int, nargs="+", default=list(NS), help=f"sizes N (default: {NS})")
     ap.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="bytes of text per part")
@@ -233,23 +279,32 @@ def main(argv: list[str] | None = None) -> None:
     count_bytes = a.max_bytes if a.count_bytes is None else a.count_bytes
     if not (0 < a.max_bytes <= dv.MAX_TEXT_BYTES and 0 < count_bytes <= dv.MAX_TEXT_BYTES) or a.max_file_bytes <= 0:
         fail(f"--max-bytes and --count-bytes must be 1 to {dv.MAX_TEXT_BYTES}, --max-file-bytes positive")
-    for d in a.text_dir:
-        if not d.is_dir():
-            fail(f"--text-dir {d}: not a directory")
+    for opt, dirs in (("--text-dir", a.text_dir), ("--held-dir", a.held_dir)):
+        for d in dirs:
+            if not d.is_dir():
+                fail(f"{opt} {d}: not a directory")
     t0 = time.perf_counter()
     try:
         m = GGUFModel(a.vocab)
-        counting, held = split(collect(a.text_dir, a.ext, a.max_file_bytes), a.max_bytes, count_bytes)
+        groups = {}
+        if a.held_dir:
+            docs = collect(a.held_dir + a.text_dir, a.ext, a.max_file_bytes)
+            counting, held = split_dirs(docs, a.held_dir, a.max_bytes, count_bytes)
+            names = [d.name or str(d) for d in a.held_dir]
+            groups = {(n if names.count(n) == 1 else str(d)): d for n, d in zip(names, a.held_dir)}
+        else:
+            counting, held = split(collect(a.text_dir, a.ext, a.max_file_bytes), a.max_bytes, count_bytes)
         if not counting or not held:
             fail("too little text to split into two parts; give more --text-dir")
-        r = measure(m.model_kvs(), counting, held, a.n, m.path)
+        r = measure(m.model_kvs(), counting, held, a.n, m.path, groups)
         r["by_dir"] = {str(d): {name: by_dir(part, d) for name, part in (("counting", counting), ("held_out", held))}
-                       for d in a.text_dir}
+                       for d in a.text_dir + a.held_dir}
     except GgufMtpError as e:
         fail(str(e))
     r.update(vocab=str(a.vocab), vocab_sha256=hashlib.sha256(a.vocab.read_bytes()).hexdigest(), source=a.source,
-             text_dirs=[str(d) for d in a.text_dir], ext=a.ext, max_bytes=a.max_bytes, count_bytes=count_bytes,
-             max_file_bytes=a.max_file_bytes, command=shlex.join(["python", "-m", "bench.vocab_coverage", *args]),
+             text_dirs=[str(d) for d in a.text_dir], held_dirs=[str(d) for d in a.held_dir], ext=a.ext,
+             max_bytes=a.max_bytes, count_bytes=count_bytes, max_file_bytes=a.max_file_bytes,
+             command=shlex.join(["python", "-m", "bench.vocab_coverage", *args]),
              machine=machine(), seconds=round(time.perf_counter() - t0, 1))
     text = report(r)
     print(text)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -73,6 +74,20 @@ def test_the_split_puts_each_text_in_one_part(texts: Path, parts: tuple[list[vc.
     assert not {d.digest for d in small[0]} & {d.digest for d in held}
 
 
+def test_held_out_directories_are_held_out_whole(vocab: GGUFModel, texts: Path) -> None:
+    """--held-dir: every file under it (and no copy of one) is held out, nothing else; coverage per directory."""
+    docs = vc.collect([texts / "docs", texts])  # the held-out directory is also under a counting one
+    counting, held = vc.split_dirs(docs, [texts / "docs"], MAX_BYTES)
+    assert held and counting
+    assert all(d.path.is_relative_to(texts / "docs") for d in held)
+    assert not any(d.path.is_relative_to(texts / "docs") for d in counting)
+    assert not {d.digest for d in counting} & {d.digest for d in held}
+    r = vc.measure(vocab.model_kvs(), counting, held, (512, N_VOCAB), vocab.path, {"docs": texts / "docs"})
+    assert r["held_out_groups"]["docs"]["tokens"] == r["held_out"]["tokens"]
+    for row in r["rows"]:
+        assert row["held_out_by_group"]["docs"] == pytest.approx(row["held_out"], abs=1e-12)
+
+
 def test_coverage_is_coherent(result: dict[str, object]) -> None:
     assert result["n_vocab"] == N_VOCAB
     held, counting = result["held_out"], result["counting"]
@@ -120,11 +135,16 @@ def test_the_command_writes_its_report(vocab: GGUFModel, texts: Path, tmp_path: 
     assert "counted on held-out (bound)" in txt and "100.00%" in txt
     assert '"held_out"' in (tmp_path / "r.json").read_text()
     assert "lowest ids" in capsys.readouterr().out
+    vc.main([str(vocab.path), "--text-dir", str(texts / "gguf_mtp"), "--held-dir", str(texts / "docs"),
+             "--held-dir", str(texts / "copy"), "-n", "512", "--out", str(out)])
+    assert "held-out coverage by directory" in capsys.readouterr().out
+    assert {"docs", "copy"} == set(json.loads((tmp_path / "r.json").read_text())["held_out_groups"])
 
 
 @pytest.mark.parametrize("args, says", [
     (["--text-dir", "/nonexistent-dir"], "not a directory"),
     (["--text-dir", ".", "--max-bytes", "0"], "--max-bytes"),
+    (["--text-dir", ".", "--held-dir", "/nonexistent-dir"], "--held-dir /nonexistent-dir: not a directory"),
 ])
 def test_bad_arguments_get_one_line(vocab: GGUFModel, args: list[str], says: str,
                                     capsys: pytest.CaptureFixture[str]) -> None:
