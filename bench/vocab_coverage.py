@@ -157,10 +157,10 @@ def count(kvs: Sequence[KV], docs: Sequence[Doc], n_vocab: int, tmp: Path) -> np
         text.unlink()
 
 
-def coverage(ids: np.ndarray, counts: np.ndarray) -> float:
-    """The share of the tokens counted in ``counts`` whose id is in ``ids``."""
+def coverage(ids: np.ndarray, counts: np.ndarray) -> float | None:
+    """The share of the tokens counted in ``counts`` whose id is in ``ids`` (None without tokens)."""
     total = int(counts.sum())
-    return float(counts[ids].sum()) / total if total else float("nan")
+    return float(counts[ids].sum()) / total if total else None
 
 
 def measure(kvs: Sequence[KV], counting: Sequence[Doc], held: Sequence[Doc], ns: Sequence[int],
@@ -233,8 +233,12 @@ def by_dir(docs: Sequence[Doc], root: Path) -> dict[str, int]:
     return {"files": len(mine), "bytes": sum(len(d.data) for d in mine)}
 
 
+def percent(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.2f}%"
+
+
 def report(r: dict[str, Any]) -> str:
-    pct = {k: lambda v: f"{100 * v:.2f}%" for k in ("held_out", "held_out_code", "held_out_prose", "counting_part")}
+    pct = {k: percent for k in ("held_out", "held_out_code", "held_out_prose", "counting_part")}
     rows = [{"N": x["n"], "choice": x["choice"], **{k: f(x[k]) for k, f in pct.items()}} for x in r["rows"]]
     parts = "\n".join(f"{k}: {v['files']} files, {v['bytes']} bytes, {v['tokens']} tokens "
                       f"({v['distinct_tokens']} distinct)" for k, v in r.items()
@@ -249,7 +253,7 @@ def report(r: dict[str, Any]) -> str:
         choices = list(dict.fromkeys(x["choice"] for x in r["rows"]))
         ns = list(dict.fromkeys(str(x["n"]) for x in r["rows"]))
         by = [{"held-out dir": g, "tokens": v["tokens"], "choice": c,
-               **{str(x["n"]): f"{100 * x['held_out_by_group'][g]:.2f}%" for x in r["rows"] if x["choice"] == c}}
+               **{str(x["n"]): percent(x["held_out_by_group"][g]) for x in r["rows"] if x["choice"] == c}}
               for g, v in groups.items() for c in choices]
         text += "\n\nheld-out coverage by directory:\n" + table(by, ["held-out dir", "tokens", "choice", *ns])
     return text
