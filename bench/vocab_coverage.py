@@ -83,7 +83,9 @@ def _read(path: Path, limit: int) -> bytes | None:
         data = data[:limit]
         nl = data.rfind(b"\n")
         data = data[:nl + 1] if nl > 0 else data
-        while data and (data[-1] & 0xC0) == 0x80:  # never inside a UTF-8 sequence
+        while data and (data[-1] & 0xC0) == 0x80:  # never inside a UTF-8 sequence: its continuation bytes,
+            data = data[:-1]
+        if data and data[-1] >= 0xC0:  # then the byte that starts it
             data = data[:-1]
     try:
         data.decode("utf-8")

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -72,6 +74,24 @@ def test_the_split_puts_each_text_in_one_part(texts: Path, parts: tuple[list[vc.
     small = vc.split(vc.collect([texts]), MAX_BYTES, count_bytes=MAX_BYTES // 4)
     assert small[1] == held and 0 < sum(len(d.data) for d in small[0]) <= MAX_BYTES // 4
     assert not {d.digest for d in small[0]} & {d.digest for d in held}
+
+
+def test_files_are_read_bounded_and_as_utf8(tmp_path: Path) -> None:
+    """A file is cut at a line end, or inside no UTF-8 sequence when it has none; a .gz is read inflated and
+    bounded; binary and empty files, other endings, FIFOs and symlinks are left out."""
+    (tmp_path / "long.txt").write_text("é" * 100)  # one line, two bytes a character
+    (tmp_path / "lines.md").write_text("first line\nsecond line\n")
+    (tmp_path / "big.txt.gz").write_bytes(gzip.compress(b"x" * 1000 + b"\n" + b"y" * (10 << 20)))
+    (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00 not UTF-8")
+    (tmp_path / "empty.txt").write_bytes(b"\n\n")
+    (tmp_path / "fake.gz").write_bytes(b"not gzip at all")
+    (tmp_path / "other.bin").write_text("text under another ending")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "lines.md")
+    os.mkfifo(tmp_path / "fifo.txt")
+    got = {d.path.name: d.data for d in vc.collect([tmp_path], max_file_bytes=15)}
+    assert got == {"long.txt": "é".encode() * 7, "lines.md": b"first line\n", "big.txt.gz": b"x" * 15}
+    got = {d.path.name: d.data for d in vc.collect([tmp_path], max_file_bytes=2000)}
+    assert got["big.txt.gz"] == b"x" * 1000 + b"\n" and got["lines.md"] == b"first line\nsecond line\n"
 
 
 def test_held_out_directories_are_held_out_whole(vocab: GGUFModel, texts: Path) -> None:
