@@ -7,9 +7,9 @@
 The file is what llama.cpp's converter writes for a Qwen3.5 checkpoint, less the weights: a ``gpt2`` tokenizer
 with pre-tokenizer ``qwen35``, 248,044 byte-level BPE tokens (ids = ranks), the 33 added tokens after them and
 ``[PAD<id>]`` (unused) up to the 248,320 rows of the models' embedding matrix. The merges come from the ranks
-(gguf_mtp/checkpoint/tiktoken_bpe.py, the reader `convert` uses for rank files). The architecture keys are those
-of llama.cpp's own vocabulary test files (models/ggml-vocab-*.gguf): llama.cpp loads them vocab-only; the
-tokenizer does not depend on them.
+(gguf_mtp/checkpoint/tiktoken_bpe.py, the reader `convert` uses for rank files). The architecture keys are a
+small qwen2 header, as in llama.cpp's own vocabulary test files (models/ggml-vocab-*.gguf); the tokenizer does not
+depend on them.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ ADDED = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", 
 #: added tokens Qwen's tokenizer.json marks ``special: false`` (llama.cpp: user-defined, matched in plain text)
 NOT_SPECIAL = frozenset({"<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>",
                          "</think>"})
-#: llama.cpp's models/ggml-vocab-qwen35.gguf carries these (a qwen2 shape); only the tokenizer matters here
+#: a small qwen2 header, as llama.cpp's own vocabulary test files (models/ggml-vocab-*.gguf) have one: llama.cpp
+#: reads it before the vocabulary even when it loads the vocabulary only
 ARCH_KVS = [KV.string(Keys.General.ARCHITECTURE, "qwen2"), KV.string(Keys.General.NAME, "qwen35-vocab"),
             KV.u32("qwen2.block_count", 1), KV.u32("qwen2.context_length", 4096),
             KV.u32("qwen2.embedding_length", 64), KV.u32("qwen2.feed_forward_length", 128),
