@@ -141,14 +141,16 @@ class Engine:
                     self.step()
                     if i >= DraftLength.WARMUP:
                         times.setdefault(k, []).append(_clock() - t)
-            if kept[0] is not None and lengths:  # auto: what a change of length costs once every shape was seen
-                self.k = lengths[0]
-                spent = 0.0
-                for _ in range(DraftLength.WARMUP):
-                    t = _clock()
-                    self.step()
-                    spent += _clock() - t
-                switch = spent - DraftLength.WARMUP * median(times[lengths[0]])
+                if kept[0] is not None and len(lengths) > 1 and k == lengths[-1]:
+                    # auto: what a change between drafting lengths costs once their shapes ran (from 1 to the
+                    # longest; leaving plain decoding would also send the head the tokens queued meanwhile)
+                    self.k = lengths[0]
+                    spent = 0.0
+                    for _ in range(DraftLength.WARMUP):
+                        t = _clock()
+                        self.step()
+                        spent += _clock() - t
+                    switch = spent - DraftLength.WARMUP * median(times[lengths[0]])
         finally:
             self.reset()
             self.adaptive, self.k, self.stats, self.timing = kept
