@@ -72,6 +72,40 @@ def pre_images(patch: Path, break_context: bool = False) -> dict[str, str]:
     return {k: "\n".join(v) + "\n" for k, v in files.items()}
 
 
+def hunks(patch: Path) -> dict[str, list[tuple[list[str], list[str]]]]:
+    """Each touched file's hunks as (old lines, new lines), context included."""
+    files: dict[str, list[tuple[list[str], list[str]]]] = {}
+    cur: list[tuple[list[str], list[str]]] = []
+    for ln in patch.read_text().splitlines():
+        if ln.startswith("--- a/"):
+            cur = files.setdefault(ln[6:], [])
+        elif ln.startswith("@@"):
+            cur.append(([], []))
+        elif cur and ln[:1] in (" ", "-", "+") and not ln.startswith(("---", "+++")):
+            old, new = cur[-1]
+            if ln[0] != "+":
+                old.append(ln[1:])
+            if ln[0] != "-":
+                new.append(ln[1:])
+    return files
+
+
+def stacked_pre_images(files: list[Path]) -> dict[str, str]:
+    """What the sdist must hold for ``files`` to apply in order: a file an earlier patch touched too gets the later
+    patch's pre-image with the earlier patches' hunks undone in it (each must lie inside it, as they do)."""
+    out: dict[str, str] = {}
+    for i, f in enumerate(files):
+        for name, text in pre_images(f).items():
+            lines = text.splitlines()
+            for earlier in reversed(files[:i]):
+                for old, new in hunks(earlier).get(name, []):
+                    at = next((j for j in range(len(lines) - len(new) + 1) if lines[j:j + len(new)] == new), None)
+                    assert at is not None, (earlier.name, f.name, name)  # a hunk outside the later one's
+                    lines[at:at + len(new)] = old
+            out[name] = "\n".join(lines) + "\n"
+    return out
+
+
 def fake_sdist(path: Path, files: dict[str, str]) -> Path:
     """A llama-cpp-python sdist holding ``files`` under vendor/llama.cpp (only what the patches touch)."""
     with tarfile.open(path, "w:gz") as tar:
@@ -97,9 +131,7 @@ def stock_key(cmake_args: str) -> str:
 def test_patches_reach_the_build_and_key_the_cache(tmp_path: Path, switch: str) -> None:
     cache, calls, seen = tmp_path / "cache", tmp_path / "calls", tmp_path / "seen"
     applied = FILES if switch == "1" else ALL
-    files: dict[str, str] = {}
-    for f in ALL:  # (patches touching one file would need its pre-image built patch by patch)
-        files.update({k: v for k, v in pre_images(f).items() if k not in files})
+    files = stacked_pre_images(ALL)
     sdist = fake_sdist(tmp_path / "sdist.tar.gz", files)
     before = sdist.read_bytes()
     # the build sees the patched source as $2 and keeps a copy of it

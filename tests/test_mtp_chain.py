@@ -1,0 +1,159 @@
+"""The proposed mtp-draft-chain patch (patches/llama.cpp/proposed/0004): with ``llama_set_mtp_chain(ctx, c)`` one
+decode of an MTP context drafts c + 1 tokens, each chained row taking the argmax of the row before and its h_nextn
+on the device. Two MTP contexts are fed the same rows (the target's own hidden rows of a prompt): one drafts k = 3
+the way the proposer does (three decodes), the other in one chained decode; the drafts, their logits and hidden
+rows, and what the head's KV cache holds afterwards (a further plain decode on each) must agree. Skipped where the
+loaded library lacks the marker (the stock wheel and CI's patched one: proposed patches are not applied there);
+``LLAMA_CPP_LIB_PATH`` at a build of the patched source runs it."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gguf_mtp import convert
+from gguf_mtp.errors import GgufMtpError
+from gguf_mtp.runtime import patches
+from gguf_mtp.runtime.llama import Batch, Context, Model
+
+from .test_runtime import lossless_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "examples" / "tiny-qwen35-mtp"
+PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
+K = 3  # drafts a step: one plain row's logits and K - 1 chained rows
+#: logits of the two ways may differ by float reordering only (a pass computes its rows in a smaller matmul):
+#: |a - b| <= ATOL + RTOL * |a|; a draft may differ only where the sequential logits' top two are closer than that
+ATOL, RTOL = 1e-3, 1e-3
+
+pytestmark = pytest.mark.skipif("mtp-draft-chain" not in patches.names(),
+                                reason="the loaded libllama lacks the mtp-draft-chain patch (a proposed patch: "
+                                       "LLAMA_CPP_LIB_PATH at a build with GGUF_MTP_PATCHES=proposed runs this)")
+
+
+def _set_chain(ctx: Context, n_chain: int) -> None:
+    import llama_cpp.llama_cpp as ll
+
+    fn = ctypes.CDLL(ll._lib._name).llama_set_mtp_chain
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_int32], None
+    fn(ctx.ptr, n_chain)
+
+
+@pytest.fixture(scope="module", params=["tiny", "qwen35", "qwen35moe"])
+def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Model]:
+    """The shipped tiny model, and synthetic qwen35 and qwen35moe checkpoints (the MoE graph is chained too)."""
+    if request.param == "tiny":
+        path = convert(TINY, outfile=tmp_path_factory.mktemp("chain") / "tiny.gguf", outtype="q8_0",
+                       progress=False).path
+    else:
+        converted = request.getfixturevalue("converted")
+        path = converted(request.param, "bundled", **lossless_spec(converted, request.param))
+    with Model(path, load_mtp=True) as m:
+        yield m
+
+
+def _rows(m: Model) -> tuple[list[int], np.ndarray]:
+    """A prompt's tokens and each one's MTP input row: the target's hidden row of the position before (zeros
+    first), as the proposer feeds them."""
+    toks = m.tokenize(PROMPT)[:24]
+    with Context(m, n_ctx=256, n_batch=64, embeddings_nextn=True) as tgt:
+        b = Batch(64)
+        b.fill(toks, 0, last_logits=True)
+        tgt.decode_batch(b)
+        h = tgt.h_rows(len(toks)).copy()
+    rows = np.zeros_like(h)
+    rows[1:] = h[:-1]
+    return toks, rows
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.all(np.abs(a - b) <= ATOL + RTOL * np.abs(a)))
+
+
+def _same_draft(seq_logits: np.ndarray, chained: int) -> bool:
+    """The chained draft is the sequential argmax, or ties with it within the tolerance."""
+    best = int(np.argmax(seq_logits))
+    return chained == best or seq_logits[best] - seq_logits[chained] <= ATOL + RTOL * abs(seq_logits[best])
+
+
+def _mtp(m: Model, fa: bool) -> Context:
+    return Context(m, n_ctx=256, n_batch=64, mtp=True, flash_attn=fa)
+
+
+@pytest.mark.parametrize("fa", [True, False], ids=["flash-attn", "transposed-v"])
+def test_one_chained_decode_drafts_what_k_decodes_draft(model: Model, fa: bool) -> None:
+    toks, rows = _rows(model)
+    n, n_embd = len(toks), model.n_embd_out
+    with _mtp(model, fa) as seq, _mtp(model, fa) as chain:
+        # sequential: the prompt rows with logits on the last, then each draft with the head's own hidden row
+        b = Batch(64, n_embd)
+        b.fill(toks, 0, last_logits=True, embd=rows)
+        seq.decode_batch(b)
+        prompt_hidden = seq.h_rows(n).copy()
+        logits, hidden = [seq.logits_view(n - 1).copy()], [seq.h_row(n - 1).copy()]
+        for j in range(1, K):
+            b.clear()
+            b.add(int(np.argmax(logits[-1])), n - 1 + j, logits=True, embd=hidden[-1])
+            seq.decode_batch(b)
+            logits.append(seq.logits_view(0).copy())
+            hidden.append(seq.h_row(0).copy())
+        drafts = [int(np.argmax(x)) for x in logits]
+
+        # chained: the same rows and K - 1 placeholder rows (token 0, zero rows: the graph must not read them)
+        _set_chain(chain, K - 1)
+        b.fill([*toks, *[0] * (K - 1)], 0, embd=np.vstack([rows, np.zeros((K - 1, n_embd), np.float32)]))
+        b.logits_np[n - 1:n + K - 1] = 1
+        chain.decode_batch(b)
+        c_logits = [chain.logits_view(n - 1 + j).copy() for j in range(K)]
+        c_hidden = [chain.h_row(n - 1 + j).copy() for j in range(K)]
+        c_drafts = [int(np.argmax(x)) for x in c_logits]
+
+        for j in range(K):
+            assert _same_draft(logits[j], c_drafts[j]), (j, drafts, c_drafts)
+            assert _close(logits[j], c_logits[j]), (j, float(np.abs(logits[j] - c_logits[j]).max()))
+            assert _close(hidden[j], c_hidden[j]), (j, float(np.abs(hidden[j] - c_hidden[j]).max()))
+        # every row's hidden row comes back, the prompt's too (the context's embeddings stay what they were)
+        assert _close(prompt_hidden, chain.h_rows(n))
+
+        # the caches hold the same K/V at the chained positions: a further plain decode gives the same logits
+        _set_chain(chain, 0)
+        after = []
+        for ctx in (seq, chain):
+            b.clear()
+            b.add(drafts[-1], n - 1 + K, logits=True, embd=hidden[-1])
+            ctx.decode_batch(b)
+            after.append(ctx.logits_view(0).copy())
+        assert _close(after[0], after[1]), float(np.abs(after[0] - after[1]).max())
+
+
+@pytest.mark.parametrize("case", ["outputs-not-last", "too-few-rows", "extra-output"])
+def test_a_batch_the_chain_cannot_take_is_refused(model: Model, case: str) -> None:
+    """The chained graph reads the row before: a batch of another shape fails the decode (one line), never a
+    silently unchained draft or an abort."""
+    toks, rows = _rows(model)
+    n = len(toks)
+    with _mtp(model, True) as ctx:
+        _set_chain(ctx, 2)
+        b = Batch(64, model.n_embd_out)
+        if case == "too-few-rows":
+            b.fill(toks[:2], 0, embd=rows[:2])
+            b.logits_np[:2] = 1
+        else:
+            b.fill(toks, 0, embd=rows)
+            b.logits_np[n - 3:n] = 1
+            if case == "outputs-not-last":
+                b.logits_np[n - 1] = 0
+                b.logits_np[n - 4] = 1
+            else:
+                b.logits_np[0] = 1
+        with pytest.raises(GgufMtpError, match="llama_decode failed"):
+            ctx.decode_batch(b)
+        # and the context still works, chained or not
+        _set_chain(ctx, 0)
+        b.fill(toks, 0, last_logits=True, embd=rows)
+        ctx.decode_batch(b)
+        assert np.isfinite(ctx.logits_view(n - 1)).all()
