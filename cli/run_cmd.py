@@ -205,7 +205,8 @@ def run(
             err(f"MTP: {session.pairing.source.value}"
                 + (f" {session.pairing.sidecar.path.name}" if session.pairing.sidecar else "")
                 + f", draft {'auto (max ' + str(cfg.n_draft) + ')' if cfg.adaptive else cfg.n_draft}"
-                + (f", rollback {session.engine.rollback.name}" if session.engine.rollback.name != "kv" else ""))
+                + (f", rollback {session.engine.rollback.name}" if session.engine.rollback.name != "kv" else "")
+                + (", drafts chained in one decode" if session.chained else ""))
         if draft_profile is not None and session.mtp_enabled:
             note = draft_profile_mod.use(session, draft_profile)
             err(f"note: {note}" if note else f"auto: starting from the draft profile {draft_profile}")

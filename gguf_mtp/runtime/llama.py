@@ -124,6 +124,14 @@ def registry() -> backends.Registry:
     return backends.Registry(ctypes.CDLL(_ll.llama_cpp._lib._name))
 
 
+@functools.cache
+def _mtp_chain_fn():  # type: ignore[no-untyped-def]
+    """``llama_set_mtp_chain`` of the mtp-draft-chain patch: not in llama-cpp-python's bindings."""
+    fn = ctypes.CDLL(_ll.llama_cpp._lib._name).llama_set_mtp_chain
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_int32], None
+    return fn
+
+
 #: GGUF_MTP_AMX=1 keeps ggml's AMX weight buffers on a CPU that has them (see ``amx_off``)
 AMX_ENV = "GGUF_MTP_AMX"
 
@@ -526,6 +534,11 @@ class Context:
     def set_head(self, offset: int) -> None:
         """Select which of several MTP heads the next decode of this MTP context runs."""
         _ext.llama_set_nextn_layer_offset(self.ptr, offset)
+
+    def set_mtp_chain(self, n_chain: int) -> None:
+        """The next decodes of this MTP context chain their last ``n_chain`` rows (0: off): each drafts from the
+        row before on the device. Only with the mtp-draft-chain patch (patches.py); see proposer.py."""
+        _mtp_chain_fn()(self.ptr, n_chain)
 
     def synchronize(self) -> None:
         _ll.llama_synchronize(self.ptr)

@@ -19,6 +19,8 @@ class Patch:
     marker: str
     #: archs whose recurrent state the patched llama.cpp snapshots for rollback (``llm_arch_supports_rs_rollback``)
     rs_rollback_archs: frozenset[str] = frozenset()
+    #: archs whose MTP graph can chain a step's drafts in one decode (``llama_set_mtp_chain``)
+    chain_archs: frozenset[str] = frozenset()
 
 
 #: every patch gguf-mtp knows, shipped (patches/llama.cpp) or still to be measured (patches/llama.cpp/proposed,
@@ -27,7 +29,7 @@ KNOWN: tuple[Patch, ...] = (
     Patch("qwen3next-rs-rollback", "gguf_mtp_patch_qwen3next_rs_rollback", rs_rollback_archs=frozenset({"qwen3next"})),
     Patch("draft-vocab", "gguf_mtp_patch_draft_vocab"),  # the MTP graph reads gguf_mtp.draft_vocab itself
     Patch("cuda-graph-per-shape", "gguf_mtp_patch_cuda_graph_per_shape"),  # nothing to switch: ggml-cuda's own
-    Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain"),  # llama_set_mtp_chain; the proposer does not use it yet
+    Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain", chain_archs=frozenset({"qwen35", "qwen35moe"})),
 )
 
 
@@ -83,3 +85,16 @@ def draft_vocab_note(*paths: str | os.PathLike[str] | None) -> str | None:
             return (f"{p} names a draft vocabulary ({KEY}), which this llama.cpp build does not use (no draft-vocab "
                     "patch): the drafts read the full LM head; `bash scripts/setup.sh` builds the patched library")
     return None
+
+
+#: GGUF_MTP_DRAFT_CHAIN=0 keeps one decode per draft where the library could chain them (A/B on one build)
+CHAIN_ENV = "GGUF_MTP_DRAFT_CHAIN"
+
+
+def chains_drafts(arch: str) -> bool:
+    """Whether the loaded library drafts a step's tokens in one decode of ``arch``'s MTP graph (and the
+    environment does not switch it off)."""
+    if os.environ.get(CHAIN_ENV, "1") == "0":
+        return False
+    return any(arch in p.chain_archs for p in loaded())
+

@@ -103,7 +103,7 @@ class MtpProposer(Proposer):
     msampler: ContextSampler
 
     def __init__(self, engine: Engine, mtp: Context, n_draft: int, p_min: float, *, device_sampling: bool,
-                 stable_shapes: bool) -> None:
+                 stable_shapes: bool, chained: bool = False) -> None:
         self.engine, self.ctx, self.seq = engine, mtp, engine.seq
         # several trained heads (mimo2, step35): one head per draft step, chained through their own outputs
         self.n_heads = max(1, mtp.model.n_nextn)
@@ -117,6 +117,10 @@ class MtpProposer(Proposer):
         # block over the padding (cheap on a GPU only). Padding to n_draft_max + 1 under auto instead cost 0.3 ms a
         # step at k=1 on an H100 (the head's block over 5 rows, and the rows copied): 8%.
         self.stable = stable_shapes and not self.chain
+        # greedy drafts made in one decode (the mtp-draft-chain patch: Context.set_mtp_chain): the last k - 1 rows
+        # of a batch of one draft from the row before on the device, k outputs come back
+        self.chained = chained and not self.chain and p_min <= 0
+        self._chain_rows = 0  # chained rows in the decode being padded (_shape)
         # (position, token, input row) of the MTP cache's tail; room for a step's drafts, which leave again
         self._held: deque[tuple[int, int, np.ndarray]] = deque(maxlen=2 * (self.n_draft_max + 1))
         n_embd = engine.tgt.model.n_embd_out
@@ -178,9 +182,10 @@ class MtpProposer(Proposer):
     # -- stable shapes --------------------------------------------------------------------------
     @property
     def _shape(self) -> int:
-        """Rows every MTP decode is padded to: the draft length + 1 (auto: its current choice, not a probe's)."""
+        """Rows every MTP decode is padded to: the draft length + 1 (auto: its current choice, not a probe's), and
+        a chained decode's chained rows."""
         adaptive = self.lengths if self.lengths is not None else self.engine.adaptive
-        return max(1, adaptive.k if adaptive is not None else self.n_draft_max) + 1
+        return max(1, adaptive.k if adaptive is not None else self.n_draft_max) + 1 + self._chain_rows
 
     def _decode(self, b: Batch, *, wait: bool = True, in_step: bool = True) -> float:
         """Decode ``b`` on the (single-head) MTP context. With stable shapes, pad it first to k + 1 tokens with the
@@ -376,6 +381,10 @@ class MtpProposer(Proposer):
             if k > 0:
                 live.append((h, o, k, pos0, b.add(last, pos0, logits=True, embd=h.pending_h, seq=h.seq)))
         started = live
+        if self.chained and len(live) == 1 and b is self.mbatch and live[0][2] > 1 and \
+                b.n + live[0][2] - 1 <= b.capacity:
+            self._draft_chained(*live[0], lasts[0], b)
+            return out, 1
         timing, ctx, step = self.engine.timing, self.ctx, 0
         while live:
             n0 = b.n
@@ -398,6 +407,29 @@ class MtpProposer(Proposer):
             if o and k > 1:  # a decode ran at pos0 + 1 or later
                 h._forget_drafts(pos0)
         return out, 1
+
+    def _draft_chained(self, h: MtpProposer, o: list[int], k: int, pos0: int, i: int, last: int, b: Batch) -> None:
+        """The k drafts in one decode: ``last`` (row ``i`` of ``b``, after the queue) and k - 1 chained rows,
+        whose token and hidden row llama.cpp takes on the device from the row before (argmax, h_nextn); what this
+        side puts in them is only there for the batch's checks."""
+        for j in range(1, k):
+            b.add(last, pos0 + j, logits=True, embd=self.pending_h, seq=self.seq)
+        self._chain_rows = k - 1
+        self.ctx.set_mtp_chain(k - 1)
+        try:
+            n0 = b.n
+            self.engine.timing.draft(0, self._decode(b))
+            pad = b.n - n0
+        finally:
+            self.ctx.set_mtp_chain(0)  # any other decode of this context (a flush, a prompt) is not chained
+            self._chain_rows = 0
+        b.clear()
+        for j in range(k):
+            d = h.pick(i + pad + j)
+            if d is None:
+                break
+            o.append(d)
+        self._forget_drafts(pos0)
 
     def _forget_drafts(self, pos0: int) -> None:
         """The drafts' own positions leave no trace; ``last`` at ``pos0`` stays."""

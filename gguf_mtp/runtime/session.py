@@ -186,15 +186,21 @@ class MTPSession:
             tctx = make(0, n_seq, False)
         self._contexts.append(tctx)
         mctx = None
+        #: a step's drafts chained in one decode of the MTP context (the mtp-draft-chain patch)
+        self.chained = False
         if mtp_on:
             draft_model = target
             if p.source == HeadSource.SELF_CONTAINED:
                 assert p.sidecar is not None
                 draft_model = Model(p.sidecar.path, load_mtp=True, placement=dparams)
                 self._models.append(draft_model)
+            # greedy drafts of a single head, chained in one decode where the library can (patches.py): a step's
+            # k drafts come back as k outputs of one sequence; otherwise one draft per sequence and decode
+            self.chained = draft_model.n_nextn <= 1 and c.p_min <= 0 and patches.chains_drafts(p.model.arch)
+            per_mtp = k if self.chained else 1
             mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, mtp=True,
                            flash_attn=c.flash_attn,
-                           n_seq_max=n_seq, n_outputs_max=n_seq, n_outputs_per_seq=1)  # one draft per sequence
+                           n_seq_max=n_seq, n_outputs_max=max(n_seq, per_mtp), n_outputs_per_seq=per_mtp)
             self._contexts.append(mctx)
         #: one engine per sequence; ``engine`` (sequence 0) is the one generate() and chat() use
         self.engines = [self._engine(tctx, mctx, k, c.adaptive, seq=i, rollback=rollbacks[i]) for i in range(n_seq)]
@@ -211,7 +217,7 @@ class MTPSession:
             stable = (c.n_gpu_layers if ngl is None else ngl) != 0
         return Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=adaptive, prompt_window=c.prompt_window,
                       seq=seq, rollback=rollback, timings=c.timings, device_sampling=c.device_sampling,
-                      stable_shapes=stable)
+                      stable_shapes=stable, chained_drafts=self.chained)
 
     def set_draft(self, n_draft: int, *, adaptive: bool = False) -> None:
         """Change the draft length for the next turn: 1 up to the length the session was opened with (a longer one

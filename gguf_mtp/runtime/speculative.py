@@ -56,7 +56,8 @@ class Engine:
 
     def __init__(self, target: Context, mtp: Context | None, *, n_draft: int = 3, p_min: float = 0.0,
                  adaptive: bool = False, prompt_window: int = 0, seq: int = 0, rollback: Rollback | None = None,
-                 timings: bool | None = None, device_sampling: bool = True, stable_shapes: bool = False) -> None:
+                 timings: bool | None = None, device_sampling: bool = True, stable_shapes: bool = False,
+                 chained_drafts: bool = False) -> None:
         self.tgt = target
         # the llama.cpp sequence this conversation lives in (one per server slot); both contexts use the same id
         self.seq = seq
@@ -71,7 +72,8 @@ class Engine:
         self.id_last: int | None = None
         #: who drafts: the MTP head, or (none) a proposer of plain steps only
         self.head: Proposer = (MtpProposer(self, mtp, n_draft, p_min, device_sampling=device_sampling,
-                                           stable_shapes=stable_shapes) if mtp is not None else Proposer())
+                                           stable_shapes=stable_shapes, chained=chained_drafts)
+                               if mtp is not None else Proposer())
         head = self.head
         # the head's parts, by the names callers read
         self.mtp, self.mbatch, self.msampler = head.ctx, head.mbatch, head.msampler
