@@ -6,7 +6,7 @@ text, so the drafts are real ones; both ways must draft the same tokens (the sha
 flip near-ties). Times are wall times per step, synchronized, median over the steps after a warm-up.
 Rows: "sequential" (1-row draft decodes), "sequential, padded" (every decode padded to k + 1 rows with the cache's
 tail, as the runtime's stable shapes do), "chained".
-Usage: python bench/mtp_chain.py MODEL.gguf [-k 3] [-ngl 99] [--steps 200] [--rows M] [-fa on|off|auto]
+Usage: python bench/mtp_chain.py MODEL.gguf [-k 3] [-ngl 99] [--steps 200] [--rows M] [-fa on|off|auto] [-t N]
 (the model needs its MTP head; LLAMA_CPP_LIB_PATH at a build with the patch)"""
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rows", type=int, default=0, help="rows of a step's first decode (default k + 1)")
     ap.add_argument("-fa", "--flash-attn", choices=["on", "off", "auto"], default="auto")
+    ap.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (default: llama.cpp's)")
     a = ap.parse_args()
     k, m = a.k, a.rows or a.k + 1
     if k < 2 or m < 1:
@@ -128,7 +129,8 @@ def main() -> None:
     n_batch = max(m + k, 2 * k + 2)
     results: dict[str, tuple[list[float], list[list[int]], int]] = {}
     for label in ("sequential", "sequential, padded", "chained"):
-        with Context(model, n_ctx=len(toks) + 64, n_batch=n_batch, mtp=True, flash_attn=fa) as ctx:
+        with Context(model, n_ctx=len(toks) + 64, n_batch=n_batch, mtp=True, flash_attn=fa,
+                     n_threads=a.threads or None) as ctx:
             b = Batch(n_batch, model.n_embd_out)
             feed.put(b, 0, m)  # the cache holds every position before a step's rows
             ctx.decode_batch(b)
