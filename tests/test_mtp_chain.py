@@ -20,7 +20,6 @@ from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.runtime import patches
 from gguf_mtp.runtime.llama import Batch, Context, Model
 
-
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "examples" / "tiny-qwen35-mtp"
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
@@ -42,15 +41,18 @@ def _set_chain(ctx: Context, n_chain: int) -> None:
     fn(ctx.ptr, n_chain)
 
 
-@pytest.fixture(scope="module", params=["tiny", "qwen35", "qwen35moe"])
+@pytest.fixture(scope="module", params=["tiny", "tiny-draft-vocab", "qwen35", "qwen35moe"])
 def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Model]:
-    """The shipped tiny model, and synthetic qwen35 and qwen35moe checkpoints (the MoE graph is chained too)."""
-    if request.param == "tiny":
-        path = convert(TINY, outfile=tmp_path_factory.mktemp("chain") / "tiny.gguf", outtype="q8_0",
-                       progress=False).path
+    """The shipped tiny model, with a draft vocabulary too (the chained argmax then runs over the scattered rows of
+    the reduced head), and synthetic qwen35 and qwen35moe checkpoints (the MoE graph is chained too)."""
+    if request.param.startswith("tiny"):
+        dv = {"draft_vocab": 1024} if request.param == "tiny-draft-vocab" else {}
+        path = convert(TINY, outfile=tmp_path_factory.mktemp("chain") / f"{request.param}.gguf", outtype="q8_0",
+                       progress=False, **dv).path
     else:
         converted = request.getfixturevalue("converted")
-        path = converted(request.param, "bundled")  # random weights: the head reads its hidden rows (an oracle head would not)
+        path = converted(request.param, "bundled")  # random weights: the head reads its hidden rows (an oracle
+        # head, as the lossless tests use, drafts from the token alone)
     with Model(path, load_mtp=True) as m:
         yield m
 
