@@ -82,7 +82,25 @@ def _same_draft(seq_logits: np.ndarray, chained: int) -> bool:
 
 
 def _mtp(m: Model, fa: bool) -> Context:
-    return Context(m, n_ctx=256, n_batch=64, mtp=True, flash_attn=fa)
+    # a device sampler samples every output row of its sequence: K of them a chained decode
+    return Context(m, n_ctx=256, n_batch=64, mtp=True, flash_attn=fa, n_outputs_max=64, n_outputs_per_seq=K)
+
+
+def _sequential(ctx: Context, toks: list[int], rows: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """K drafts the proposer's way: the rows with logits on the last, then a decode per draft with the head's own
+    hidden row. Their logits and hidden rows."""
+    n = len(toks)
+    b = Batch(64, rows.shape[1])
+    b.fill(toks, 0, last_logits=True, embd=rows)
+    ctx.decode_batch(b)
+    logits, hidden = [ctx.logits_view(n - 1).copy()], [ctx.h_row(n - 1).copy()]
+    for j in range(1, K):
+        b.clear()
+        b.add(int(np.argmax(logits[-1])), n - 1 + j, logits=True, embd=hidden[-1])
+        ctx.decode_batch(b)
+        logits.append(ctx.logits_view(0).copy())
+        hidden.append(ctx.h_row(0).copy())
+    return logits, hidden
 
 
 @pytest.mark.parametrize("fa", [True, False], ids=["flash-attn", "transposed-v"])
@@ -90,18 +108,13 @@ def test_one_chained_decode_drafts_what_k_decodes_draft(model: Model, fa: bool) 
     toks, rows = _rows(model)
     n, n_embd = len(toks), model.n_embd_out
     with _mtp(model, fa) as seq, _mtp(model, fa) as chain:
-        # sequential: the prompt rows with logits on the last, then each draft with the head's own hidden row
+        # every prompt row's hidden row, from a plain decode of the rows
         b = Batch(64, n_embd)
-        b.fill(toks, 0, last_logits=True, embd=rows)
+        b.fill(toks, 0, embd=rows)
         seq.decode_batch(b)
         prompt_hidden = seq.h_rows(n).copy()
-        logits, hidden = [seq.logits_view(n - 1).copy()], [seq.h_row(n - 1).copy()]
-        for j in range(1, K):
-            b.clear()
-            b.add(int(np.argmax(logits[-1])), n - 1 + j, logits=True, embd=hidden[-1])
-            seq.decode_batch(b)
-            logits.append(seq.logits_view(0).copy())
-            hidden.append(seq.h_row(0).copy())
+        seq.clear()
+        logits, hidden = _sequential(seq, toks, rows)
         drafts = [int(np.argmax(x)) for x in logits]
 
         # chained: the same rows and K - 1 placeholder rows (token 0, zero rows: the graph must not read them)
@@ -158,3 +171,25 @@ def test_a_batch_the_chain_cannot_take_is_refused(model: Model, case: str) -> No
         b.fill(toks, 0, last_logits=True, embd=rows)
         ctx.decode_batch(b)
         assert np.isfinite(ctx.logits_view(n - 1)).all()
+
+
+def test_a_device_sampler_picks_the_chained_drafts(model: Model) -> None:
+    """The runtime samples greedy drafts inside the graph (``llama_set_sampler``): the sampler's graph, appended
+    per output row, reads the chained rows and picks the drafts the sequential way gives."""
+    from gguf_mtp.runtime.sampling import context_sampler
+
+    toks, rows = _rows(model)
+    n, n_embd = len(toks), model.n_embd_out
+    with _mtp(model, True) as seq, _mtp(model, True) as dev:
+        smp = context_sampler(dev)
+        smp.use(None, device=True)
+        if not smp.on_device:
+            pytest.skip("this build cannot run the sampler inside the graph")
+        logits, _ = _sequential(seq, toks, rows)
+        _set_chain(dev, K - 1)
+        b = Batch(64, n_embd)
+        b.fill([*toks, *[0] * (K - 1)], 0, embd=np.vstack([rows, np.zeros((K - 1, n_embd), np.float32)]))
+        b.logits_np[n - 1:n + K - 1] = 1
+        dev.decode_batch(b)
+        drafts = [smp.sample(n - 1 + j) for j in range(K)]
+        assert all(_same_draft(lg, d) for lg, d in zip(logits, drafts)), ([int(np.argmax(x)) for x in logits], drafts)
