@@ -103,8 +103,13 @@ def _sequential(ctx: Context, toks: list[int], rows: np.ndarray) -> tuple[list[n
     return logits, hidden
 
 
+@pytest.mark.parametrize("embd", ["0", "1"], ids=["embd-where-it-is", "embd-copy"])
 @pytest.mark.parametrize("fa", [True, False], ids=["flash-attn", "transposed-v"])
-def test_one_chained_decode_drafts_what_k_decodes_draft(model: Model, fa: bool) -> None:
+def test_one_chained_decode_drafts_what_k_decodes_draft(model: Model, fa: bool, embd: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the chained tokens' embedding rows: looked up in the token embedding, or in the copy beside the head that a
+    # GPU gets (the draft vocabulary's rows and their map, or the whole table), read when the chain is switched on
+    monkeypatch.setenv("GGUF_MTP_CHAIN_EMBD", embd)
     toks, rows = _rows(model)
     n, n_embd = len(toks), model.n_embd_out
     with _mtp(model, fa) as seq, _mtp(model, fa) as chain:
