@@ -20,8 +20,6 @@ from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.runtime import patches
 from gguf_mtp.runtime.llama import Batch, Context, Model
 
-from .test_runtime import lossless_spec
-
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "examples" / "tiny-qwen35-mtp"
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
@@ -43,15 +41,18 @@ def _set_chain(ctx: Context, n_chain: int) -> None:
     fn(ctx.ptr, n_chain)
 
 
-@pytest.fixture(scope="module", params=["tiny", "qwen35", "qwen35moe"])
+@pytest.fixture(scope="module", params=["tiny", "tiny-draft-vocab", "qwen35", "qwen35moe"])
 def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Model]:
-    """The shipped tiny model, and synthetic qwen35 and qwen35moe checkpoints (the MoE graph is chained too)."""
-    if request.param == "tiny":
-        path = convert(TINY, outfile=tmp_path_factory.mktemp("chain") / "tiny.gguf", outtype="q8_0",
-                       progress=False).path
+    """The shipped tiny model, with a draft vocabulary too (the chained argmax then runs over the scattered rows of
+    the reduced head), and synthetic qwen35 and qwen35moe checkpoints (the MoE graph is chained too)."""
+    if request.param.startswith("tiny"):
+        dv = {"draft_vocab": 1024} if request.param == "tiny-draft-vocab" else {}
+        path = convert(TINY, outfile=tmp_path_factory.mktemp("chain") / f"{request.param}.gguf", outtype="q8_0",
+                       progress=False, **dv).path
     else:
         converted = request.getfixturevalue("converted")
-        path = converted(request.param, "bundled", **lossless_spec(converted, request.param))
+        path = converted(request.param, "bundled")  # random weights: the head reads its hidden rows (an oracle
+        # head, as the lossless tests use, drafts from the token alone)
     with Model(path, load_mtp=True) as m:
         yield m
 
@@ -81,26 +82,44 @@ def _same_draft(seq_logits: np.ndarray, chained: int) -> bool:
 
 
 def _mtp(m: Model, fa: bool) -> Context:
-    return Context(m, n_ctx=256, n_batch=64, mtp=True, flash_attn=fa)
+    # a device sampler samples every output row of its sequence: K of them a chained decode
+    return Context(m, n_ctx=256, n_batch=64, mtp=True, flash_attn=fa, n_outputs_max=64, n_outputs_per_seq=K)
 
 
+def _sequential(ctx: Context, toks: list[int], rows: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """K drafts the proposer's way: the rows with logits on the last, then a decode per draft with the head's own
+    hidden row. Their logits and hidden rows."""
+    n = len(toks)
+    b = Batch(64, rows.shape[1])
+    b.fill(toks, 0, last_logits=True, embd=rows)
+    ctx.decode_batch(b)
+    logits, hidden = [ctx.logits_view(n - 1).copy()], [ctx.h_row(n - 1).copy()]
+    for j in range(1, K):
+        b.clear()
+        b.add(int(np.argmax(logits[-1])), n - 1 + j, logits=True, embd=hidden[-1])
+        ctx.decode_batch(b)
+        logits.append(ctx.logits_view(0).copy())
+        hidden.append(ctx.h_row(0).copy())
+    return logits, hidden
+
+
+@pytest.mark.parametrize("embd", ["0", "1"], ids=["embd-where-it-is", "embd-copy"])
 @pytest.mark.parametrize("fa", [True, False], ids=["flash-attn", "transposed-v"])
-def test_one_chained_decode_drafts_what_k_decodes_draft(model: Model, fa: bool) -> None:
+def test_one_chained_decode_drafts_what_k_decodes_draft(model: Model, fa: bool, embd: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the chained tokens' embedding rows: looked up in the token embedding, or in the copy beside the head that a
+    # GPU gets (the draft vocabulary's rows and their map, or the whole table), read when the chain is switched on
+    monkeypatch.setenv("GGUF_MTP_CHAIN_EMBD", embd)
     toks, rows = _rows(model)
     n, n_embd = len(toks), model.n_embd_out
     with _mtp(model, fa) as seq, _mtp(model, fa) as chain:
-        # sequential: the prompt rows with logits on the last, then each draft with the head's own hidden row
+        # every prompt row's hidden row, from a plain decode of the rows
         b = Batch(64, n_embd)
-        b.fill(toks, 0, last_logits=True, embd=rows)
+        b.fill(toks, 0, embd=rows)
         seq.decode_batch(b)
         prompt_hidden = seq.h_rows(n).copy()
-        logits, hidden = [seq.logits_view(n - 1).copy()], [seq.h_row(n - 1).copy()]
-        for j in range(1, K):
-            b.clear()
-            b.add(int(np.argmax(logits[-1])), n - 1 + j, logits=True, embd=hidden[-1])
-            seq.decode_batch(b)
-            logits.append(seq.logits_view(0).copy())
-            hidden.append(seq.h_row(0).copy())
+        seq.clear()
+        logits, hidden = _sequential(seq, toks, rows)
         drafts = [int(np.argmax(x)) for x in logits]
 
         # chained: the same rows and K - 1 placeholder rows (token 0, zero rows: the graph must not read them)
@@ -157,3 +176,25 @@ def test_a_batch_the_chain_cannot_take_is_refused(model: Model, case: str) -> No
         b.fill(toks, 0, last_logits=True, embd=rows)
         ctx.decode_batch(b)
         assert np.isfinite(ctx.logits_view(n - 1)).all()
+
+
+def test_a_device_sampler_picks_the_chained_drafts(model: Model) -> None:
+    """The runtime samples greedy drafts inside the graph (``llama_set_sampler``): the sampler's graph, appended
+    per output row, reads the chained rows and picks the drafts the sequential way gives."""
+    from gguf_mtp.runtime.sampling import context_sampler
+
+    toks, rows = _rows(model)
+    n, n_embd = len(toks), model.n_embd_out
+    with _mtp(model, True) as seq, _mtp(model, True) as dev:
+        smp = context_sampler(dev)
+        smp.use(None, device=True)
+        if not smp.on_device:
+            pytest.skip("this build cannot run the sampler inside the graph")
+        logits, _ = _sequential(seq, toks, rows)
+        _set_chain(dev, K - 1)
+        b = Batch(64, n_embd)
+        b.fill([*toks, *[0] * (K - 1)], 0, embd=np.vstack([rows, np.zeros((K - 1, n_embd), np.float32)]))
+        b.logits_np[n - 1:n + K - 1] = 1
+        dev.decode_batch(b)
+        drafts = [smp.sample(n - 1 + j) for j in range(K)]
+        assert all(_same_draft(lg, d) for lg, d in zip(logits, drafts)), ([int(np.argmax(x)) for x in logits], drafts)
