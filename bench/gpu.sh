@@ -21,7 +21,9 @@
 #                                                 # DRAFT_VOCAB=N: the models with a draft vocabulary of N tokens
 #                                                 # (patch 0002-draft-vocab), rows with it off beside;
 #                                                 # PERF= (empty): no --perf rows; ONESHOT_ARGS: more
-#                                                 # oneshot.py options (--repeat 3, --env-row NAME=VALUE)
+#                                                 # oneshot.py options (--repeat 3, --env-row NAME=VALUE);
+#                                                 # CHAIN_BENCH="2 3 4": then bench/mtp_chain.py at each k
+#                                                 # (GGUF_MTP_PATCHES=proposed: patch 0004)
 #
 # Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz (the PyPI sdist; the trimmed copy must keep vendor/llama.cpp's
 # CMakeLists.txt, cmake/, common/, ggml/, include/, src/, vendor/, licenses/, tools/ (CMakeLists.txt, completion/)
@@ -226,6 +228,15 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
         --bin "$LCPP/bin" --ngl $NGL -n "${NPRED:-256}" --drafts ${DRAFTS:-2 3 4} ${PERF---perf} \
         ${BEFORE:+--before "$BEFORE"} ${ONESHOT_ARGS:-} --out "$OUT/oneshot.json" 2>&1 \
         | tee "$OUT/oneshot.txt" || log "oneshot stopped early (time budget or error); the JSON keeps every finished row"
+    if [ -n "${CHAIN_BENCH:-}" ]; then  # the chained decode alone (patch 0004): k separate decodes against one
+        m="$(printf '%s\n' "${args[@]}" | grep -m1 'draft vocab' | cut -d= -f2-)"
+        for k in $CHAIN_BENCH; do
+            for embd in 1 0; do
+                GGUF_MTP_CHAIN_EMBD=$embd py -m bench.mtp_chain "${m:-${args[1]#*=}}" -k "$k" -ngl $NGL --steps 200 \
+                    2>&1 | sed "s/^/[k=$k, chain embd $embd] /" | tee -a "$OUT/mtp-chain.txt"
+            done
+        done
+    fi
     log "done"
     ;;
 serve-shaped)  # serve vs llama-server (draft-mtp and plain) at 1 and 4 clients on the oneshot's ~70% head model
