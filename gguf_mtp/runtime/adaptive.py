@@ -142,8 +142,10 @@ class DraftLength:
                 self._block = [k] * (self.BLOCK - 1)
                 return k
         self.k = self._choose(stats, rates)
-        every = self._probe_every * self._probe_stretch()
-        if self.n % every == every - self.PROBE:
+        # a probe step of the stretched period is one of the base period's: the stretch is worked out only there
+        base = self.n % self._probe_every == self._probe_every - self.PROBE
+        every = self._probe_every * self._probe_stretch() if base else self._probe_every
+        if base and self.n % every == every - self.PROBE:
             nbrs = [j for j in (self.k + 1, self.k - 1) if 0 <= j <= self.k_max]  # at 0: only 1
             k = nbrs[self._probes % len(nbrs)]
             self._probes += 1
@@ -228,9 +230,9 @@ class DraftLength:
             self._typical[i] = False
 
     def seed_switch(self, seconds: float) -> None:
-        """A change of length's cost measured before the first answer (the warm-up at load)."""
-        if seconds >= 0:
-            self.switch_s.append(seconds)
+        """A change of length's cost measured before the first answer (the warm-up at load); noise below the
+        steady steps counts as no cost."""
+        self.switch_s.append(max(0.0, seconds))
 
     def seed_times(self, step_s: dict[int, list[float]]) -> None:
         """Step times (seconds) at each length measured before the first answer (the warm-up at load, after its
@@ -318,9 +320,9 @@ class DraftLength:
         if self._run == 1:
             self.changes += 1
             self._switch_acc = 0.0
-            if len(self.runs) < self.MAX_RUNS:
+            if self.changes <= self.MAX_RUNS:
                 self.runs.append([k, 0])
-        if self.runs and self.runs[-1][0] == k and self.changes <= self.MAX_RUNS:
+        if self.changes <= self.MAX_RUNS:  # this run is recorded
             self.runs[-1][1] += 1
         total = self._all.setdefault(k, [0.0, 0.0])
         total[0] += seconds

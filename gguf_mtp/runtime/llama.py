@@ -176,6 +176,7 @@ def file_types() -> dict[str, int]:
 #: what a warm-up decodes (Model.warmup_tokens): plain prose and code, as prompts usually are
 WARMUP_TEXT = "The quick brown fox jumps over the lazy dog.\ndef add(a, b):\n    return a + b\n"
 
+
 class QuantizeFailed(GgufMtpError):
     """``llama_model_quantize`` failed; ``errno`` is the C library's error code as the call returned (a failed
     write leaves ENOSPC, EFBIG, ... there; llama.cpp's own message only says ``iostream error``)."""

@@ -383,7 +383,8 @@ class MtpProposer(Proposer):
         started = live
         if self.chained and len(live) == 1 and b is self.mbatch and live[0][2] > 1 and \
                 b.n + live[0][2] - 1 <= b.capacity:
-            self._draft_chained(*live[0], lasts[0], b)
+            _, drafts, k, pos0, row = live[0]
+            self._draft_chained(drafts, k, pos0, row, lasts[0], b)
             return out, 1
         timing, ctx, step = self.engine.timing, self.ctx, 0
         while live:
@@ -408,10 +409,10 @@ class MtpProposer(Proposer):
                 h._forget_drafts(pos0)
         return out, 1
 
-    def _draft_chained(self, h: MtpProposer, o: list[int], k: int, pos0: int, i: int, last: int, b: Batch) -> None:
-        """The k drafts in one decode: ``last`` (row ``i`` of ``b``, after the queue) and k - 1 chained rows,
-        whose token and hidden row llama.cpp takes on the device from the row before (argmax, h_nextn); what this
-        side puts in them is only there for the batch's checks."""
+    def _draft_chained(self, o: list[int], k: int, pos0: int, i: int, last: int, b: Batch) -> None:
+        """This sequence's k drafts, into ``o``, in one decode: ``last`` (row ``i`` of ``b``, after its queue) and
+        k - 1 chained rows, whose token and hidden row llama.cpp takes on the device from the row before (argmax,
+        h_nextn); what this side puts in them is only there for the batch's checks."""
         for j in range(1, k):
             b.add(last, pos0 + j, logits=True, embd=self.pending_h, seq=self.seq)
         self._chain_rows = k - 1
@@ -425,7 +426,7 @@ class MtpProposer(Proposer):
             self._chain_rows = 0
         b.clear()
         for j in range(k):
-            d = h.pick(i + pad + j)
+            d = self.pick(i + pad + j)
             if d is None:
                 break
             o.append(d)

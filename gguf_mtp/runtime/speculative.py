@@ -126,7 +126,7 @@ class Engine:
         kept = self.adaptive, self.k, self.stats, self.timing
         lengths = list(range(self.n_draft_max, 0, -1)) if self.adaptive is not None else [self.k]
         # auto: past the steps that rebuild and capture a shape's graph, two more are timed at every length, so
-        # the first answer need not explore them (its opening block still measures the acceptance)
+        # the first answer need not explore them (nor open with a block at k_max: DraftLength.seed_times)
         n_steps = DraftLength.WARMUP + (2 if self.adaptive is not None else 0)
         times: dict[int, list[float]] = {}
         switch: float | None = None
@@ -159,7 +159,7 @@ class Engine:
         if self.adaptive is not None:
             self.adaptive.seed_times(times)
             if switch is not None:
-                self.adaptive.seed_switch(max(0.0, switch))
+                self.adaptive.seed_switch(switch)
 
     # -- prompt ------------------------------------------------------------------------------
     def reset(self) -> None:
