@@ -12,6 +12,8 @@
 #   bash bench/gpu.sh serve [SIZE_GB] [HEAD_NOISE]   # bench/serve.py, against llama-server if built
 #   bash bench/gpu.sh qwen3next [SIZE_GB]   # bench/qwen3next.py: rollback strategies on a Qwen3-Next-shaped model
 #   bash bench/gpu.sh multi [dense,moe,big]   # 2 GPUs: placements with and without MTP (bench/multi_gpu.py)
+#   bash bench/gpu.sh kernels [9b:q8_0]   # where a decode's GPU time goes, kernel by kernel, under ncu (PHASES,
+#                                         # DRAFT_VOCAB): bench/gpu_kernels.py
 #   bash bench/gpu.sh serve-shaped   # serve vs llama-server (draft-mtp, plain) at 1 and 4 clients, same model
 #   bash bench/gpu.sh oneshot ["noisy perfect"]   # every row its own process, one answer (bench/oneshot.py), on
 #                                                 # models of LAYERS (default 32) at WIDTHS
@@ -23,7 +25,9 @@
 #                                                 # PERF= (empty): no --perf rows; ONESHOT_ARGS: more
 #                                                 # oneshot.py options (--repeat 3, --env-row NAME=VALUE);
 #                                                 # CHAIN_BENCH="2 3 4": then bench/mtp_chain.py at each k
-#                                                 # (GGUF_MTP_PATCHES=proposed: patch 0004)
+#                                                 # (GGUF_MTP_PATCHES=proposed: patch 0004); only the
+#                                                 # HEADS asked for are made; DV_ONLY=1: only the draft-
+#                                                 # vocabulary models (its rows "off" use GGUF_MTP_DRAFT_VOCAB=0)
 #
 # Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz (the PyPI sdist; the trimmed copy must keep vendor/llama.cpp's
 # CMakeLists.txt, cmake/, common/, ggml/, include/, src/, vendor/, licenses/, tools/ (CMakeLists.txt, completion/)
@@ -196,6 +200,7 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     (for sp in $SPECS; do
         PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 -m bench.models --workdir "$WORK" \
             --shape "${sp%%:*}" --trunks "${sp#*:}" --vocab "${VOCAB:-248320}" ${NOISE:+--noise "$NOISE"} \
+            --heads "$(echo ${HEADS:-noisy} | tr ' ' ',')" ${DV_ONLY:+--draft-vocab-only} \
             --threads "$(nproc)" --manifest "$WORK/models-${sp%%:*}.txt" || exit 1
      done) > "$OUT/models.log" 2>&1 &
     MODELS=$!
@@ -206,6 +211,7 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
         for sp in $SPECS; do
             py -m bench.models --workdir "$WORK" --shape "${sp%%:*}" --trunks "${sp#*:}" --vocab "${VOCAB:-248320}" \
                 ${NOISE:+--noise "$NOISE"} --draft-vocab "$DRAFT_VOCAB" --manifest "$WORK/models-${sp%%:*}.txt" \
+                --heads "$(echo ${HEADS:-noisy} | tr ' ' ',')" ${DV_ONLY:+--draft-vocab-only} \
                 >> "$OUT/models.log" 2>&1 || { tail -20 "$OUT/models.log"; exit 1; }
         done
         log "draft-vocabulary models done"
@@ -239,6 +245,39 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     fi
     log "done"
     ;;
+kernels)  # $2: SHAPE:TRUNK (one model); where a decode's GPU time goes, kernel by kernel (bench/gpu_kernels.py, ncu)
+    deps
+    SP="${2:-9b:q8_0}"
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 -m bench.models --workdir "$WORK" --shape "${SP%%:*}" \
+        --trunks "${SP#*:}" --vocab "${VOCAB:-248320}" ${NOISE:+--noise "$NOISE"} --threads "$(nproc)" \
+        --manifest "$WORK/models-${SP%%:*}.txt" > "$OUT/models.log" 2>&1 &
+    MODELS=$!
+    build
+    wait "$MODELS" || { tail -20 "$OUT/models.log"; exit 1; }
+    if [ -n "${DRAFT_VOCAB:-}" ]; then
+        py -m bench.models --workdir "$WORK" --shape "${SP%%:*}" --trunks "${SP#*:}" --vocab "${VOCAB:-248320}" \
+            ${NOISE:+--noise "$NOISE"} --draft-vocab "$DRAFT_VOCAB" --manifest "$WORK/models-${SP%%:*}.txt" \
+            >> "$OUT/models.log" 2>&1 || { tail -20 "$OUT/models.log"; exit 1; }
+        M="$(grep -m1 -i "^${SP%%:*} ${SP#*:}, noisy head.*, draft vocab $DRAFT_VOCAB=" "$WORK/models-${SP%%:*}.txt" | cut -d= -f2-)"
+    else
+        M="$(grep -m1 -i "^${SP%%:*} ${SP#*:}, noisy head" "$WORK/models-${SP%%:*}.txt" | cut -d= -f2-)"
+    fi
+    NCU="$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)"
+    [ -n "$NCU" ] || { echo "ncu (Nsight Compute) not found" >&2; exit 1; }
+    mkdir -p "$OUT/kernels"
+    for ph in ${PHASES:-plain verify-2 verify-3 verify-4 draft draft-3 draft-4}; do
+        log "kernels: $ph"
+        py -m bench.gpu_kernels "$M" --phase "$ph" -ngl $NGL --out "$OUT/kernels" > "$OUT/kernels/$ph.log" 2>&1 \
+            || { log "$ph failed"; tail -5 "$OUT/kernels/$ph.log"; continue; }
+        PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout 120 "$NCU" --profile-from-start off --clock-control none \
+            --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
+            --log-file "$OUT/kernels/$ph.csv" python3 -m bench.gpu_kernels "$M" --phase "$ph" -ngl $NGL --profile \
+            >> "$OUT/kernels/$ph.log" 2>&1 || { log "$ph: ncu failed"; tail -5 "$OUT/kernels/$ph.log"; }
+    done
+    py -m bench.gpu_kernels --summarize "$OUT/kernels" | tee "$OUT/kernels.txt"
+    tar czf "$OUT/kernels.tgz" -C "$OUT" kernels && rm -rf "$OUT/kernels"  # one file: the device returns a few
+    log "done"
+    ;;
 serve-shaped)  # serve vs llama-server (draft-mtp and plain) at 1 and 4 clients on the oneshot's ~70% head model
     deps
     PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 -m bench.models --workdir "$WORK" \
@@ -255,5 +294,5 @@ serve-shaped)  # serve vs llama-server (draft-mtp and plain) at 1 and 4 clients 
         --workdir "$WORK" --out "$OUT/serve-shaped.json" --plot "$OUT/serve-shaped.png" 2>&1 | tee "$OUT/serve-shaped.txt"
     log "done"
     ;;
-*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|serve-shaped|qwen3next|multi|oneshot|shapes [ARGS]" >&2; exit 2 ;;
+*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|serve-shaped|kernels|qwen3next|multi|oneshot|shapes [ARGS]" >&2; exit 2 ;;
 esac

@@ -305,7 +305,7 @@ def with_draft_vocab(src: Path, out: Path, n: int, text: Path) -> Path:
 
 def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float | None, ...] = (None, 0.0),
            trunks: tuple[str, ...] = ("q8_0",), threads: int | None = None, draft_vocab: int | None = None,
-           draft_vocab_text: Path | None = None) -> dict[str, Path]:
+           draft_vocab_text: Path | None = None, draft_vocab_only: bool = False) -> dict[str, Path]:
     """label -> model at a release ``shape`` (SHAPES): each head noise (0: always right) x each trunk type
     (``q8_0``, ``q4_k_m``: llama.cpp's Q4_K/Q6_K rule for the trunk; embeddings, LM head and head stay Q8_0).
     A noise of None is the shape's ~70% one. With ``draft_vocab``, also each model with that draft vocabulary,
@@ -313,7 +313,9 @@ def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float |
     the one-shot prompt with and its head drafts on the way (needs llama.cpp). The drafts count too so the map
     does not drop the noisy head's wrong guesses: dropped, they would hand the draft its next best token, often
     the right one, and raise acceptance above the full head's, which a real head's map (its wrong guesses are
-    frequent tokens too) does not."""
+    frequent tokens too) does not. ``draft_vocab_only``: no full-vocabulary copies (a draft-vocabulary model runs
+    with its map off under GGUF_MTP_DRAFT_VOCAB=0, and two 27B copies would not fit the device's disk); without
+    ``draft_vocab`` it then makes the templates only."""
     from bench.big_model import inflate
 
     work.mkdir(parents=True, exist_ok=True)
@@ -324,10 +326,11 @@ def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float |
         src = noisy_head(tpl, tpl.with_name(f"{tpl.stem}-noise{noise}.gguf"), noise) if noise > 0 else tpl
         for trunk in trunks:
             path = work / f"{shape}-{layers}L-{trunk.upper()}{f'-noise{noise}' if noise > 0 else ''}.gguf"
-            if not path.exists():
-                inflate(src, path, layers, experts=experts, experts_used=used, trunk=trunk)
             head = f"noisy head ({noise})" if noise > 0 else "perfect head"
-            out[f"{shape} {trunk.upper()}, {head}"] = path
+            if not draft_vocab_only:
+                if not path.exists():
+                    inflate(src, path, layers, experts=experts, experts_used=used, trunk=trunk)
+                out[f"{shape} {trunk.upper()}, {head}"] = path
             if draft_vocab:
                 text = draft_vocab_text
                 if text is None:  # what this head's model answers and drafts: its wrong drafts stay in the map
@@ -365,6 +368,10 @@ def main() -> None:
                     "(needs llama.cpp)")
     ap.add_argument("--draft-vocab-text", type=Path, help="the text (or .ids file of token ids) the draft "
                     "vocabulary is counted on")
+    ap.add_argument("--heads", default="noisy,perfect", help="with --shape: which heads, comma-separated "
+                    "(noisy: the ~70%% one or --noise; perfect)")
+    ap.add_argument("--draft-vocab-only", action="store_true", help="with --shape: no full-vocabulary copies "
+                    "(with --draft-vocab: only the draft-vocabulary models; without: only the templates)")
     ap.add_argument("--print-template", action="store_true", help="with --shape: print the template's path, make "
                     "nothing else")
     a = ap.parse_args()
@@ -372,9 +379,13 @@ def main() -> None:
         print(template(a.workdir, a.shape, a.vocab, a.threads or os.cpu_count() or 2))
         return
     if a.shape:
-        made = shaped(a.workdir, a.shape, vocab=a.vocab, noises=(a.noise, 0.0),
+        heads = set(a.heads.split(","))
+        if not heads or heads - {"noisy", "perfect"}:
+            sys.exit(f"error: --heads {a.heads}: use noisy, perfect or both (comma-separated)")
+        noises = ((a.noise,) if "noisy" in heads else ()) + ((0.0,) if "perfect" in heads else ())
+        made = shaped(a.workdir, a.shape, vocab=a.vocab, noises=noises,
                       trunks=tuple(a.trunks.split(",")), threads=a.threads, draft_vocab=a.draft_vocab,
-                      draft_vocab_text=a.draft_vocab_text)
+                      draft_vocab_text=a.draft_vocab_text, draft_vocab_only=a.draft_vocab_only)
     else:
         made = make(a.workdir, widths=a.widths, layers=a.layers, vocab=a.vocab,
                     noise=0.06 if a.noise is None else a.noise, quant=a.quant or None,

@@ -117,3 +117,8 @@ def test_release_shapes_are_inflated_templates_with_the_head_and_router_of_a_rea
     exps = sum(t.info.nbytes for n, t in perfect.tensors.items() if "_exps." in n and int(n.split(".")[1]) < layers)
     assert exps * used / experts < wb["plain"] < perfect.path.stat().st_size - exps * (1 - used / experts) + 1
     assert 0 < wb["draft"] < wb["plain"]
+    # --draft-vocab-only without --draft-vocab: the templates only, no full-depth copy made or listed
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert models.shaped(tmp_path, "35b-a3b", vocab=4096, noises=(0.06,), trunks=("q4_k_m",), threads=2,
+                         draft_vocab_only=True) == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -159,3 +159,38 @@ def test_quantize_keeps_a_llamacpp_head_whole(files, tmp_path: Path) -> None:
     assert head[f"blk.2.{SHEXP}"].type == "F32" and head["blk.2.attn_q.weight"].type == "Q8_0"
     g, source = _decode(r.path, "auto", n_draft=2)
     assert source == HeadSource.BUNDLED and g.stats.accepted > 0
+
+
+def test_a_draft_vocabulary_on_files_llamacpp_wrote(files, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 on files other tools wrote: ``gguf-mtp extract --head-only --draft-vocab`` of llama.cpp's converted
+    bundled Q8_0 (the default map: the merge order of llama.cpp's own tokenizer metadata) paired with
+    llama-quantize's Q4_K_M trunk, and ``gguf-mtp quantize --draft-vocab`` of the same file (llama.cpp's quantizer).
+    Both answer as plain decoding; a library with the draft-vocab patch drafts inside the map only, a stock one
+    reads the full head."""
+    from gguf_mtp import draft_vocab as dv
+    from gguf_mtp.runtime import patches
+    from gguf_mtp_cli.main import main as cli
+    from tests.test_draft_vocab import _record_drafts, ids_of
+
+    n, src = 256, files["llama bundled"]
+    head = tmp_path / "head-dv.gguf"
+    assert cli(["extract", str(src), "--head-only", "--draft-vocab", str(n), "-o", str(head), "-q"]) == 0
+    bundled = tmp_path / "q4-dv.gguf"
+    assert cli(["quantize", str(src), str(bundled), "Q4_K_M", "--allow-requantize", "--draft-vocab", str(n),
+                "-q"]) == 0
+    m = GGUFModel(src)
+    ids = ids_of(head)
+    assert ids is not None and len(ids) == n and set(dv.required_ids(m.get)) <= set(ids.tolist())
+    assert ids_of(bundled) is not None and ids_of(bundled).tolist() == ids.tolist()  # type: ignore[union-attr]
+    patched = "draft-vocab" in patches.names()
+    for model, mtp, plain_model in ((files["quantize trunk"], head, files["quantize trunk"]),
+                                    (bundled, "auto", bundled)):
+        plain = Reference(lambda p=plain_model: _session(p, False), _generate)  # type: ignore[misc]
+        seen = _record_drafts(monkeypatch)
+        g, _ = _decode(model, mtp)
+        monkeypatch.undo()
+        plain.check(g, f"{model.name} with a draft vocabulary")
+        assert g.stats.drafted > 0 and len(seen) >= g.stats.drafted
+        if patched:
+            outside = [t for t in seen if t not in set(ids.tolist())]
+            assert not outside, f"{len(outside)} of {len(seen)} drafts outside the map"

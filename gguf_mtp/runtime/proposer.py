@@ -199,7 +199,8 @@ class MtpProposer(Proposer):
             while self._held and self._held[-1][0] >= p0:
                 self._held.pop()
             assert b.embd is not None
-            for i in range(max(0, b.n - self.n_draft_max - 1), b.n):
+            # the k + 1 rows a later decode may pad from, and the chained rows after them (gone again with the step)
+            for i in range(max(0, b.n - self.n_draft_max - 1 - self._chain_rows), b.n):
                 self._held.append((int(b.pos_np[i]), int(b.tok_np[i]), b.embd[i].copy()))
         return dt
 
