@@ -40,6 +40,7 @@ import gguf_mtp.runtime  # noqa: F401  (llama.cpp's libraries before numpy's: co
 
 # isort: split
 import numpy as np
+from gguf import TokenType
 
 from bench.common import machine, save, table
 from gguf_mtp import draft_vocab as dv
@@ -166,9 +167,11 @@ def coverage(ids: np.ndarray, counts: np.ndarray) -> float | None:
 
 
 def measure(kvs: Sequence[KV], counting: Sequence[Doc], held: Sequence[Doc], ns: Sequence[int],
-            where: object = "vocabulary", groups: Mapping[str, Path] | None = None) -> dict[str, Any]:
+            where: object = "vocabulary", groups: Mapping[str, Path] | None = None,
+            rank_shares: Sequence[float] = ()) -> dict[str, Any]:
     """Coverage of each choice of N tokens on the held-out part (all, code, prose and, with ``groups``, the files
-    under each named directory apart) and on the counting part."""
+    under each named directory apart) and on the counting part; ``rank_shares``: also counted choices with that
+    share of their room by merge rank (``draft_vocab.by_counts(rank_share=)``)."""
     table_ = {kv.key: kv for kv in kvs}
 
     def get(key: str) -> Any:
@@ -180,6 +183,8 @@ def measure(kvs: Sequence[KV], counting: Sequence[Doc], held: Sequence[Doc], ns:
         raise GgufMtpError(f"{where}: no tokenizer.ggml.tokens; give a GGUF with the model's vocabulary")
     n_vocab = len(tokens)
     required = dv.required_ids(get, where)
+    types = get("tokenizer.ggml.token_type") or []
+    unused = {i for i, t in enumerate(types) if t == TokenType.UNUSED}  # the padding rows
     groups = dict(groups or {})
 
     def group(d: Doc) -> str:
@@ -204,6 +209,9 @@ def measure(kvs: Sequence[KV], counting: Sequence[Doc], held: Sequence[Doc], ns:
             "counted on held-out (bound)": dv.by_counts(n, c_all, required)}
         try:
             choices["lowest ids"] = dv.choose(kvs, n, None, where)
+            for share in rank_shares:  # counted, with that share of the room by merge rank
+                choices[f"counted, {share:.0%} by rank"] = dv.by_counts(n, c_count, required, rank_share=share,
+                                                                         skip=unused)
         except GgufMtpError:  # a tokenizer whose ids do not follow merge order: no default choice
             del choices["lowest ids"]
         for name, ids in choices.items():
@@ -278,6 +286,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="bytes of text per part")
     ap.add_argument("--count-bytes", type=int, help="bytes of the counting part (default: --max-bytes)")
     ap.add_argument("--max-file-bytes", type=int, default=MAX_FILE_BYTES, help="bytes read of one file")
+    ap.add_argument("--rank-share", type=float, nargs="+", default=[], metavar="F",
+                    help="also counted choices with this share of their room by merge rank (0 to 1)")
     ap.add_argument("--source", default="", help="where the vocabulary comes from (recorded)")
     ap.add_argument("--out", type=Path, help="write OUT.txt and OUT.json")
     args = sys.argv[1:] if argv is None else argv
@@ -302,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
             counting, held = split(collect(a.text_dir, a.ext, a.max_file_bytes), a.max_bytes, count_bytes)
         if not counting or not held:
             fail("too little text to split into two parts; give more --text-dir")
-        r = measure(m.model_kvs(), counting, held, a.n, m.path, groups)
+        r = measure(m.model_kvs(), counting, held, a.n, m.path, groups, a.rank_share)
         r["by_dir"] = {str(d): {name: by_dir(part, d) for name, part in (("counting", counting), ("held_out", held))}
                        for d in a.text_dir + a.held_dir}
     except GgufMtpError as e:

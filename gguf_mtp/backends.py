@@ -414,8 +414,10 @@ def judge(pr: Probe, wanted: Sequence[Backend], what: str, cmake_args: str, requ
         else:
             lines.append(f"warning: {msg}")
     dev_list = ", ".join(f"{d.name} ({d.description})" for d in pr.devices) or "none"
-    lines.insert(0, f"{what}: backends {', '.join(pr.compiled)}; devices {dev_list}; GPU offload "
-                    f"{'yes' if pr.gpu_offload else 'no'}")
+    # llama_supports_gpu_offload() is true for a CPU build with RPC: its layers go to other machines only
+    local = any(b.gpu and not b.remote and b.name in pr.compiled for b in BACKENDS)
+    offload = "no" if not pr.gpu_offload else "yes" if local else "to RPC servers only"
+    lines.insert(0, f"{what}: backends {', '.join(pr.compiled)}; devices {dev_list}; GPU offload {offload}")
     return Verdict(ok, lines, pr)
 
 

@@ -9,7 +9,7 @@ verifies over the whole vocabulary, so output is unchanged; only acceptance may 
 The rows are chosen by token frequency: by default the N lowest ids of a byte-level BPE vocabulary, whose ids
 follow merge order (a token made by an earlier merge is more frequent in the tokenizer's training text), or
 counted on a text the user gives (``--draft-vocab-from FILE``), tokenized by llama.cpp with the file's own
-vocabulary.
+vocabulary; there, for a vocabulary in merge order, ``RANK_SHARE`` of the rows still go by rank.
 """
 
 from __future__ import annotations
@@ -26,13 +26,18 @@ from gguf import GGUFValueType, Keys, TokenType
 from .errors import FormatError, GgufMtpError, UnsupportedError
 from .ggufio.format import KV
 
-__all__ = ["KEY", "OPTION", "FROM_OPTION", "MAX_TEXT_BYTES", "check_n", "required_ids", "check_rank_order",
-           "by_rank", "by_counts", "count_tokens", "choose", "to_kv", "read", "head_rows", "apply", "of"]
+__all__ = ["KEY", "OPTION", "FROM_OPTION", "MAX_TEXT_BYTES", "RANK_SHARE", "check_n", "required_ids",
+           "check_rank_order", "by_rank", "by_counts", "count_tokens", "choose", "to_kv", "read", "head_rows", "apply",
+           "of"]
 
 KEY = "gguf_mtp.draft_vocab"
 OPTION = "--draft-vocab"
 FROM_OPTION = "--draft-vocab-from"
 MAX_TEXT_BYTES = 256 << 20  # a text to count tokens on: bounded, it is read whole
+#: of a map counted on a text, the share of its room (after the required tokens) given to the lowest ids instead
+#: (a BPE vocabulary in merge order): text unlike the counted one keeps the common tokens. Chosen on held-out
+#: text with the real Qwen3.5/3.6 vocabulary (docs/upstream/draft-vocab.md, bench/reference/vocab-coverage/)
+RANK_SHARE = 0.125
 TOKENIZE_CHUNK = 1 << 20  # bytes of text per llama_tokenize call (split at a line end)
 #: token texts llama.cpp's vocabulary treats as end-of-generation even where the file types them as normal
 EOG_TEXTS = frozenset({"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>",
@@ -124,14 +129,23 @@ def by_rank(n: int, n_vocab: int, required: set[int], skip: set[int] = frozenset
     return np.array(sorted(chosen), dtype=np.int32)
 
 
-def by_counts(n: int, counts: np.ndarray, required: set[int]) -> np.ndarray:
-    """The required tokens and the most frequent others (ties and unseen tokens by lower id), ``n`` in all."""
+def by_counts(n: int, counts: np.ndarray, required: set[int], *, rank_share: float = 0.0,
+              skip: set[int] = frozenset()) -> np.ndarray:  # type: ignore[assignment]
+    """The required tokens and the most frequent others (ties and unseen tokens by lower id), ``n`` in all.
+    ``rank_share``: that share of the room (after the required tokens) goes instead to the lowest ids not chosen
+    yet (merge order; ``skip``: never), so text unlike the counted one keeps the default's common tokens."""
+    if not 0.0 <= rank_share <= 1.0:
+        raise ValueError(f"rank_share {rank_share}: must be 0 to 1")
+    room = max(0, n - len(required))
+    counted = n - int(round(rank_share * room))
     order = np.lexsort((np.arange(len(counts)), -counts.astype(np.int64)))
     chosen = set(required)
     for i in order.tolist():
-        if len(chosen) >= n:
+        if len(chosen) >= counted:
             break
         chosen.add(i)
+    if len(chosen) < n:
+        chosen.update(by_rank(n, len(counts), chosen, skip).tolist())
     return np.array(sorted(chosen), dtype=np.int32)
 
 
@@ -224,12 +238,17 @@ def choose(kvs: Sequence[KV], n: int, text: str | os.PathLike[str] | None, where
     n_vocab = len(_tokens(get, where))
     required = required_ids(get, where)
     _check_room(n, n_vocab, required, where)
+    types = get(Keys.Tokenizer.TOKEN_TYPE) or []
+    unused = {i for i, t in enumerate(types) if t == TokenType.UNUSED}
     if text is None:
         check_rank_order(get, where)
-        types = get(Keys.Tokenizer.TOKEN_TYPE) or []
-        unused = {i for i, t in enumerate(types) if t == TokenType.UNUSED}
         return by_rank(n, n_vocab, required, unused)
-    return by_counts(n, count_tokens(kvs, text, n_vocab), required)
+    counts = count_tokens(kvs, text, n_vocab)
+    try:
+        check_rank_order(get, where)
+    except UnsupportedError:  # low ids are not frequent ones: the text alone chooses
+        return by_counts(n, counts, required)
+    return by_counts(n, counts, required, rank_share=RANK_SHARE, skip=unused)
 
 
 def to_kv(ids: np.ndarray) -> KV:

@@ -71,6 +71,7 @@ def test_cpu_wheel_passes_as_cpu_build(cpu_wheel: Path) -> None:
     assert v.probe.compiled == backends.files_present(devices.lib_dir())
     assert [d.name for d in v.probe.devices] == ["CPU"] and v.probe.devices[0].total > 0
     assert "backends CPU" in v.lines[0]
+    assert v.lines[0].endswith("GPU offload to RPC servers only" if "RPC" in v.probe.compiled else "GPU offload no")
 
 
 @pytest.mark.parametrize("args,backend,lib", [("-DGGML_VULKAN=on", "Vulkan", "libggml-vulkan.so"),

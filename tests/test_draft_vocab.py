@@ -100,12 +100,36 @@ def test_draft_vocab_from_a_text_keeps_its_most_frequent_tokens(tiny: dict[str, 
     counts = np.bincount(toks, minlength=4096)
     order = sorted(range(4096), key=lambda i: (-counts[i], i))
     want = set(SPECIALS)
+    counted = 300 - round(dv.RANK_SHARE * (300 - len(SPECIALS)))  # the rest: the lowest ids (merge order)
     for i in order:
+        if len(want) == counted:
+            break
+        want.add(i)
+    assert dv.RANK_SHARE > 0 and 0 < counted < 300
+    for i in range(4096):
         if len(want) == 300:
             break
         want.add(i)
     assert got.tolist() == sorted(want)
     assert got.tolist() != ids_of(tiny["map"]).tolist()[:300]  # type: ignore[union-attr]
+
+
+def test_a_rank_share_gives_part_of_the_room_to_the_lowest_ids() -> None:
+    """by_counts(rank_share=): the required tokens, the most frequent (room minus the share) counted ones, then the
+    lowest ids not chosen yet (never a skipped one), n in all; share 0 is the counted choice, 1 the default's."""
+    counts = np.zeros(100, dtype=np.int64)
+    counts[[90, 80, 70, 60, 50, 3]] = [60, 50, 40, 30, 20, 10]  # a text's tokens, mostly of high ids
+    required = {99}
+    pure = dv.by_counts(8, counts, required)
+    assert pure.tolist() == [0, 3, 50, 60, 70, 80, 90, 99]  # 6 counted, then unseen tokens by lower id
+    assert np.array_equal(dv.by_counts(8, counts, required, rank_share=0.0), pure)
+    # room 7: round(0.5 * 7) = 4 by rank after the 3 most frequent counted
+    half = dv.by_counts(8, counts, required, rank_share=0.5, skip={1})
+    assert half.tolist() == [0, 2, 3, 4, 70, 80, 90, 99]
+    everything = dv.by_counts(8, counts, required, rank_share=1.0)
+    assert np.array_equal(everything, dv.by_rank(8, 100, required))
+    with pytest.raises(ValueError):
+        dv.by_counts(8, counts, required, rank_share=1.5)
 
 
 def test_the_map_travels_with_the_head(tiny: dict[str, Path], tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench import vocab_coverage as vc
@@ -193,3 +194,25 @@ def test_too_little_text_gets_one_line(vocab: GGUFModel, tmp_path: Path, capsys:
         vc.main([str(vocab.path), "--text-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "too little text" in err and err.count("\n") == 1, err
+
+
+def test_rank_share_rows_are_what_the_writers_count(vocab: GGUFModel, parts: tuple[list[vc.Doc], list[vc.Doc]],
+                                                     tmp_path: Path) -> None:
+    """``--rank-share``: counted choices with part of their room by merge rank. The N most frequent counted tokens
+    cover the counting part best, so a share never covers it more; the row at dv.RANK_SHARE measures the choice
+    `--draft-vocab N --draft-vocab-from TEXT` writes (the counting part written out as that text)."""
+    counting, held = parts
+    r = vc.measure(vocab.model_kvs(), counting, held, (512,), vocab.path, rank_shares=(dv.RANK_SHARE, 0.5))
+    by = {row["choice"]: row for row in r["rows"]}
+    share = by[f"counted, {dv.RANK_SHARE:.0%} by rank"]
+    for row in (share, by["counted, 50% by rank"]):
+        assert row["counting_part"] <= by["counted"]["counting_part"]
+    assert share["counting_part"] > by["lowest ids"]["counting_part"]
+    text = tmp_path / "counting.txt"
+    text.write_bytes(b"".join(d.data if d.data.endswith(b"\n") else d.data + b"\n" for d in counting))
+    written = dv.choose(vocab.model_kvs(), 512, text, vocab.path)
+    c_held = vc.count(vocab.model_kvs(), held, r["n_vocab"], tmp_path)
+    c_count = vc.count(vocab.model_kvs(), counting, r["n_vocab"], tmp_path)
+    assert vc.coverage(written, c_held) == pytest.approx(share["held_out"], abs=1e-12)
+    assert vc.coverage(written, c_count) == pytest.approx(share["counting_part"], abs=1e-12)
+    assert not np.array_equal(written, dv.by_counts(512, c_count, dv.required_ids(vocab.get, vocab.path)))
