@@ -9,6 +9,8 @@ import pytest
 
 from bench.gpu_kernels import family, read_ncu, summarize
 
+pytestmark = pytest.mark.fast  # reads text files: no llama.cpp needed to run
+
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
           '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
 
