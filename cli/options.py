@@ -38,10 +38,11 @@ DRAFT_VOCAB = typer.Option(
     None, "--draft-vocab", metavar="N",
     help="Let the drafts propose only N tokens (e.g. 32768): the file names them (metadata only) and a patched "
          "llama.cpp reads N rows of the LM head per draft; the target still verifies over all. Rows: the N "
-         "lowest BPE ids (merge order), or the N most frequent in --draft-vocab-from. Default: none.")
+         "lowest BPE ids (merge order), or the most frequent in --draft-vocab-from. Default: none.")
 DRAFT_VOCAB_FROM = typer.Option(
     None, "--draft-vocab-from", callback=text(4096), metavar="FILE",
-    help="With --draft-vocab: choose the N tokens by their count in this UTF-8 text file.")
+    help="With --draft-vocab: choose the N tokens by their count in this UTF-8 text file (for a BPE vocabulary in "
+         "merge order, an eighth of them still by merge order, so other text keeps its common tokens).")
 
 # pairing and speculation
 MTP = typer.Option(None, "--mtp", help="MTP sidecar to pair (default: the model's own head, or <name>-MTP.gguf / "
