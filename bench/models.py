@@ -295,7 +295,7 @@ def with_draft_vocab(src: Path, out: Path, n: int, text: Path) -> Path:
         ids = np.array([int(x) for x in text.read_text().split()], dtype=np.int64)
         counts = np.bincount(ids[(ids >= 0) & (ids < n_vocab)], minlength=n_vocab)
         chosen = draft_vocab.by_counts(n, counts, draft_vocab.required_ids(m.get, src))
-        kvs = [kv for kv in m.model_kvs() if kv.key != draft_vocab.KEY] + [draft_vocab.to_kv(chosen)]
+        kvs = draft_vocab.apply(m.model_kvs(), chosen, None, None, src)
     else:
         kvs = draft_vocab.apply(m.model_kvs(), None, n, text, src)
     with atomic_paths([out]) as (tmp,):

@@ -12,7 +12,6 @@ Usage: python bench/mtp_chain.py MODEL.gguf [-k 3] [-ngl 99] [--steps 200] [--ro
 from __future__ import annotations
 
 import argparse
-import ctypes
 import statistics
 import sys
 import time
@@ -27,14 +26,6 @@ from gguf_mtp.runtime.llama import Batch, Context, Model
 
 TEXT = ("The history of the printing press begins in the fifteenth century, when movable type made books cheaper. "
         "def parse(line):\n    key, _, value = line.partition('=')\n    return key.strip(), value.strip()\n")
-
-
-def set_chain(ctx: Context, n_chain: int) -> None:
-    import llama_cpp.llama_cpp as ll
-
-    fn = ctypes.CDLL(ll._lib._name).llama_set_mtp_chain
-    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_int32], None
-    fn(ctx.ptr, n_chain)
 
 
 def hidden_rows(m: Model, toks: list[int], n_batch: int) -> np.ndarray:
@@ -134,7 +125,7 @@ def main() -> None:
             b = Batch(n_batch, model.n_embd_out)
             feed.put(b, 0, m)  # the cache holds every position before a step's rows
             ctx.decode_batch(b)
-            set_chain(ctx, k - 1 if label == "chained" else 0)
+            ctx.set_mtp_chain(k - 1 if label == "chained" else 0)
             times, drafts = [], []
             for s in range(warm + a.steps):
                 pos = m + s

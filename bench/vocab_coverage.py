@@ -40,7 +40,6 @@ import gguf_mtp.runtime  # noqa: F401  (llama.cpp's libraries before numpy's: co
 
 # isort: split
 import numpy as np
-from gguf import TokenType
 
 from bench.common import machine, save, table
 from gguf_mtp import draft_vocab as dv
@@ -183,8 +182,7 @@ def measure(kvs: Sequence[KV], counting: Sequence[Doc], held: Sequence[Doc], ns:
         raise GgufMtpError(f"{where}: no tokenizer.ggml.tokens; give a GGUF with the model's vocabulary")
     n_vocab = len(tokens)
     required = dv.required_ids(get, where)
-    types = get("tokenizer.ggml.token_type") or []
-    unused = {i for i, t in enumerate(types) if t == TokenType.UNUSED}  # the padding rows
+    unused = dv.unused_ids(get)
     groups = dict(groups or {})
 
     def group(d: Doc) -> str:

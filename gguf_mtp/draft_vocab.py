@@ -26,7 +26,7 @@ from gguf import GGUFValueType, Keys, TokenType
 from .errors import FormatError, GgufMtpError, UnsupportedError
 from .ggufio.format import KV
 
-__all__ = ["KEY", "OPTION", "FROM_OPTION", "MAX_TEXT_BYTES", "RANK_SHARE", "check_n", "required_ids",
+__all__ = ["KEY", "OPTION", "FROM_OPTION", "MAX_TEXT_BYTES", "RANK_SHARE", "check_n", "required_ids", "unused_ids",
            "check_rank_order", "by_rank", "by_counts", "count_tokens", "choose", "to_kv", "read", "head_rows", "apply",
            "of"]
 
@@ -102,6 +102,12 @@ def check_rank_order(get: Getter, where: object) -> None:
             raise UnsupportedError(f"{where}: the BPE vocabulary's ids do not follow merge order (merge {m!r} makes "
                                    f"token {i} after token {last}); count tokens on a text instead: {FROM_OPTION} FILE")
         last = i
+
+
+def unused_ids(get: Getter) -> set[int]:
+    """Tokens typed UNUSED (a vocabulary's padding rows): never chosen to fill a map."""
+    types = get(Keys.Tokenizer.TOKEN_TYPE) or []
+    return {i for i, t in enumerate(types) if t == TokenType.UNUSED}
 
 
 def _check_room(n: int, n_vocab: int, required: set[int], where: object) -> None:
@@ -238,8 +244,7 @@ def choose(kvs: Sequence[KV], n: int, text: str | os.PathLike[str] | None, where
     n_vocab = len(_tokens(get, where))
     required = required_ids(get, where)
     _check_room(n, n_vocab, required, where)
-    types = get(Keys.Tokenizer.TOKEN_TYPE) or []
-    unused = {i for i, t in enumerate(types) if t == TokenType.UNUSED}
+    unused = unused_ids(get)
     if text is None:
         check_rank_order(get, where)
         return by_rank(n, n_vocab, required, unused)
