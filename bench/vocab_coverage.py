@@ -293,6 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     count_bytes = a.max_bytes if a.count_bytes is None else a.count_bytes
     if not (0 < a.max_bytes <= dv.MAX_TEXT_BYTES and 0 < count_bytes <= dv.MAX_TEXT_BYTES) or a.max_file_bytes <= 0:
         fail(f"--max-bytes and --count-bytes must be 1 to {dv.MAX_TEXT_BYTES}, --max-file-bytes positive")
+    if any(not 0.0 <= f <= 1.0 for f in a.rank_share):
+        fail(f"--rank-share {' '.join(map(str, a.rank_share))}: each share must be 0 to 1")
     for opt, dirs in (("--text-dir", a.text_dir), ("--held-dir", a.held_dir)):
         for d in dirs:
             if not d.is_dir():

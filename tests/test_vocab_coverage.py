@@ -166,6 +166,7 @@ def test_the_command_writes_its_report(vocab: GGUFModel, texts: Path, tmp_path: 
     (["--text-dir", "/nonexistent-dir"], "not a directory"),
     (["--text-dir", ".", "--max-bytes", "0"], "--max-bytes"),
     (["--text-dir", ".", "--held-dir", "/nonexistent-dir"], "--held-dir /nonexistent-dir: not a directory"),
+    (["--text-dir", ".", "--rank-share", "0.5", "1.5"], "--rank-share 0.5 1.5: each share must be 0 to 1"),
 ])
 def test_bad_arguments_get_one_line(vocab: GGUFModel, args: list[str], says: str,
                                     capsys: pytest.CaptureFixture[str]) -> None:
