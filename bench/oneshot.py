@@ -9,8 +9,9 @@ and with `auto`, with the warm-up at load (the default with -ngl) and, with ``--
 and auto again with `--no-warmup` to show what it brings. Ratios are to llama-completion in the same run on the same
 file. ``--perf`` adds plain and the best k again with per-phase timings (``run --perf``: each decode waited for, so
 a little slower) and the memory-bound limit of a plain token and of a draft (bytes the weights read, at the device's
-nominal bandwidth). ``--env-row NAME=VALUE`` adds plain, the best k and auto with that variable set
-(``GGML_CUDA_GRAPH_MAX_SHAPES=1``: the stock CUDA graph cache on a build with that patch). Auto rows keep what auto
+nominal bandwidth). ``--env-row NAME=VALUE[,NAME=VALUE...]`` adds llama.cpp's MTP driver at its best k, plain, the
+best k and auto with those variables set (``GGML_CUDA_GRAPH_MAX_SHAPES=1``: the stock CUDA graph cache on a build
+with that patch). Auto rows keep what auto
 did (``auto``: changes of length, runs, the measured cost of a change). ``--repeat N`` runs each `run` row in N
 processes and keeps the median. ``--before DIR`` adds plain, the best k and
 auto run from another copy of the package (DIR holds ``gguf_mtp`` and ``gguf_mtp_cli``): a before/after on the same
@@ -112,6 +113,17 @@ def ours(model: Path, prompt_file: Path, a: argparse.Namespace, tmp: Path, *extr
     return st
 
 
+def env_vars(spec: str) -> dict[str, str]:
+    """``NAME=VALUE[,NAME=VALUE...]`` as a dict; a malformed item stops with one line."""
+    env = {}
+    for item in spec.split(","):
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise SystemExit(f"error: --env-row {spec!r}: write NAME=VALUE[,NAME=VALUE...]")
+        env[name.strip()] = value
+    return env
+
+
 def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) -> list[dict]:  # type: ignore[no-untyped-def]
     """The rows of one model; ``save(rows)`` after each (a time budget may stop the run between rows)."""
     fill_page_cache(model)
@@ -167,8 +179,14 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         add(f"run k={best} --no-warmup", "--spec-draft-n-max", str(best), "--no-warmup")
         add("run auto --no-warmup", "--spec-draft-n-max", "auto", "--no-warmup")
     for env_row in a.env_row or []:  # the same rows under another environment (GGML_CUDA_GRAPH_MAX_SHAPES=1)
-        name, _, value = env_row.partition("=")
-        env = {name: value}
+        env = env_vars(env_row)
+        if spec_tps:  # llama.cpp's driver runs the same library: its best k under that environment too
+            k_spec = max(spec_tps, key=spec_tps.__getitem__)
+            r = llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec, ngl=a.ngl, ctx=a.ctx,
+                                     env=dict(os.environ, **env))
+            out.append({"row": f"llama-speculative-simple k={k_spec}, {env_row}", "t/s": round(r.tps, 1),
+                        "model": label, "acceptance_at": [round(x, 3) for x in r.acceptance_at]})
+            save(out)
         add(f"run --no-mtp, {env_row}", "--no-mtp", env_extra=env)
         add(f"run k={best}, {env_row}", "--spec-draft-n-max", str(best), env_extra=env)
         add(f"run auto, {env_row}", "--spec-draft-n-max", "auto", env_extra=env)
@@ -226,8 +244,9 @@ def main() -> None:
                     "and auto from it too")
     ap.add_argument("--repeat", type=int, default=1, help="processes per `run` row; the row keeps the median's "
                     "t/s and every process's (rows move by several percent between processes)")
-    ap.add_argument("--env-row", action="append", metavar="NAME=VALUE",
-                    help="also plain, the best k and auto with this environment variable set; repeatable")
+    ap.add_argument("--env-row", action="append", metavar="NAME=VALUE[,NAME=VALUE...]",
+                    help="also llama.cpp's MTP at its best k, plain, the best k and auto with these environment "
+                    "variables set; repeatable")
     ap.add_argument("--spec-drafts", type=int, nargs="+", help="k for llama-speculative-simple (default: --drafts)")
     a = ap.parse_args()
     a.gpu = gpu_name()
