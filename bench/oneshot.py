@@ -163,6 +163,8 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
             row["steps"] = st.get("steps")
         if st.get("auto"):  # what auto did: changes of length, runs, the measured cost of a change
             row["auto"] = st["auto"]
+            if len(runs) > 1:  # every process's: a slow one shows how it went wrong
+                row["auto each"] = [r.get("auto") for r in runs]
         if base:
             row["x llama-completion"] = round(row["t/s"] / base, 3)
         out.append(row)

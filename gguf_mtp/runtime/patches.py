@@ -30,8 +30,6 @@ KNOWN: tuple[Patch, ...] = (
     Patch("draft-vocab", "gguf_mtp_patch_draft_vocab"),  # the MTP graph reads gguf_mtp.draft_vocab itself
     Patch("cuda-graph-per-shape", "gguf_mtp_patch_cuda_graph_per_shape"),  # nothing to switch: ggml-cuda's own
     Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain", chain_archs=frozenset({"qwen35", "qwen35moe"})),
-    Patch("cuda-mmvq-fusion-multicol", "gguf_mtp_patch_cuda_mmvq_fusion_multicol"),  # ggml-cuda's own: nothing to switch
-    Patch("cuda-concat-narrow-rows", "gguf_mtp_patch_cuda_concat_narrow_rows"),  # ggml-cuda's own: nothing to switch
 )
 
 
