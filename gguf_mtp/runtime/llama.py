@@ -294,6 +294,10 @@ class Model:
             raise GgufMtpError(f"{self.path}: llama.cpp could not load the model: {last_error()}")
         self.vocab = _ll.llama_model_get_vocab(self.ptr)
         self.n_vocab = _ll.llama_vocab_n_tokens(self.vocab)
+        # each token's text and end-of-generation flag, as first asked: generation asks both for every token it
+        # emits, between two decodes (at most n_vocab entries)
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
         self.n_embd = _ll.llama_model_n_embd(self.ptr)
         self.n_nextn = _ll.llama_model_n_layer_nextn(self.ptr)
         self.n_embd_out = _ll.llama_model_n_embd_out(self.ptr) or self.n_embd
@@ -334,15 +338,22 @@ class Model:
         return list(buf[:n])
 
     def piece(self, token: int) -> bytes:
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
         buf = ctypes.create_string_buffer(64)
         n = _ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
             n = _ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
-        return buf.raw[:n]
+        text = self._pieces[token] = buf.raw[:n]
+        return text
 
     def is_eog(self, token: int) -> bool:
-        return bool(_ll.llama_vocab_is_eog(self.vocab, token))
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(_ll.llama_vocab_is_eog(self.vocab, token))
+        return eog
 
     def close(self) -> None:
         """Free the model, or (while a context made on it is open) as soon as the last one is closed: a context
