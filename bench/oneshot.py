@@ -172,6 +172,17 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         print(f"  {label}: {name}: {row['t/s']} t/s", file=sys.stderr, flush=True)
         return row
 
+    def spec_best(name: str, env: dict[str, str]) -> None:
+        """llama.cpp's MTP driver again at its best k, with ``env`` set: the row ``... k=K, name``."""
+        if not spec_tps:
+            return
+        k_spec = max(spec_tps, key=spec_tps.__getitem__)
+        r = llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec, ngl=a.ngl, ctx=a.ctx,
+                                 env=dict(os.environ, **env))
+        out.append({"row": f"llama-speculative-simple k={k_spec}, {name}", "t/s": round(r.tps, 1), "model": label,
+                    "acceptance_at": [round(x, 3) for x in r.acceptance_at]})
+        save(out)
+
     plain = add("run --no-mtp", "--no-mtp")
     fixed = [add(f"run k={k}", "--spec-draft-n-max", str(k)) for k in a.drafts]
     best = max(zip(a.drafts, fixed), key=lambda kr: kr[1]["t/s"])[0]
@@ -182,13 +193,7 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         add("run auto --no-warmup", "--spec-draft-n-max", "auto", "--no-warmup")
     for env_row in a.env_row or []:  # the same rows under another environment (GGML_CUDA_GRAPH_MAX_SHAPES=1)
         env = env_vars(env_row)
-        if spec_tps:  # llama.cpp's driver runs the same library: its best k under that environment too
-            k_spec = max(spec_tps, key=spec_tps.__getitem__)
-            r = llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec, ngl=a.ngl, ctx=a.ctx,
-                                     env=dict(os.environ, **env))
-            out.append({"row": f"llama-speculative-simple k={k_spec}, {env_row}", "t/s": round(r.tps, 1),
-                        "model": label, "acceptance_at": [round(x, 3) for x in r.acceptance_at]})
-            save(out)
+        spec_best(env_row, env)  # llama.cpp's driver runs the same library: its best k under that environment too
         add(f"run --no-mtp, {env_row}", "--no-mtp", env_extra=env)
         add(f"run k={best}, {env_row}", "--spec-draft-n-max", str(best), env_extra=env)
         add(f"run auto, {env_row}", "--spec-draft-n-max", "auto", env_extra=env)
@@ -198,13 +203,7 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         add("run auto (before)", "--spec-draft-n-max", "auto", package=a.before)
     if has_draft_vocab(model):  # the same with the patched library's draft vocabulary switched off
         off = {"GGUF_MTP_DRAFT_VOCAB": "0"}
-        if spec_tps:
-            k_spec = max(spec_tps, key=spec_tps.__getitem__)
-            r = llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec, ngl=a.ngl, ctx=a.ctx,
-                                     env=dict(os.environ, **off))
-            out.append({"row": f"llama-speculative-simple k={k_spec}, draft vocab off", "t/s": round(r.tps, 1),
-                        "model": label, "acceptance_at": [round(x, 3) for x in r.acceptance_at]})
-            save(out)
+        spec_best("draft vocab off", off)
         add(f"run k={best}, draft vocab off", "--spec-draft-n-max", str(best), env_extra=off)
         if a.perf:
             add(f"run k={best} --perf, draft vocab off", "--spec-draft-n-max", str(best), "--perf", env_extra=off)
