@@ -125,8 +125,9 @@ def test_release_shapes_are_inflated_templates_with_the_head_and_router_of_a_rea
 
 
 def test_an_env_row_sets_every_variable_it_names_and_a_malformed_one_stops_in_a_line() -> None:
-    """bench/oneshot.py --env-row NAME=VALUE[,NAME=VALUE...]: several of a build's switches off in one row (both
-    proposed ggml-cuda patches' stock paths), and a typo is an error, not a row measured with nothing changed."""
+    """bench/oneshot.py --env-row NAME=VALUE[,NAME=VALUE...]: several of a build's switches in one row (session 18
+    turned two ggml-cuda patches off together this way), and a typo is an error, not a row measured with nothing
+    changed."""
     oneshot = _bench("oneshot")
     assert oneshot.env_vars("GGML_CUDA_MMVQ_FUSION_COLS=1") == {"GGML_CUDA_MMVQ_FUSION_COLS": "1"}
     assert oneshot.env_vars("A=1,B=0") == {"A": "1", "B": "0"}
