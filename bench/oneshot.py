@@ -13,7 +13,9 @@ nominal bandwidth). ``--env-row NAME=VALUE[,NAME=VALUE...]`` adds llama.cpp's MT
 best k and auto with those variables set (``GGML_CUDA_GRAPH_MAX_SHAPES=1``: the stock CUDA graph cache on a build
 with that patch). Auto rows keep what auto
 did (``auto``: changes of length, runs, the measured cost of a change). ``--repeat N`` runs each `run` row in N
-processes and keeps the median. ``--before DIR`` adds plain, the best k and
+processes and keeps the median. ``--plain-pairs N`` alternates N llama-completion and `run --no-mtp --perf`
+processes and compares their medians, the decode alone and the host's time between decodes (``--drafts`` with no
+value: only that). ``--before DIR`` adds plain, the best k and
 auto run from another copy of the package (DIR holds ``gguf_mtp`` and ``gguf_mtp_cli``): a before/after on the same
 machine. A model whose file names a draft vocabulary (``--draft-vocab``) also gets llama.cpp's MTP driver at its
 best k, the best k and its ``--perf`` row with ``GGUF_MTP_DRAFT_VOCAB=0``: the patched library's full-head drafts
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -124,6 +127,22 @@ def env_vars(spec: str) -> dict[str, str]:
     return env
 
 
+def pairs_summary(lc_tps: list[float], ours: list[tuple[float, float, float]]) -> dict:
+    """Plain decoding, llama-completion against `run --no-mtp --perf`, one process each, in alternating pairs (so a
+    machine's drift between processes falls on both). ``ours``: (t/s, step ms, decode ms) a process. llama-completion's
+    t/s counts its decodes only (its ``eval time``: each llama_decode to its synchronisation); our decode ms is the
+    same span, and our step ms adds what the host does between two decodes (reading the token, Python)."""
+    med = statistics.median
+    lc_ms = [1e3 / t for t in lc_tps if t > 0]
+    return {"t/s": round(med(t for t, _, _ in ours), 2), "llama-completion t/s": round(med(lc_tps), 2),
+            "x llama-completion (medians)": round(med(t for t, _, _ in ours) / med(lc_tps), 3),
+            "x each pair": [round(t / b, 3) for (t, _, _), b in zip(ours, lc_tps)],
+            "decode ms/token": round(med(d for _, _, d in ours), 3),
+            "llama-completion eval ms/token": round(med(lc_ms), 3) if lc_ms else None,
+            "host ms/token": round(med(s - d for _, s, d in ours), 3),
+            "t/s each": [round(t, 2) for t, _, _ in ours], "llama-completion t/s each": [round(t, 1) for t in lc_tps]}
+
+
 def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) -> list[dict]:  # type: ignore[no-untyped-def]
     """The rows of one model; ``save(rows)`` after each (a time budget may stop the run between rows)."""
     fill_page_cache(model)
@@ -138,6 +157,18 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         out.append({"row": "llama-completion", "t/s": round(r.tps, 1), "model": label,
                     "t/s eval+sampling": round(r.tps_with_sampling, 1)})
         save(out)
+    if a.plain_pairs and comp is not None:  # plain decoding against llama-completion, process for process
+        lc, mine = [], []
+        for _ in range(a.plain_pairs):
+            lc.append(llamacpp.completion(comp, model, prompt_file, a.n_predict, ngl=a.ngl, ctx=a.ctx).tps)
+            st = ours(model, prompt_file, a, tmp, "--no-mtp", "--perf")
+            mine.append((st["decode_tps"], (st.get("breakdown") or {}).get("step_ms", 0.0),
+                         (st.get("breakdown") or {}).get("verify_ms", 0.0)))
+        out.append({"row": f"plain pairs x{a.plain_pairs}", "model": label, **pairs_summary(lc, mine)})
+        save(out)
+        print(f"  {label}: plain pairs: {json.dumps(out[-1])}", file=sys.stderr, flush=True)
+    if not a.drafts:  # pairs only
+        return out
     spec_tps: dict[int, float] = {}  # llama.cpp's MTP driver: t/s at each k
     if spec is not None:
         for k in a.spec_drafts or a.drafts:
@@ -237,7 +268,8 @@ def main() -> None:
     ap.add_argument("-ngl", "--ngl", type=int, default=99)
     ap.add_argument("-n", "--n-predict", type=int, default=256)
     ap.add_argument("-c", "--ctx", type=int, default=4096)
-    ap.add_argument("--drafts", type=int, nargs="+", default=[1, 2, 3, 4])
+    ap.add_argument("--drafts", type=int, nargs="*", default=[1, 2, 3, 4],
+                    help="k for the `run` rows; none: only llama-completion and --plain-pairs")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "oneshot.json")
     ap.add_argument("--no-warmup-rows", action="store_true", help="also plain, best k and auto with --no-warmup")
     ap.add_argument("--perf", action="store_true", help="also plain and best k with per-phase timings (--perf)")
@@ -248,6 +280,9 @@ def main() -> None:
     ap.add_argument("--env-row", action="append", metavar="NAME=VALUE[,NAME=VALUE...]",
                     help="also llama.cpp's MTP at its best k, plain, the best k and auto with these environment "
                     "variables set; repeatable")
+    ap.add_argument("--plain-pairs", type=int, default=0, metavar="N",
+                    help="N alternating pairs of llama-completion and `run --no-mtp --perf` processes: medians, "
+                    "each pair's ratio, decode and host ms a token")
     ap.add_argument("--spec-drafts", type=int, nargs="+", help="k for llama-speculative-simple (default: --drafts)")
     a = ap.parse_args()
     a.gpu = gpu_name()

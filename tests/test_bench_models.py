@@ -134,3 +134,18 @@ def test_an_env_row_sets_every_variable_it_names_and_a_malformed_one_stops_in_a_
     for bad in ("A", "A=1,B", "=1"):
         with pytest.raises(SystemExit, match="error: --env-row"):
             oneshot.env_vars(bad)
+
+
+def test_plain_pairs_compare_medians_pair_by_pair_and_split_decode_from_host_time() -> None:
+    """bench/oneshot.py --plain-pairs: the plain target (issue 24, within 2% of llama-completion) is judged on
+    medians of alternating processes, and the decode alone (llama-completion's eval span) apart from the host's time
+    between two decodes, which llama-completion's figure leaves out."""
+    oneshot = _bench("oneshot")
+    lc = [200.0, 190.0, 210.0]
+    ours = [(198.0, 5.10, 5.00), (185.0, 5.30, 5.21), (205.0, 4.95, 4.85)]  # (t/s, step ms, decode ms)
+    s = oneshot.pairs_summary(lc, ours)
+    assert s["t/s"] == 198.0 and s["llama-completion t/s"] == 200.0
+    assert s["x llama-completion (medians)"] == 0.99
+    assert s["x each pair"] == [0.99, round(185 / 190, 3), round(205 / 210, 3)]
+    assert s["decode ms/token"] == 5.0 and s["llama-completion eval ms/token"] == 5.0
+    assert s["host ms/token"] == 0.1
