@@ -630,7 +630,9 @@ def test_library_serve_takes_a_loaded_session(model: Path) -> None:
     """gguf_mtp.server.serve with an MTPSession: the request defaults and the name it was given, exit 0 on
     SIGTERM as the command, and the session is its caller's (still open after serve returns)."""
     s = Server(model, cmd=[sys.executable, "-c", LIBRARY_SERVE, str(model)])
-    assert any("gguf-mtp serve: lib (MTP bundled, draft 2), 1 slot(s)" in x for x in s.log), s.log
+    # ", drafts chained" follows the draft length where the library chains them (the proposed mtp-draft-chain patch)
+    assert any(re.search(r"gguf-mtp serve: lib \(MTP bundled, draft 2(, drafts chained)?\), 1 slot\(s\)", x)
+               for x in s.log), s.log
     code, r = s.http("POST", "/completion", {"prompt": PROMPTS[0]})
     assert code == 200 and r["tokens_predicted"] == 5 and r["model"] == "lib", r
     settings = r["generation_settings"]
