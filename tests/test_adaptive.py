@@ -466,7 +466,9 @@ def warm_controller(ms: dict[int, float], switch_ms: float) -> DraftLength:
     return c
 
 
-@pytest.mark.parametrize("switch_ms,floor", [(0.5, 0.94), (2.0, 0.94), (SWITCH_MS_DEEP, 0.95)])
+# 12 ms: what a change cost on the 9B shape with the proposed patches (session 19). The prior that held a perfect
+# head at k=1 for the whole answer there (0.81x) now follows the first position to the second (0.90x).
+@pytest.mark.parametrize("switch_ms,floor", [(0.5, 0.94), (2.0, 0.94), (12.0, 0.88), (SWITCH_MS_DEEP, 0.95)])
 def test_a_warm_first_answer_is_near_the_best_fixed_length(switch_ms: float, floor: float) -> None:
     """Issue 24: auto's first answer (256 tokens, one process, warmed up at load) reaches 95% of the best fixed
     length where a change of length is costly, and stays near it where changes are cheap. It starts from the best

@@ -185,8 +185,9 @@ class DraftLength:
     def _all_counts(self, stats: Stats) -> list[tuple[float, float]]:
         """:meth:`_counts` at every position. A profile's prior has its own shares; the typical head's prior
         (seed_times) at position i > 0 is the estimate at i-1 times the ratio of the estimates at i-1 and i-2
-        (TYPICAL_DECAY at i = 1): acceptance falls by about one ratio a position, so what the verified positions
-        show carries to the deeper ones, and a head better than typical is not held back by the prior."""
+        (at i = 1, TYPICAL_DECAY scaled by the estimate at 0 over TYPICAL_FIRST): acceptance falls by about one
+        ratio a position, so what the verified positions show carries to the deeper ones, and a head better than
+        typical is not held back by the prior."""
         d0, a0 = stats.drafted_at, stats.accepted_at
         out: list[tuple[float, float]] = []
         for i in range(self.k_max):
@@ -199,7 +200,10 @@ class DraftLength:
                 else:
                     prev = out[i - 1][1] / out[i - 1][0] if out[i - 1][0] else 0.0
                     before = (out[i - 2][1] / out[i - 2][0] if out[i - 2][0] else 0.0) if i >= 2 else 0.0
-                    ratio = prev / before if i >= 2 and before > 0 else self.TYPICAL_DECAY
+                    # at the second position the typical decay, scaled by how the first compares with a typical
+                    # head's: a head right every time at the first is expected nearly so at the second
+                    first = self.TYPICAL_DECAY * prev / self.TYPICAL_FIRST
+                    ratio = prev / before if i >= 2 and before > 0 else first
                     share = prev * min(1.0, ratio)
                 pa = pd * share
             out.append((d + pd, a + pa))
