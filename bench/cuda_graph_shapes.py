@@ -1,9 +1,9 @@
 """What changing the batch shape costs with CUDA graphs (docs/upstream/cuda-graph-per-shape.md): the target context
 decodes verify-sized batches, either always the same size or cycling through several (as ``auto`` changing the
 draft length does), and the time per decode is compared. With stock ggml-cuda every change re-captures the one
-graph the context has; with patches/llama.cpp/proposed/0003-cuda-graph-per-shape.patch each shape keeps its own.
-Run it twice on the patched library, GGML_CUDA_GRAPH_MAX_SHAPES=1 (stock behaviour) and unset (8), or once each
-on a stock and a patched build (LLAMA_CPP_LIB_PATH).
+graph the context has; with the withdrawn 0003-cuda-graph-per-shape patch (commit 869a1bb) each shape kept its own.
+On a build with it, run this twice, GGML_CUDA_GRAPH_MAX_SHAPES=1 (stock behaviour) and unset (8); or once each on
+a stock build and another (LLAMA_CPP_LIB_PATH).
 Usage: python bench/cuda_graph_shapes.py MODEL.gguf [SIZES, default 2,3,4,5] [STEPS, default 400]"""
 
 import os

@@ -28,7 +28,6 @@ class Patch:
 KNOWN: tuple[Patch, ...] = (
     Patch("qwen3next-rs-rollback", "gguf_mtp_patch_qwen3next_rs_rollback", rs_rollback_archs=frozenset({"qwen3next"})),
     Patch("draft-vocab", "gguf_mtp_patch_draft_vocab"),  # the MTP graph reads gguf_mtp.draft_vocab itself
-    Patch("cuda-graph-per-shape", "gguf_mtp_patch_cuda_graph_per_shape"),  # nothing to switch: ggml-cuda's own
     Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain", chain_archs=frozenset({"qwen35", "qwen35moe"})),
 )
 
