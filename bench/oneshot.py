@@ -10,8 +10,8 @@ and auto again with `--no-warmup` to show what it brings. Ratios are to llama-co
 file. ``--perf`` adds plain and the best k again with per-phase timings (``run --perf``: each decode waited for, so
 a little slower) and the memory-bound limit of a plain token and of a draft (bytes the weights read, at the device's
 nominal bandwidth). ``--env-row NAME=VALUE[,NAME=VALUE...]`` adds llama.cpp's MTP driver at its best k, plain, the
-best k and auto with those variables set (``GGML_CUDA_GRAPH_MAX_SHAPES=1``: the stock CUDA graph cache on a build
-with that patch). Auto rows keep what auto
+best k and auto with those variables set (``GGUF_MTP_DRAFT_CHAIN=0``: one decode a draft on a build that chains
+them). Auto rows keep what auto
 did (``auto``: changes of length, runs, the measured cost of a change). ``--repeat N`` runs each `run` row in N
 processes and keeps the median. ``--plain-pairs N`` alternates N llama-completion and `run --no-mtp --perf`
 processes and compares their medians, the decode alone and the host's time between decodes (``--drafts`` with no
@@ -162,8 +162,8 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         for _ in range(a.plain_pairs):
             lc.append(llamacpp.completion(comp, model, prompt_file, a.n_predict, ngl=a.ngl, ctx=a.ctx).tps)
             st = ours(model, prompt_file, a, tmp, "--no-mtp", "--perf")
-            mine.append((st["decode_tps"], (st.get("breakdown") or {}).get("step_ms", 0.0),
-                         (st.get("breakdown") or {}).get("verify_ms", 0.0)))
+            bd = st.get("breakdown") or {}
+            mine.append((st["decode_tps"], bd.get("step_ms", 0.0), bd.get("verify_ms", 0.0)))
         out.append({"row": f"plain pairs x{a.plain_pairs}", "model": label, **pairs_summary(lc, mine)})
         save(out)
         print(f"  {label}: plain pairs: {json.dumps(out[-1])}", file=sys.stderr, flush=True)
@@ -222,7 +222,7 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         add("run --no-mtp --no-warmup", "--no-mtp", "--no-warmup")
         add(f"run k={best} --no-warmup", "--spec-draft-n-max", str(best), "--no-warmup")
         add("run auto --no-warmup", "--spec-draft-n-max", "auto", "--no-warmup")
-    for env_row in a.env_row or []:  # the same rows under another environment (GGML_CUDA_GRAPH_MAX_SHAPES=1)
+    for env_row in a.env_row or []:  # the same rows under another environment (GGUF_MTP_DRAFT_CHAIN=0)
         env = env_vars(env_row)
         spec_best(env_row, env)  # llama.cpp's driver runs the same library: its best k under that environment too
         add(f"run --no-mtp, {env_row}", "--no-mtp", env_extra=env)

@@ -202,8 +202,8 @@ class DraftLength:
                     before = (out[i - 2][1] / out[i - 2][0] if out[i - 2][0] else 0.0) if i >= 2 else 0.0
                     # at the second position the typical decay, scaled by how the first compares with a typical
                     # head's: a head right every time at the first is expected nearly so at the second
-                    first = self.TYPICAL_DECAY * prev / self.TYPICAL_FIRST
-                    ratio = prev / before if i >= 2 and before > 0 else first
+                    ratio = (prev / before if i >= 2 and before > 0
+                             else self.TYPICAL_DECAY * prev / self.TYPICAL_FIRST)
                     share = prev * min(1.0, ratio)
                 pa = pd * share
             out.append((d + pd, a + pa))
