@@ -52,6 +52,17 @@ NGL=99
 [ "$CUDA" = 1 ] || NGL=0
 py() { PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" LLAMA_CPP_BIN="$LCPP/bin" python3 "$@"; }
 log() { echo "[$(( SECONDS - T0 ))s] $*"; }
+# timeout with what is left of BUDGET: none left (a slow build) skips the step with a line instead of handing
+# timeout a negative number
+timeout_left() {
+    local left=$1
+    shift
+    if [ "$left" -le 0 ]; then
+        log "the time budget (BUDGET) was spent before this step: skipped"
+        return 0
+    fi
+    timeout "$left" "$@"
+}
 
 patch_llama() {  # our patches (patches/llama.cpp, as scripts/setup.sh applies them): GGUF_MTP_PATCHES=0|1|proposed
     local mode="${GGUF_MTP_PATCHES:-1}" p list=()
@@ -127,7 +138,7 @@ all)
     while IFS= read -r line; do args+=(--model "$line"); done < "$WORK/models.txt"
     left=$(( ${BUDGET:-540} - (SECONDS - T0) ))
     log "side-by-side benchmark, $left s left"
-    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 -m bench.side_by_side "${args[@]}" \
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout_left "$left" python3 -m bench.side_by_side "${args[@]}" \
         --bin "$LCPP/bin" --ngl $NGL ${THREADS:+--threads $THREADS} -n 128 --repeats 2 --tool-repeats 1 ${SBS_ARGS:-} \
         --out "$OUT/side-by-side.json" 2>&1 | tee "$OUT/side-by-side.txt" || log "side-by-side stopped early (time budget or error); the JSON keeps every finished model"
     log "done"
@@ -187,7 +198,7 @@ oneshot)  # $2: which heads, in order ("noisy perfect"); NOISE sets the noisy on
     for h in ${2:-noisy perfect}; do args+=(--model "$(grep -m1 "$h head" "$WORK/models.txt")"); done
     left=$(( ${BUDGET:-540} - (SECONDS - T0) ))
     log "one-shot rows, $left s left"
-    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 -m bench.oneshot "${args[@]}" \
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout_left "$left" python3 -m bench.oneshot "${args[@]}" \
         --bin "$LCPP/bin" --ngl $NGL -n "${NPRED:-256}" --drafts ${DRAFTS:-1 2 3 4} ${BEFORE:+--before "$BEFORE"} \
         ${ONESHOT_ARGS:-} --out "$OUT/oneshot.json" 2>&1 \
         | tee "$OUT/oneshot.txt" || log "oneshot stopped early (time budget or error); the JSON keeps every finished row"
@@ -230,7 +241,7 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     done
     left=$(( ${BUDGET:-560} - (SECONDS - T0) ))
     log "one-shot rows, $left s left"
-    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout "$left" python3 -m bench.oneshot "${args[@]}" \
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout_left "$left" python3 -m bench.oneshot "${args[@]}" \
         --bin "$LCPP/bin" --ngl $NGL -n "${NPRED:-256}" --drafts ${DRAFTS:-2 3 4} ${PERF---perf} \
         ${BEFORE:+--before "$BEFORE"} ${ONESHOT_ARGS:-} --out "$OUT/oneshot.json" 2>&1 \
         | tee "$OUT/oneshot.txt" || log "oneshot stopped early (time budget or error); the JSON keeps every finished row"

@@ -15,7 +15,10 @@ them). Auto rows keep what auto
 did (``auto``: changes of length, runs, the measured cost of a change). ``--repeat N`` runs each `run` row in N
 processes and keeps the median. ``--plain-pairs N`` alternates N llama-completion and `run --no-mtp --perf`
 processes and compares their medians, the decode alone and the host's time between decodes (``--drafts`` with no
-value: only that). ``--before DIR`` adds plain, the best k and
+value: only that). ``--ab A B`` runs the ``--ab-rows`` (default: the best k and auto) in ``--ab-n`` pairs of
+processes, A's environment then B's each time, and compares the medians: an A/B that a machine's drift between
+processes falls on evenly.
+``--before DIR`` adds plain, the best k and
 auto run from another copy of the package (DIR holds ``gguf_mtp`` and ``gguf_mtp_cli``): a before/after on the same
 machine. A model whose file names a draft vocabulary (``--draft-vocab``) also gets llama.cpp's MTP driver at its
 best k, the best k and its ``--perf`` row with ``GGUF_MTP_DRAFT_VOCAB=0``: the patched library's full-head drafts
@@ -116,13 +119,13 @@ def ours(model: Path, prompt_file: Path, a: argparse.Namespace, tmp: Path, *extr
     return st
 
 
-def env_vars(spec: str) -> dict[str, str]:
-    """``NAME=VALUE[,NAME=VALUE...]`` as a dict; a malformed item stops with one line."""
+def env_vars(spec: str, option: str = "--env-row") -> dict[str, str]:
+    """``NAME=VALUE[,NAME=VALUE...]`` as a dict; a malformed item stops with one line naming ``option``."""
     env = {}
     for item in spec.split(","):
         name, eq, value = item.partition("=")
         if not eq or not name.strip():
-            raise SystemExit(f"error: --env-row {spec!r}: write NAME=VALUE[,NAME=VALUE...]")
+            raise SystemExit(f"error: {option} {spec!r}: write NAME=VALUE[,NAME=VALUE...]")
         env[name.strip()] = value
     return env
 
@@ -141,6 +144,48 @@ def pairs_summary(lc_tps: list[float], ours: list[tuple[float, float, float]]) -
             "llama-completion eval ms/token": round(med(lc_ms), 3) if lc_ms else None,
             "host ms/token": round(med(s - d for _, s, d in ours), 3),
             "t/s each": [round(t, 2) for t, _, _ in ours], "llama-completion t/s each": [round(t, 1) for t in lc_tps]}
+
+
+def ab_row(item: str, pair: list[str], best: int, spec_tps: dict[int, float], spec: Path | None, model: Path,
+           prompt_file: Path, label: str, a: argparse.Namespace, tmp: Path) -> dict:
+    """``--ab A B`` (``pair``): one row (``plain``, ``best``, ``auto``, a k, or ``spec``: llama.cpp's MTP driver at
+    its best k) in ``--ab-n`` pairs of processes, A then B each time (``-`` for the environment as it is). Medians,
+    each process's t/s, and what auto did in each."""
+    envs = [(s, {} if s == "-" else env_vars(s, "--ab")) for s in pair]
+    extra = {"plain": ("--no-mtp",), "best": ("--spec-draft-n-max", str(best)),
+             "auto": ("--spec-draft-n-max", "auto")}.get(item)
+    if extra is None and item.isdigit():
+        extra = ("--spec-draft-n-max", item)
+    if extra is None and (item != "spec" or spec is None or not spec_tps):
+        raise SystemExit(f"error: --ab-rows {item!r}: use plain, best, auto, a draft length or spec (with "
+                         "llama-speculative-simple and --drafts)")
+    k_spec = max(spec_tps, key=spec_tps.__getitem__) if spec_tps else 0
+    tps: dict[str, list[float]] = {name: [] for name, _ in envs}
+    autos: dict[str, list] = {name: [] for name, _ in envs}
+    texts: set[str] = set()
+    for _ in range(max(1, a.ab_n)):
+        for name, env in envs:
+            if extra is None:
+                assert spec is not None
+                r = llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec, ngl=a.ngl, ctx=a.ctx,
+                                         env=dict(os.environ, **env))
+                tps[name].append(round(r.tps, 2))
+                continue
+            st = ours(model, prompt_file, a, tmp, *extra, env_extra=env or None)
+            tps[name].append(st["decode_tps"])
+            texts.add(st["text"])
+            if st.get("auto"):
+                autos[name].append(st["auto"])
+    (na, ta), (nb, tb) = tps.items()
+    what = f"llama-speculative-simple k={k_spec}" if extra is None else f"run {' '.join(extra)}"
+    row = {"row": f"A/B {what}: {na} | {nb}", "model": label, "t/s": statistics.median(tb),
+           "t/s A": statistics.median(ta), "x B/A (medians)": round(statistics.median(tb) / statistics.median(ta), 3),
+           "t/s each A": ta, "t/s each B": tb}
+    if any(autos.values()):
+        row["auto each A"], row["auto each B"] = autos[na], autos[nb]
+    if extra is not None:
+        row["_text"] = texts.pop() if len(texts) == 1 else None  # processes disagreed: never "same text"
+    return row
 
 
 def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -228,6 +273,13 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         add(f"run --no-mtp, {env_row}", "--no-mtp", env_extra=env)
         add(f"run k={best}, {env_row}", "--spec-draft-n-max", str(best), env_extra=env)
         add(f"run auto, {env_row}", "--spec-draft-n-max", "auto", env_extra=env)
+    for i, pair in enumerate(a.ab or []):  # A/Bs in alternating processes: a machine's drift falls on both sides
+        rows_spec = (a.ab_rows or ["best,auto"])[min(i, len(a.ab_rows or [""]) - 1)]
+        for item in rows_spec.split(","):
+            out.append(ab_row(item.strip(), pair, best, spec_tps, spec, model, prompt_file, label, a, tmp))
+            save(out)
+            print(f"  {label}: {out[-1]['row']}: {json.dumps({k: v for k, v in out[-1].items() if k != '_text'})}",
+                  file=sys.stderr, flush=True)
     if a.before:
         add("run --no-mtp (before)", "--no-mtp", package=a.before)
         add(f"run k={best} (before)", "--spec-draft-n-max", str(best), package=a.before)
@@ -283,6 +335,13 @@ def main() -> None:
     ap.add_argument("--plain-pairs", type=int, default=0, metavar="N",
                     help="N alternating pairs of llama-completion and `run --no-mtp --perf` processes: medians, "
                     "each pair's ratio, decode and host ms a token")
+    ap.add_argument("--ab", nargs=2, action="append", metavar=("A", "B"),
+                    help="an A/B of the --ab-rows in alternating processes: A's environment, then B's, --ab-n times "
+                    "(each NAME=VALUE[,NAME=VALUE...], or - for the environment as it is); repeatable")
+    ap.add_argument("--ab-rows", action="append", help="which rows an A/B runs: plain, best, auto, a draft "
+                    "length, spec (llama.cpp's MTP driver at its best k); comma-separated; one per --ab, in order "
+                    "(the last one for the A/Bs after it; default best,auto)")
+    ap.add_argument("--ab-n", type=int, default=4, help="pairs of processes per A/B row")
     ap.add_argument("--spec-drafts", type=int, nargs="+", help="k for llama-speculative-simple (default: --drafts)")
     a = ap.parse_args()
     a.gpu = gpu_name()

@@ -4,6 +4,7 @@ where drafting loses at every length, and come back to drafting when the head be
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -366,6 +367,43 @@ def test_shadow_drafts_come_often_only_while_the_choice_is_in_doubt(accept: floa
         assert c.k != 1 or set(gaps[-10:]) <= {c.SHADOW_EVERY, 2 * c.SHADOW_EVERY}
     else:
         assert set(gaps) <= {c.SHADOW_EVERY, 2 * c.SHADOW_EVERY}  # a probe block can stand where one was due
+
+
+def test_a_costly_shadow_draft_is_measured_and_made_rarer() -> None:
+    """A shadow draft changes the head's decode for a step; with one captured graph per context (stock ggml-cuda)
+    the head's graph is captured again there and back, so the shadow step and the WARMUP steps after it cost more
+    (bench/length_change.py: about 2.8 ms on a 7.5 ms step, 9B shape, H100). That cost is measured, those steps
+    stay out of the length's times, and shadow drafts, in doubt or not, come no more often than keeps them under
+    SHADOW_SHARE of the time. Fails where the post-shadow steps were timed as the length's own or the cadence
+    ignored what a shadow costs."""
+    from collections import deque
+
+    st = Stats(n_draft_max=4)
+    for _ in range(200):
+        st.record(1, 1)
+    c, rng = DraftLength(4), random.Random(0)
+    c._block, c._explored, c.k, c.n = [], set(range(5)), 1, 1
+    c.times = {k: deque([1.0 + 0.2 * k], maxlen=c.KEEP) for k in range(5)}
+    for i in range(25):
+        c.shadow_result(1, i < round(25 * NEAR_SWITCH))  # in doubt: SHADOW_DOUBT would be the cadence
+    extra = 0.4  # seconds over a steady 1.2 s step, on the shadow step and each of the WARMUP steps after it
+    at, left = [], 0
+    for _ in range(400):
+        k = c.next(st)
+        if c.k != 1:
+            break
+        if c.shadow:
+            at.append(c.n)
+            c.shadow_result(k, rng.random() < NEAR_SWITCH)
+            left = c.WARMUP + 1
+        c.observe(k, 1.2 + (extra if left else 0.0))
+        left = max(0, left - 1)
+    assert c.shadow_cost() == pytest.approx((c.WARMUP + 1) * extra)
+    assert list(c.times[1]) == [1.2] * len(c.times[1])  # no post-shadow step among the length's times
+    gaps = [b - a for a, b in zip(at, at[1:])]
+    stretched = math.ceil(c.shadow_cost() / (c.SHADOW_SHARE * 1.2))
+    # the first shadow came at the doubt cadence (nothing measured yet); from the one after it, every `stretched`
+    assert stretched > c.SHADOW_DOUBT and len(gaps) > 3 and min(gaps[1:]) >= stretched, gaps
 
 
 # bench/reference/side-by-side-h100 (session 12): acceptance by position and median step ms by k, Q8_0 trunks and

@@ -136,6 +136,21 @@ def test_an_env_row_sets_every_variable_it_names_and_a_malformed_one_stops_in_a_
             oneshot.env_vars(bad)
 
 
+def test_an_ab_row_names_what_it_runs_and_refuses_a_row_it_cannot_run_in_a_line() -> None:
+    """bench/oneshot.py --ab A B --ab-rows ...: a row it does not know, or llama.cpp's driver without its tool or its
+    rows, stops with one line naming the option before any process runs; a malformed environment likewise."""
+    import argparse
+
+    oneshot = _bench("oneshot")
+    a = argparse.Namespace(ab_n=1)
+    pair = ["-", "GGML_CUDA_GRAPH_MAX_SHAPES=1"]
+    for item, spec_tps, spec in (("bogus", {}, None), ("spec", {}, None), ("spec", {2: 1.0}, None)):
+        with pytest.raises(SystemExit, match="error: --ab-rows"):
+            oneshot.ab_row(item, pair, 2, spec_tps, spec, Path("m.gguf"), Path("p.txt"), "m", a, Path("."))
+    with pytest.raises(SystemExit, match="error: --ab 'NOVALUE'"):
+        oneshot.ab_row("best", ["-", "NOVALUE"], 2, {}, None, Path("m.gguf"), Path("p.txt"), "m", a, Path("."))
+
+
 def test_plain_pairs_compare_medians_pair_by_pair_and_split_decode_from_host_time() -> None:
     """bench/oneshot.py --plain-pairs: the plain target (issue 24, within 2% of llama-completion) is judged on
     medians of alternating processes, and the decode alone (llama-completion's eval span) apart from the host's time

@@ -29,10 +29,14 @@ of each block are not timed and medians drop other outliers. A new length must b
 
 Keeping the acceptance current without changing length: every ``SHADOW_EVERY`` steps at k < k_max the caller
 drafts k+1 tokens and verifies k (``shadow``); the target's next token says whether draft k+1 would have been
-accepted, which is all a verify of it would say. That costs one head decode; the verify keeps its shape, so no
-graph is rebuilt. At 0 this is one draft on a plain step, so a head that becomes useful (a different kind of
-text) is picked up again: not at once, as the acceptance is counted over the whole session and new drafts
-must first outweigh the old ones (simulated: back to drafting after a few hundred steps, tests/test_adaptive.py).
+accepted, which is all a verify of it would say. That costs one head decode, and the verify keeps its shape; the
+head's decode changes shape for that step, which with one captured graph per context (stock ggml-cuda) costs its
+graph built, run eagerly and captured again there and back. That cost is measured (``shadow_cost``: the shadow
+step and the ``WARMUP`` steps after it, over steady ones; those steps are not the length's times) and shadow
+drafts come no more often than keeps it under ``SHADOW_SHARE`` of the time. At 0 this is one draft on a plain
+step, so a head that becomes useful (a different kind of text) is picked up again: not at once, as the
+acceptance is counted over the whole session and new drafts must first outweigh the old ones (simulated: back
+to drafting after a few hundred steps, tests/test_adaptive.py).
 Step times drift less, so the probes that change the length (a block of ``PROBE`` steps at one neighbour of
 the choice, k+1 and k-1 in turn, only the last timed) come every ``PROBE_EVERY_SHADOWED`` steps. Each costs
 two changes of length, four warm-up steps: with them every 32 steps, auto sat 9-10% below the best fixed k on
@@ -78,6 +82,11 @@ class DraftLength:
     # drafts (verified or shadow) were counted there
     SHADOW_EVERY = 32
     SHADOW_DOUBT = 8
+    # ... but at most this share of the time goes to shadow drafts, as measured (shadow_cost()): a shadow step
+    # changes the head's decode for one step, and where the library keeps one captured graph per context (stock
+    # ggml-cuda) the head's graph is run eagerly and captured again on the way there and back, several times the
+    # extra draft itself (bench/length_change.py)
+    SHADOW_SHARE = 0.03
     DOUBT = 1.5
     DOUBT_DRAFTS = 64
     PROBE_EVERY_SHADOWED = 256
@@ -123,6 +132,9 @@ class DraftLength:
         self._probes = 0  # probe blocks run (they alternate between the neighbours)
         self.switch_s: deque[float] = deque(maxlen=self.KEEP)  # measured cost of a change of length (seconds)
         self._switch_acc = 0.0  # wall time of the untimed steps since the last change
+        self.shadow_s: deque[float] = deque(maxlen=self.KEEP)  # measured cost of a shadow draft (seconds)
+        self._shadow_left = 0  # steps still to count into the cost of the last shadow draft
+        self._shadow_acc = 0.0  # their wall time so far
         self.changes = 0  # changes of length (the first step included)
         self.runs: list[list[int]] = []  # [length, steps] of the first MAX_RUNS runs
         self._all: dict[int, list[float]] = {}  # every step at each length, timed or not: [seconds, steps]
@@ -154,6 +166,9 @@ class DraftLength:
             return k
         if self.shadows and self.k < self.k_max:
             every = self.SHADOW_DOUBT if self._doubt(stats, rates, line) else self.SHADOW_EVERY
+            cost, t = self.shadow_cost(), self.step_time(self.k, line)
+            if cost > 0 and t:
+                every = max(every, math.ceil(cost / (self.SHADOW_SHARE * t)))
             self.shadow = self.n % every == every - 1
         return self.k
 
@@ -294,12 +309,17 @@ class DraftLength:
         (graph rebuilds, CUDA graph captures); 0 until one was measured."""
         return median(self.switch_s) if self.switch_s else 0.0
 
+    def shadow_cost(self) -> float:
+        """Median measured cost (seconds) of a shadow draft: the shadow step and the ``WARMUP`` steps after it over
+        as many steady ones; 0 until one was measured."""
+        return median(self.shadow_s) if self.shadow_s else 0.0
+
     def summary(self) -> dict:
         """What this controller did, for ``--stats-json``: changes of length, the runs of each length in order
         (the first ``MAX_RUNS``), the measured cost of a change, each length's median step time (what the choice
         uses) and its mean over every step run at it (untimed and shadow steps included)."""
         return {"changes": self.changes, "runs": [list(r) for r in self.runs],
-                "switch_ms": round(1e3 * self.switch_cost(), 3),
+                "switch_ms": round(1e3 * self.switch_cost(), 3), "shadow_ms": round(1e3 * self.shadow_cost(), 3),
                 "step_ms": {k: round(1e3 * median(v), 3) for k, v in sorted(self.times.items()) if v},
                 "mean_ms": {k: round(1e3 * t / n, 3) for k, (t, n) in sorted(self._all.items()) if n}}
 
@@ -324,6 +344,7 @@ class DraftLength:
         if self._run == 1:
             self.changes += 1
             self._switch_acc = 0.0
+            self._shadow_left = 0  # a change cut the last shadow's steps short: not counted
             if self.changes <= self.MAX_RUNS:
                 self.runs.append([k, 0])
         if self.changes <= self.MAX_RUNS:  # this run is recorded
@@ -336,7 +357,16 @@ class DraftLength:
         elif self._run == self.WARMUP + 1 and self.times.get(k):
             # what the untimed steps cost over as many steady ones: the graph work a change brought
             self.switch_s.append(max(0.0, self._switch_acc - self.WARMUP * median(self.times[k])))
-        if self._run > self.WARMUP and not self.shadow:  # a shadow step paid for one more head decode
+        if self._run > self.WARMUP and self.shadow:
+            # a shadow step paid for one more head decode, and the next WARMUP steps for the head's shape changing
+            # back: those steps are the shadow's cost, not this length's time
+            self._shadow_left, self._shadow_acc = self.WARMUP + 1, 0.0
+        if self._shadow_left:
+            self._shadow_left -= 1
+            self._shadow_acc += seconds
+            if not self._shadow_left and self.times.get(k):
+                self.shadow_s.append(max(0.0, self._shadow_acc - (self.WARMUP + 1) * median(self.times[k])))
+        elif self._run > self.WARMUP:
             v = self.times.setdefault(k, deque(maxlen=self.KEEP))
             if self.n - self._timed_at.get(k, self.n) > self.PROBE_EVERY:
                 # a probe, long after this length's last time: the old times count as one, or a change of the

@@ -125,9 +125,12 @@ class Engine:
             raise ValueError("warm_up needs a prompt of at least one token")
         kept = self.adaptive, self.k, self.stats, self.timing
         lengths = list(range(self.n_draft_max, 0, -1)) if self.adaptive is not None else [self.k]
-        # auto: past the steps that rebuild and capture a shape's graph, two more are timed at every length, so
-        # the first answer need not explore them (nor open with a block at k_max: DraftLength.seed_times)
-        n_steps = DraftLength.WARMUP + (2 if self.adaptive is not None else 0)
+        # auto: past the steps that rebuild and capture a shape's graph, three more are timed at every length, so
+        # the first answer need not explore them (nor open with a block at k_max: DraftLength.seed_times). The
+        # head's graph settles a step after the target's (its first decode after a prompt takes the prompt's
+        # queue, a shape of its own), so one more step is left untimed; the median of three drops a slow one.
+        untimed = DraftLength.WARMUP + 1
+        n_steps = untimed + (3 if self.adaptive is not None else 0)
         times: dict[int, list[float]] = {}
         switch: float | None = None
         self.adaptive, self.timing = None, NO_TIMING
@@ -141,7 +144,7 @@ class Engine:
                 for i in range(max(2, n_steps)):  # the second step drafts from a queue fed by the first's verify
                     t = _clock()
                     self.step()
-                    if i >= DraftLength.WARMUP:
+                    if i >= untimed:
                         times.setdefault(k, []).append(_clock() - t)
                 if kept[0] is not None and len(lengths) > 1 and k == lengths[-1]:
                     # auto: what a change between drafting lengths costs once their shapes ran (from 1 to the
