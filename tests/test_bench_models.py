@@ -164,3 +164,13 @@ def test_plain_pairs_compare_medians_pair_by_pair_and_split_decode_from_host_tim
     assert s["x each pair"] == [0.99, round(185 / 190, 3), round(205 / 210, 3)]
     assert s["decode ms/token"] == 5.0 and s["llama-completion eval ms/token"] == 5.0
     assert s["host ms/token"] == 0.1
+
+
+@pytest.mark.parametrize("args,why", [(["--rows", "plain,bogus"], "--rows 'bogus'"), (["--answers", "0"], "--answers")])
+def test_first_answer_refuses_a_row_it_cannot_run_in_a_line(args: list[str], why: str) -> None:
+    """bench/first_answer.py: a row it does not know or no answer to time stops with one line naming the option,
+    before any session is loaded (here the model does not exist: a row that ran would fail otherwise)."""
+    p = subprocess.run([sys.executable, "-m", "bench.first_answer", "missing.gguf", *args], capture_output=True,
+                       text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode != 0 and p.stdout == ""
+    assert p.stderr.strip().splitlines() == [p.stderr.strip().splitlines()[-1]] and f"error: {why}" in p.stderr
