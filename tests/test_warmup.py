@@ -53,7 +53,8 @@ def test_warm_up_runs_every_shape_and_leaves_nothing(model: Path, monkeypatch: p
         assert e.k == k and (e.adaptive is not None) == auto
         if auto:  # the controller has seen no step, only the times of every length, each past its untimed steps
             a, fresh = e.adaptive, type(e.adaptive)(e.n_draft_max)
-            assert sorted(a.times) == list(range(k + 1)) and all(len(v) == 2 for v in a.times.values())
+            # three timed steps a length, after three untimed (the head's graph settles a step after the target's)
+            assert sorted(a.times) == list(range(k + 1)) and all(len(v) == 3 for v in a.times.values())
             assert a._explored == set(range(k + 1)) and a.n == 0 and fresh._block and not a._block
             # no opening block at k_max: a typical head's acceptance until the answer's own drafts outweigh it
             assert a._typical == [True] * k and a._prior_d == [a.TYPICAL_DRAFTS] * k
