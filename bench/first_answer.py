@@ -15,6 +15,8 @@ import statistics
 import subprocess
 import sys
 
+import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp before numpy)
+
 PROMPT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n"
           "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n") * 4
 
