@@ -160,29 +160,29 @@ def ab_row(item: str, pair: list[str], best: int, spec_tps: dict[int, float], sp
         raise SystemExit(f"error: --ab-rows {item!r}: use plain, best, auto, a draft length or spec (with "
                          "llama-speculative-simple and --drafts)")
     k_spec = max(spec_tps, key=spec_tps.__getitem__) if spec_tps else 0
-    tps: dict[str, list[float]] = {name: [] for name, _ in envs}
-    autos: dict[str, list] = {name: [] for name, _ in envs}
+    tps: tuple[list[float], list[float]] = ([], [])  # A's, B's (by side: the two may name the same environment)
+    autos: tuple[list, list] = ([], [])
     texts: set[str] = set()
     for _ in range(max(1, a.ab_n)):
-        for name, env in envs:
+        for side, (_, env) in enumerate(envs):
             if extra is None:
                 assert spec is not None
                 r = llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec, ngl=a.ngl, ctx=a.ctx,
                                          env=dict(os.environ, **env))
-                tps[name].append(round(r.tps, 2))
+                tps[side].append(round(r.tps, 2))
                 continue
             st = ours(model, prompt_file, a, tmp, *extra, env_extra=env or None)
-            tps[name].append(st["decode_tps"])
+            tps[side].append(st["decode_tps"])
             texts.add(st["text"])
             if st.get("auto"):
-                autos[name].append(st["auto"])
-    (na, ta), (nb, tb) = tps.items()
+                autos[side].append(st["auto"])
+    ta, tb = tps
     what = f"llama-speculative-simple k={k_spec}" if extra is None else f"run {' '.join(extra)}"
-    row = {"row": f"A/B {what}: {na} | {nb}", "model": label, "t/s": statistics.median(tb),
+    row = {"row": f"A/B {what}: {pair[0]} | {pair[1]}", "model": label, "t/s": statistics.median(tb),
            "t/s A": statistics.median(ta), "x B/A (medians)": round(statistics.median(tb) / statistics.median(ta), 3),
            "t/s each A": ta, "t/s each B": tb}
-    if any(autos.values()):
-        row["auto each A"], row["auto each B"] = autos[na], autos[nb]
+    if any(autos):
+        row["auto each A"], row["auto each B"] = autos
     if extra is not None:
         row["_text"] = texts.pop() if len(texts) == 1 else None  # processes disagreed: never "same text"
     return row
@@ -274,8 +274,8 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         add(f"run k={best}, {env_row}", "--spec-draft-n-max", str(best), env_extra=env)
         add(f"run auto, {env_row}", "--spec-draft-n-max", "auto", env_extra=env)
     for i, pair in enumerate(a.ab or []):  # A/Bs in alternating processes: a machine's drift falls on both sides
-        rows_spec = (a.ab_rows or ["best,auto"])[min(i, len(a.ab_rows or [""]) - 1)]
-        for item in rows_spec.split(","):
+        specs = a.ab_rows or ["best,auto"]
+        for item in specs[min(i, len(specs) - 1)].split(","):
             out.append(ab_row(item.strip(), pair, best, spec_tps, spec, model, prompt_file, label, a, tmp))
             save(out)
             print(f"  {label}: {out[-1]['row']}: {json.dumps({k: v for k, v in out[-1].items() if k != '_text'})}",

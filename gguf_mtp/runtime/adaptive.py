@@ -166,9 +166,10 @@ class DraftLength:
             return k
         if self.shadows and self.k < self.k_max:
             every = self.SHADOW_DOUBT if self._doubt(stats, rates, line) else self.SHADOW_EVERY
-            cost, t = self.shadow_cost(), self.step_time(self.k, line)
-            if cost > 0 and t:
-                every = max(every, math.ceil(cost / (self.SHADOW_SHARE * t)))
+            if self.shadow_s:  # measured: no more often than keeps them under SHADOW_SHARE of the time
+                cost, t = self.shadow_cost(), self.step_time(self.k, line)
+                if cost > 0 and t:
+                    every = max(every, math.ceil(cost / (self.SHADOW_SHARE * t)))
             self.shadow = self.n % every == every - 1
         return self.k
 

@@ -141,7 +141,7 @@ class Engine:
                 self.reset()
                 self.k = k
                 self.feed(list(prompt))  # a batch, then the queue to the head
-                for i in range(max(2, n_steps)):  # the second step drafts from a queue fed by the first's verify
+                for i in range(n_steps):  # at least two: the second drafts from a queue fed by the first's verify
                     t = _clock()
                     self.step()
                     if i >= untimed:
