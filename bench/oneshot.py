@@ -98,18 +98,31 @@ def gpu_name() -> str:
         return ""
 
 
+def process_env(tmp: Path, package: Path | None = None,
+                env_extra: dict[str, str] | None = None) -> tuple[dict[str, str], Path]:
+    """Environment and working folder of a `run` process. ``python -m`` puts its working folder first on sys.path,
+    so a process started in the repository imports the repository's gguf_mtp whatever PYTHONPATH says (an A/B of
+    two packages measured one twice): it starts in ``tmp`` instead, with ``package`` (a folder holding another
+    gguf_mtp and gguf_mtp_cli) first on PYTHONPATH, then PYTHONPATH (``env_extra``'s, where it sets one), and the
+    repository last, for a gguf_mtp nothing installed provides."""
+    env = dict(os.environ, **(env_extra or {}))
+    path = [str(package.resolve())] if package is not None else []
+    path += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path.append(str(Path(__file__).resolve().parents[1]))
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    return env, tmp.resolve()
+
+
 def ours(model: Path, prompt_file: Path, a: argparse.Namespace, tmp: Path, *extra: str,
          package: Path | None = None, env_extra: dict[str, str] | None = None) -> dict:
     """One `gguf-mtp run` process: its own statistics (--stats-json) and the text it printed. ``package``: run
     the copy of gguf_mtp (and gguf_mtp_cli) in that folder instead."""
-    stats = tmp / "stats.json"
-    cmd = [sys.executable, "-m", "gguf_mtp_cli.main", "run", str(model), "-f", str(prompt_file), "-n",
-           str(a.n_predict), "-c", str(a.ctx), "-ngl", str(a.ngl), "--stats-json", str(stats), "--force", *extra]
-    env = dict(os.environ, **(env_extra or {})) if env_extra else None
-    if package is not None:
-        env = dict(env or os.environ, PYTHONPATH=os.pathsep.join([str(package), os.environ.get("PYTHONPATH", "")]))
+    stats = (tmp / "stats.json").resolve()
+    cmd = [sys.executable, "-m", "gguf_mtp_cli.main", "run", str(model.resolve()), "-f", str(prompt_file.resolve()),
+           "-n", str(a.n_predict), "-c", str(a.ctx), "-ngl", str(a.ngl), "--stats-json", str(stats), "--force", *extra]
+    env, cwd = process_env(tmp, package, env_extra)
     t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, timeout=600, stdin=subprocess.DEVNULL, env=env)
+    p = subprocess.run(cmd, capture_output=True, timeout=600, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
     wall = time.perf_counter() - t
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[3:])}: exit {p.returncode}: {p.stderr.decode(errors='replace')[-800:]}")

@@ -573,3 +573,24 @@ def test_the_typical_prior_follows_what_the_verified_positions_show() -> None:
             st.record(2, 2 if u < accepted * accepted else (1 if u < accepted else 0))
         acc = c.acceptance(st)
         assert lo <= acc[2] <= hi and lo <= acc[3] <= hi, acc
+
+
+def test_a_deeper_position_never_counts_above_the_one_before_it() -> None:
+    """Acceptance by position is a prefix share: draft i+1 is accepted only where draft i was, so the share can only
+    fall with depth. Counted over different steps (shadow drafts, a prior), a deeper position can come out higher by
+    chance; the controller takes the share before it as that position's ceiling, and does not spend shadow drafts
+    on a longer length that could not win even with every deeper draft accepted."""
+    from collections import deque
+
+    c, st = DraftLength(3), Stats(n_draft_max=3)
+    for j in (0, 1) * 5:  # drafts of one token: half of them accepted
+        st.record(1, j)
+    for accepted in (True, True, False):  # shadow drafts at the second position: two of three (0.67 > 0.5)
+        c.shadow_result(1, accepted)
+    assert c.acceptance(st)[:2] == [0.5, 0.5]
+    c._block, c._explored, c.k = [], set(range(4)), 1
+    c.times = {k: deque([t], maxlen=c.KEEP) for k, t in {0: 2.0, 1: 1.0, 2: 1.4, 3: 2.0}.items()}
+    # k=2 at best (every second draft accepted where the first is): 2.0 tokens in 1.4 against 1.5 in 1.0: no doubt
+    assert not c._doubt(st, c.rates(st), None)
+    c.times[2] = deque([1.2], maxlen=c.KEEP)  # now it could win (2.0 / 1.2 > 1.5 * 1.02), and may not: doubt
+    assert c._doubt(st, c.rates(st), None)

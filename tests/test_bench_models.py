@@ -151,6 +151,30 @@ def test_an_ab_row_names_what_it_runs_and_refuses_a_row_it_cannot_run_in_a_line(
         oneshot.ab_row("best", ["-", "NOVALUE"], 2, {}, None, Path("m.gguf"), Path("p.txt"), "m", a, Path("."))
 
 
+@pytest.mark.parametrize("how", ["package", "env"])
+def test_a_process_of_another_package_imports_that_package_not_the_repository(tmp_path: Path, how: str) -> None:
+    """bench/oneshot.py --before DIR and an --ab side with its own PYTHONPATH: `python -m` puts its working folder
+    first on sys.path, so a process started in the repository ran the repository's gguf_mtp whatever PYTHONPATH said
+    (session 20's A/B of two controllers ran one). Each side's process now imports its own."""
+    oneshot = _bench("oneshot")
+    pkg = tmp_path / "other"
+    for name in ("gguf_mtp", "gguf_mtp_cli"):
+        (pkg / name).mkdir(parents=True)
+        (pkg / name / "__init__.py").write_text("")
+    work = tmp_path / "work"
+    work.mkdir()
+    package, extra = (pkg, None) if how == "package" else (None, {"PYTHONPATH": str(pkg)})
+    env, cwd = oneshot.process_env(work, package, extra)
+    probe = "import gguf_mtp, gguf_mtp_cli; print(gguf_mtp.__file__); print(gguf_mtp_cli.__file__)"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=cwd, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(pkg / "gguf_mtp" / "__init__.py"), str(pkg / "gguf_mtp_cli" / "__init__.py")]
+    # the repository's own copy where nothing else is named: the same code the process would import in the repo
+    env, cwd = oneshot.process_env(work)
+    out = subprocess.run([sys.executable, "-c", "import gguf_mtp; print(gguf_mtp.__file__)"], env=env, cwd=cwd,
+                         capture_output=True, text=True, check=True)
+    assert Path(out.stdout.strip()) == ROOT / "gguf_mtp" / "__init__.py"
+
+
 def test_plain_pairs_compare_medians_pair_by_pair_and_split_decode_from_host_time() -> None:
     """bench/oneshot.py --plain-pairs: the plain target (issue 24, within 2% of llama-completion) is judged on
     medians of alternating processes, and the decode alone (llama-completion's eval span) apart from the host's time

@@ -183,9 +183,12 @@ class DraftLength:
         d, a = self._counts(stats, k)
         if d >= self.DOUBT_DRAFTS:
             return False
-        p = a / d if d else 0.0
-        lo, hi = wilson(p, round(d), self.DOUBT)
-        e_up = rates.get(k + 1, 0.0) * t_up - p  # E(k+1) less the acceptance at k+1
+        lo, hi = wilson(a / d if d else 0.0, round(d), self.DOUBT)
+        acc = self.acceptance(stats)
+        if k:  # a prefix share never exceeds the one before it: at best, draft k+1 is accepted whenever draft k is
+            hi = min(hi, acc[k - 1])
+            lo = min(lo, hi)
+        e_up = rates.get(k + 1, 0.0) * t_up - acc[k]  # E(k+1) less the acceptance at k+1
         return (e_up + lo) / t_up < rates[k] * (1 + self.SWITCH_GAIN) < (e_up + hi) / t_up
 
     def shadow_result(self, pos: int, accepted: bool) -> None:
@@ -226,8 +229,14 @@ class DraftLength:
         return out
 
     def acceptance(self, stats: Stats) -> list[float]:
-        """Share of steps whose first i+1 drafts were all accepted: verified drafts, shadow ones and the prior."""
-        return [a / d if d else 0.0 for d, a in self._all_counts(stats)]
+        """Share of steps whose first i+1 drafts were all accepted: verified drafts, shadow ones and the prior; never
+        above the share at the position before (the counts of a deeper position come from fewer steps, shadow
+        drafts among them, and can say otherwise by chance)."""
+        out: list[float] = []
+        for d, a in self._all_counts(stats):
+            share = a / d if d else 0.0
+            out.append(min(share, out[-1]) if out else share)
+        return out
 
     def seed(self, step_s: dict[int, float], acceptance: list[float], drafts: list[int] | None = None) -> None:
         """Start from what an earlier run on the same model and machine measured (draft_profile.py): its step
