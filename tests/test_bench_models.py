@@ -198,3 +198,43 @@ def test_first_answer_refuses_a_row_it_cannot_run_in_a_line(args: list[str], why
                        text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
     assert p.returncode != 0 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [p.stderr.strip().splitlines()[-1]] and f"error: {why}" in p.stderr
+
+
+def _steps_over(right: list[bool], k: int) -> list[int]:
+    """Greedy steps of length ``k`` over a text whose head draft at each position is right or not: a step at t
+    accepts the drafts while they are right (at most k) and emits them and one token more."""
+    steps, t = [], 0
+    while t < len(right) - k - 1:
+        j = 0
+        while j < k and right[t + j]:
+            j += 1
+        steps.append(j)
+        t += j + 1
+    return steps
+
+
+def test_acceptance_read_at_a_longer_length_predicts_a_shorter_one_low_where_misses_cluster() -> None:
+    """bench/acceptance_by_length.py: at its own length the prefix shares give the tokens a step emits exactly; read
+    at a longer length they predict a shorter one about right where the head's misses fall independently, and too
+    low where they cluster (a longer length starts more of its steps right after a miss), which is what holds auto
+    at the longer length."""
+    import random
+
+    abl = _bench("acceptance_by_length")
+    rng = random.Random(0)
+    independent = [rng.random() < 0.7 for _ in range(200_000)]
+    clustered, hard = [], False
+    for _ in range(200_000):  # a sticky easy / hard regime: right 85% of the time when easy, 35% when hard
+        hard = (rng.random() < 0.9) if hard else (rng.random() < 0.05)
+        clustered.append(rng.random() < (0.35 if hard else 0.85))
+    for right, clusters in ((independent, False), (clustered, True)):
+        runs = {k: [_steps_over(right, k)] for k in (1, 2, 3)}
+        for k in runs:
+            assert abl.predict(runs[k], k, k) == pytest.approx(abl.measured(runs[k]), rel=1e-9)
+        low = abl.measured(runs[2]) - abl.predict(runs[3], 3, 2)
+        if clusters:
+            assert low > 0.01, low
+        else:
+            assert abs(low) < 0.01, low
+    with pytest.raises(ValueError, match="k=3"):
+        abl.predict([[0, 1]], 2, 3)
