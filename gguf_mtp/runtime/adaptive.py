@@ -180,11 +180,12 @@ class DraftLength:
         t_up = self.step_time(k + 1, line)
         if k not in rates or t_up is None or t_up <= 0:
             return False
-        d, a = self._counts(stats, k)
+        counts = self._all_counts(stats)
+        d, a = counts[k]
         if d >= self.DOUBT_DRAFTS:
             return False
         lo, hi = wilson(a / d if d else 0.0, round(d), self.DOUBT)
-        acc = self.acceptance(stats)
+        acc = self._shares(counts)
         if k:  # a prefix share never exceeds the one before it: at best, draft k+1 is accepted whenever draft k is
             hi = min(hi, acc[k - 1])
             lo = min(lo, hi)
@@ -232,8 +233,13 @@ class DraftLength:
         """Share of steps whose first i+1 drafts were all accepted: verified drafts, shadow ones and the prior; never
         above the share at the position before (the counts of a deeper position come from fewer steps, shadow
         drafts among them, and can say otherwise by chance)."""
+        return self._shares(self._all_counts(stats))
+
+    @staticmethod
+    def _shares(counts: list[tuple[float, float]]) -> list[float]:
+        """:meth:`acceptance` from :meth:`_all_counts`' (drafts, accepted) by position."""
         out: list[float] = []
-        for d, a in self._all_counts(stats):
+        for d, a in counts:
             share = a / d if d else 0.0
             out.append(min(share, out[-1]) if out else share)
         return out
