@@ -55,7 +55,10 @@ choice moves only where the gain pays the change back within ``PAYBACK_STEPS``; 
 their two changes would cost more than ``PROBE_SHARE`` of the time between them; and a session warmed up at load
 has no opening block at k_max (two changes, and k_max is the slowest length of a ~70% head) but starts from the
 best length for a typical head's acceptance (``TYPICAL_*``), whose deeper positions follow the trend of the
-verified ones, so a head better or worse than typical moves the choice within a few steps.
+verified ones, so a head better or worse than typical moves the choice within a few steps. A move to a shorter
+length must also hold with the acceptance it gives up at the top of its interval (``EVIDENCE``): on the prior's
+few drafts one rejected draft could move a near-tie down and the next steps move it back (H200: four of eight
+processes changed length three times in their first 15 steps, 10-16 ms a change).
 """
 
 from __future__ import annotations
@@ -94,6 +97,10 @@ class DraftLength:
     # A change of length costs about one step of graph work on a GPU (WARMUP), so the choice moves only for a
     # clear gain. 3% held a perfect head at k=4, 2.2% below k=3 (H100); 1.5% let noise move it (simulated).
     SWITCH_GAIN = 0.02
+    # ... and a move to a shorter length must win with the acceptance it gives up at the top of its interval, this
+    # many standard errors wide: the early moves one or two rejections caused, and the moves back after them,
+    # go; simulated, no case lost and clustered misses gained (tests/test_adaptive.py); 1.0 held moves too long
+    EVIDENCE = 0.5
     # ... and only where the gain pays back what a change measurably costs (switch_cost()) within this many steps:
     # on a deep model with the stock CUDA graph cache a change re-captures the whole target's graph, several steps'
     # worth of time, and a choice moving on small gains lost more than it found
@@ -153,7 +160,7 @@ class DraftLength:
                 self._explored.add(k)
                 self._block = [k] * (self.BLOCK - 1)
                 return k
-        self.k = self._choose(stats, rates)
+        self.k = self._choose(stats, rates, line)
         # a probe step of the stretched period is one of the base period's: the stretch is worked out only there
         base = self.n % self._probe_every == self._probe_every - self.PROBE
         every = self._probe_every * self._probe_stretch() if base else self._probe_every
@@ -298,18 +305,42 @@ class DraftLength:
             n.append(round(d))
         return {k: median(v) for k, v in sorted(self.times.items()) if v}, acc, n
 
-    def _choose(self, stats: Stats, rates: dict[int, float]) -> int:
+    def _choose(self, stats: Stats, rates: dict[int, float], line: tuple[float, float] | None = None) -> int:
         """The best length, unless the current one is within ``SWITCH_GAIN`` of it or the gain would not pay back
-        a change's measured cost within ``PAYBACK_STEPS`` steps."""
+        a change's measured cost within ``PAYBACK_STEPS`` steps. Leaving the length that runs now for a shorter one
+        (1 or more), the shorter must win with the positions it gives up at the top of their acceptance's interval
+        (``EVIDENCE``)."""
         b = self.best(stats, rates)
         cur = rates.get(self.k)
         if b == self.k or cur is None or cur <= 0:
             return b
-        if rates[b] < cur * (1 + self.SWITCH_GAIN):
+        r_b = rates[b]
+        # leaving the length that runs now (not the first choice, not a probe) for a shorter one that still
+        # drafts: plain steps are left to the payback test, as the acceptance of a length left for them comes back
+        # only through one shadow draft a probe period
+        if 0 < b < self.k and self._last == self.k:
+            cur = self._rate_held(stats, self.k, b, line) or cur
+        if r_b < cur * (1 + self.SWITCH_GAIN):
             return self.k
         t_b = self.step_time(b, None) or 0.0
-        saved = self.PAYBACK_STEPS * t_b * (rates[b] / cur - 1)  # time the same tokens would take longer at k
+        saved = self.PAYBACK_STEPS * t_b * (r_b / cur - 1)  # time the same tokens would take longer at k
         return b if saved >= self.switch_cost() else self.k
+
+    def _rate_held(self, stats: Stats, k: int, b: int, line: tuple[float, float] | None) -> float | None:
+        """Expected tokens per second at ``k`` with positions ``b``..``k``-1 (0-based) at the top of their Wilson
+        interval, ``EVIDENCE`` standard errors wide: what a move down to ``b`` must beat. A run's first steps
+        count few drafts there, so one rejection could otherwise move the choice, and the next steps move it back:
+        changes of length that cost a deep model several steps each (H200, 9B shape: 10-16 ms)."""
+        t = self.step_time(k, line)
+        if not t or t <= 0:
+            return None
+        shares: list[float] = []
+        for i, (d, a) in enumerate(self._all_counts(stats)[:k]):
+            share = a / d if d else 0.0
+            if i >= b:
+                share = wilson(share, round(d), self.EVIDENCE)[1]
+            shares.append(min(share, shares[-1]) if shares else share)
+        return (1 + sum(shares)) / t
 
     def _probe_stretch(self) -> int:
         """How many probe periods go between probes: one, unless a probe's two changes of length would cost more
