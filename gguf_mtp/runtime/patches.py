@@ -29,6 +29,8 @@ KNOWN: tuple[Patch, ...] = (
     Patch("qwen3next-rs-rollback", "gguf_mtp_patch_qwen3next_rs_rollback", rs_rollback_archs=frozenset({"qwen3next"})),
     Patch("draft-vocab", "gguf_mtp_patch_draft_vocab"),  # the MTP graph reads gguf_mtp.draft_vocab itself
     Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain", chain_archs=frozenset({"qwen35", "qwen35moe"})),
+    # fewer copy kernels a decode shorter than n_rs_seq + 1; nothing for the runtime to switch
+    Patch("delta-net-conv-snapshots", "gguf_mtp_patch_delta_net_conv_snapshots"),
 )
 
 
