@@ -217,7 +217,8 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     MODELS=$!
     build
     wait "$MODELS" || { tail -20 "$OUT/models.log"; exit 1; }
-    log "models done: $(tr '\n' ' ' < "$OUT/models.log")"
+    made="$(tr '\n' ' ' < "$OUT/models.log")"
+    log "models done: ${made:-none in this stage (DV_ONLY: only the draft-vocabulary models, next)}"
     if [ -n "${DRAFT_VOCAB:-}" ]; then  # each model again with a draft vocabulary counted on what it answers and drafts
         for sp in $SPECS; do
             py -m bench.models --workdir "$WORK" --shape "${sp%%:*}" --trunks "${sp#*:}" --vocab "${VOCAB:-248320}" \
