@@ -616,7 +616,8 @@ def test_one_rejection_does_not_move_the_choice_to_a_shorter_length() -> None:
     for _ in range(30):  # the head keeps missing at the second position: k=2, and then k=1, are clearly better
         k = c.next(st)
         c.observe(k, H200_9B[k] / 1e3)
-        st.record(k, 1 if k >= 2 else min(k, 1))
+        if k:
+            st.record(k, min(k, 1))  # the first draft right, the second wrong
         st.steps += 1
     assert c.k < 3 and c.changes <= 3, (c.k, c.runs)
 

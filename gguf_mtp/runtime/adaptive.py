@@ -57,8 +57,8 @@ has no opening block at k_max (two changes, and k_max is the slowest length of a
 best length for a typical head's acceptance (``TYPICAL_*``), whose deeper positions follow the trend of the
 verified ones, so a head better or worse than typical moves the choice within a few steps. A move to a shorter
 length must also hold with the acceptance it gives up at the top of its interval (``EVIDENCE``): on the prior's
-few drafts one rejected draft could move a near-tie down and the next steps move it back (H200: four of eight
-processes changed length three times in their first 15 steps, 10-16 ms a change).
+few drafts one rejected draft could move a near-tie down and the next steps move it back, each change costing a
+deep model several steps (docs/benchmarks.md, "A move to a shorter length needs evidence").
 """
 
 from __future__ import annotations
@@ -330,7 +330,7 @@ class DraftLength:
         """Expected tokens per second at ``k`` with positions ``b``..``k``-1 (0-based) at the top of their Wilson
         interval, ``EVIDENCE`` standard errors wide: what a move down to ``b`` must beat. A run's first steps
         count few drafts there, so one rejection could otherwise move the choice, and the next steps move it back:
-        changes of length that cost a deep model several steps each (H200, 9B shape: 10-16 ms)."""
+        changes of length that cost a deep model several steps each."""
         t = self.step_time(k, line)
         if not t or t <= 0:
             return None
