@@ -416,6 +416,13 @@ SIDE_BY_SIDE = {
 }
 
 
+def step_ms(ms: dict[int, float], k: int, run: int, shadow: bool, rng: random.Random, switch_ms: float,
+            shadow_ms: float) -> float:
+    """A simulated step's ms at length ``k``: up to 3% noise, ``switch_ms`` on each of the first two steps of a
+    run of one length (the graph run eagerly, then captured), ``shadow_ms`` for a shadow draft."""
+    return ms[k] * (1 + 0.03 * rng.random()) + (switch_ms if run <= 2 else 0.0) + (shadow_ms if shadow else 0.0)
+
+
 def answer(c: DraftLength, st: Stats, acc: list[float], ms: dict[int, float], rng: random.Random, state: list,
            tokens: int = 128, switch_ms: float = 2.0, shadow_ms: float = 0.8) -> float:
     """Tokens per ms of one answer of ``tokens`` tokens; ``state`` = [last length, steps at it] carries over."""
@@ -425,7 +432,7 @@ def answer(c: DraftLength, st: Stats, acc: list[float], ms: dict[int, float], rn
         k, j, shadow = draw(c, st, acc, rng)
         state[1] = 1 if first or k != state[0] else state[1] + 1  # after the prompt: a new shape either way
         state[0], first = k, False
-        dt = ms[k] * (1 + 0.03 * rng.random()) + (switch_ms if state[1] <= 2 else 0.0) + (shadow_ms if shadow else 0.0)
+        dt = step_ms(ms, k, state[1], shadow, rng, switch_ms, shadow_ms)
         c.observe(k, dt / 1e3)
         n, t = n + j + 1, t + dt
     return n / t
@@ -652,7 +659,7 @@ def answer_on(c: DraftLength, right: list[bool], ms: dict[int, float], rng: rand
         st.steps += 1
         run = 1 if k != last else run + 1
         last = k
-        dt = ms[k] * (1 + 0.03 * rng.random()) + (switch_ms if run <= 2 else 0.0) + (shadow_ms if shadow else 0.0)
+        dt = step_ms(ms, k, run, shadow, rng, switch_ms, shadow_ms)
         c.observe(k, dt / 1e3)
         pos, t = pos + j + 1, t + dt
     return pos / t

@@ -243,11 +243,14 @@ class DraftLength:
         return self._shares(self._all_counts(stats))
 
     @staticmethod
-    def _shares(counts: list[tuple[float, float]]) -> list[float]:
-        """:meth:`acceptance` from :meth:`_all_counts`' (drafts, accepted) by position."""
+    def _shares(counts: list[tuple[float, float]], top_from: int | None = None, z: float = 0.0) -> list[float]:
+        """:meth:`acceptance` from :meth:`_all_counts`' (drafts, accepted) by position; from position ``top_from``
+        on, each share at the top of its Wilson interval ``z`` standard errors wide (before the cap)."""
         out: list[float] = []
-        for d, a in counts:
+        for i, (d, a) in enumerate(counts):
             share = a / d if d else 0.0
+            if top_from is not None and i >= top_from:
+                share = wilson(share, round(d), z)[1]
             out.append(min(share, out[-1]) if out else share)
         return out
 
@@ -334,13 +337,7 @@ class DraftLength:
         t = self.step_time(k, line)
         if not t or t <= 0:
             return None
-        shares: list[float] = []
-        for i, (d, a) in enumerate(self._all_counts(stats)[:k]):
-            share = a / d if d else 0.0
-            if i >= b:
-                share = wilson(share, round(d), self.EVIDENCE)[1]
-            shares.append(min(share, shares[-1]) if shares else share)
-        return (1 + sum(shares)) / t
+        return (1 + sum(self._shares(self._all_counts(stats)[:k], b, self.EVIDENCE))) / t
 
     def _probe_stretch(self) -> int:
         """How many probe periods go between probes: one, unless a probe's two changes of length would cost more
