@@ -299,6 +299,9 @@ class Pattern:
     def observe(self, k: int, seconds: float) -> None:
         assert k == self.given[-1]  # the length it was given, not the number drafted
 
+    def wants_prompt(self) -> bool:  # no checks of the head on the prompt
+        return False
+
 
 # a run of plain steps longer than the MTP queue (n_batch 32), then plain steps between drafts of every length
 PLAIN_THEN_MIXED = [0] * 36 + [3, 0, 2, 2, 0, 0, 1, 4, 0, 1, 0, 0, 0, 2]

@@ -59,6 +59,13 @@ verified ones, so a head better or worse than typical moves the choice within a 
 length must also hold with the acceptance it gives up at the top of its interval (``EVIDENCE``): on the prior's
 few drafts one rejected draft could move a near-tie down and the next steps move it back, each change costing a
 deep model several steps (docs/benchmarks.md, "A move to a shorter length needs evidence").
+
+The first choice is free of the payback rule: the prompt's decode comes before it, so every length rebuilds its
+graphs there alike (held to the rule from k_max, a 31 ms change kept the 35B-A3B shape at k=4 for 22 steps). Where
+a change costs more than a plain step, the head's first draft is first checked against the target's pick on the
+prompt's last ``PROMPT_ROWS`` positions (``seed_prompt``): counted where it shows a head better than typical, so a
+head right nearly every time starts at its own best length instead of being held below it; not counted below, as a
+prompt is the user's text and a head may agree with the target far more on the model's own answer.
 """
 
 from __future__ import annotations
@@ -117,6 +124,16 @@ class DraftLength:
     TYPICAL_FIRST = 0.75
     TYPICAL_DECAY = 0.66
     TYPICAL_DRAFTS = 8
+    # Where a change of length costs more than a plain step, the first choice is hard to leave: before it, the
+    # head's first draft is checked against the target's pick on the prompt's last PROMPT_ROWS positions
+    # (seed_prompt), so a head better than typical (right every time) starts at its own best length
+    PROMPT_ROWS = 32
+    # ... and they count only where they show the head better than typical (the typical first position below their
+    # Wilson interval, this many standard errors wide). A prompt is the user's text, not the model's answer: a head
+    # that agrees with the target there will agree at least as well on the answer, one that disagrees may not
+    # (docs/benchmarks.md: a head right at 6 of 32 prompt positions and at 80% of its answer's). Counted both ways,
+    # simulated near-typical heads also lost about 1% to prompts that ended in a hard stretch.
+    PROMPT_Z = 2.0
 
     def __init__(self, k_max: int, *, shadows: bool = True) -> None:
         self.k_max = max(1, k_max)
@@ -127,6 +144,8 @@ class DraftLength:
         self._prior_d = [0.0] * self.k_max  # an earlier run's acceptance as pseudo-counts (seed())
         self._prior_a = [0.0] * self.k_max
         self._typical = [False] * self.k_max  # positions whose prior is the typical head's (seed_times)
+        self._prompt_d = self._prompt_a = 0  # the head's first drafts checked on the prompt, and of those right
+        self.prompt_checks: tuple[int, int] | None = None  # what seed_prompt was given, counted or not
         self._probe_every = self.PROBE_EVERY_SHADOWED if shadows else self.PROBE_EVERY
         self.times: dict[int, deque[float]] = {}
         self._timed_at: dict[int, int] = {}  # step of each length's newest timed sample
@@ -220,6 +239,8 @@ class DraftLength:
         for i in range(self.k_max):
             d = (d0[i] if i < len(d0) else 0) + self._shadow_d[i]
             a = (a0[i] if i < len(a0) else 0) + self._shadow_a[i]
+            if i == 0:  # the prompt's checks are first drafts like any other
+                d, a = d + self._prompt_d, a + self._prompt_a
             pd, pa = self._prior_d[i], self._prior_a[i]
             if pd and self._typical[i]:
                 if i == 0:
@@ -227,14 +248,18 @@ class DraftLength:
                 else:
                     prev = out[i - 1][1] / out[i - 1][0] if out[i - 1][0] else 0.0
                     before = (out[i - 2][1] / out[i - 2][0] if out[i - 2][0] else 0.0) if i >= 2 else 0.0
-                    # at the second position the typical decay, scaled by how the first compares with a typical
-                    # head's: a head right every time at the first is expected nearly so at the second
-                    ratio = (prev / before if i >= 2 and before > 0
-                             else self.TYPICAL_DECAY * prev / self.TYPICAL_FIRST)
+                    ratio = prev / before if i >= 2 and before > 0 else self._second_ratio(prev)
                     share = prev * min(1.0, ratio)
                 pa = pd * share
             out.append((d + pd, a + pa))
         return out
+
+    def _second_ratio(self, first: float) -> float:
+        """The typical prior's second position over its first, for a first position at ``first``: the typical
+        decay at a typical first position, approaching 1 as the first does (a head right every time at the first
+        is expected so at the second), and scaled down with the first below typical."""
+        f, dec = self.TYPICAL_FIRST, self.TYPICAL_DECAY
+        return max(dec * first / f, 1 - (1 - dec) * (1 - first) / (1 - f))
 
     def acceptance(self, stats: Stats) -> list[float]:
         """Share of steps whose first i+1 drafts were all accepted: verified drafts, shadow ones and the prior; never
@@ -274,6 +299,27 @@ class DraftLength:
             self._prior_a[i] = min(1.0, max(0.0, a)) * n
             self._typical[i] = False
 
+    def wants_prompt(self) -> bool:
+        """Whether the head's first drafts should be checked on the prompt before the first choice
+        (:meth:`seed_prompt`): no step run yet, the acceptance still the typical head's (no profile), and a change
+        of length measured dearer than a plain step, so a wrong first choice would be costly to leave."""
+        plain = self.step_time(0, None)
+        return (self.n == 0 and not self._prompt_d and self._typical[0] and plain is not None
+                and self.switch_cost() > plain)
+
+    def seed_prompt(self, drafts: int, right: int) -> bool:
+        """The head's first draft was checked at ``drafts`` positions of the prompt against the target's own pick
+        there, and was ``right`` at that many: counted as verified first drafts where they show the head better than
+        a typical one (``PROMPT_Z``). Returns whether they count."""
+        drafts = max(0, drafts)
+        right = max(0, min(right, drafts))
+        self.prompt_checks = (drafts, right)
+        if not drafts or wilson(right / drafts, drafts, self.PROMPT_Z)[0] <= self.TYPICAL_FIRST:
+            return False
+        self._prompt_d += drafts
+        self._prompt_a += right
+        return True
+
     def seed_switch(self, seconds: float) -> None:
         """A change of length's cost measured before the first answer (the warm-up at load); noise below the
         steady steps counts as no cost."""
@@ -310,12 +356,14 @@ class DraftLength:
 
     def _choose(self, stats: Stats, rates: dict[int, float], line: tuple[float, float] | None = None) -> int:
         """The best length, unless the current one is within ``SWITCH_GAIN`` of it or the gain would not pay back
-        a change's measured cost within ``PAYBACK_STEPS`` steps. Leaving the length that runs now for a shorter one
+        a change's measured cost within ``PAYBACK_STEPS`` steps (the first choice, before any step, is free of both).
+        Leaving the length that runs now for a shorter one
         (1 or more), the shorter must win with the positions it gives up at the top of their acceptance's interval
         (``EVIDENCE``)."""
         b = self.best(stats, rates)
         cur = rates.get(self.k)
-        if b == self.k or cur is None or cur <= 0:
+        # the first choice is free: the prompt's decode came before it, so every length rebuilds its graphs alike
+        if b == self.k or cur is None or cur <= 0 or self._last < 0:
             return b
         r_b = rates[b]
         # leaving the length that runs now (not the first choice, not a probe) for a shorter one that still
@@ -360,9 +408,12 @@ class DraftLength:
 
     def summary(self) -> dict:
         """What this controller did, for ``--stats-json``: changes of length, the runs of each length in order
-        (the first ``MAX_RUNS``), the measured cost of a change, each length's median step time (what the choice
+        (the first ``MAX_RUNS``), the prompt's checks of the head's first draft ([checked, right]) and whether they
+        counted, the measured cost of a change, each length's median step time (what the choice
         uses) and its mean over every step run at it (untimed and shadow steps included)."""
         return {"changes": self.changes, "runs": [list(r) for r in self.runs],
+                "prompt_checks": list(self.prompt_checks) if self.prompt_checks else None,
+                "prompt_counted": bool(self._prompt_d),
                 "switch_ms": round(1e3 * self.switch_cost(), 3), "shadow_ms": round(1e3 * self.shadow_cost(), 3),
                 "step_ms": {k: round(1e3 * median(v), 3) for k, v in sorted(self.times.items()) if v},
                 "mean_ms": {k: round(1e3 * t / n, 3) for k, (t, n) in sorted(self._all.items()) if n}}

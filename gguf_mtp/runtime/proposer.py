@@ -59,8 +59,14 @@ class Proposer:
     def take_prompt(self, chunk: Sequence[int], pos0: int, rows: np.ndarray, start: int) -> None:
         """A prompt chunk at ``pos0``.. was decoded with its hidden ``rows``; the head takes its part from ``start``."""
 
-    def flush_prompt(self) -> None:
-        """The prompt's chunks are decoded."""
+    #: whether :meth:`flush_prompt` can check the head's first drafts on the prompt
+    checks_prompt = False
+
+    def flush_prompt(self, picks: dict[int, int] | None = None) -> tuple[int, int]:
+        """The prompt's chunks are decoded. ``picks``: the target's own pick at some of the prompt's last positions
+        (position -> the token it would emit after it); the head's first draft is checked at each of them. Returns
+        how many were checked and how many of those drafts equal the target's pick."""
+        return 0, 0
 
     def end_prompt(self) -> None:
         """The prompt is over (also after ContextFull)."""
@@ -258,10 +264,27 @@ class MtpProposer(Proposer):
     def end_prompt(self) -> None:
         self.engine.tgt.set_nextn_rows(True)  # every verify step needs them, even after ContextFull
 
-    def flush_prompt(self) -> None:
-        """A prompt's worth of queue gets its own decode (short queues ride with the first draft)."""
-        if self.mbatch.n > self.n_draft_max + 1:
+    @property
+    def checks_prompt(self) -> bool:  # type: ignore[override]
+        return not self.chain  # several heads: the first draft is head 0's, but its cache needs every head's
+
+    def flush_prompt(self, picks: dict[int, int] | None = None) -> tuple[int, int]:
+        """A prompt's worth of queue gets its own decode (short queues ride with the first draft); with ``picks``,
+        always, with an output at each queued position the target picked at: the head's draft there (greedy, as
+        every draft) against the target's pick."""
+        b = self.mbatch
+        if picks and self.checks_prompt and b.n:
+            mark = np.isin(b.pos_np[:b.n], np.fromiter(picks, dtype=np.int64))
+            if mark.any():
+                b.logits_np[:b.n] = mark
+                self._decode(b, wait=True, in_step=False)  # padding (stable shapes) moves entries: read by position
+                rows = np.nonzero(b.logits_np[:b.n])[0]
+                right = sum(self.msampler.sample(int(i)) == picks[int(b.pos_np[i])] for i in rows)
+                b.clear()
+                return len(rows), int(right)
+        if b.n > self.n_draft_max + 1:
             self.flush(in_step=False)
+        return 0, 0
 
     def synchronize(self) -> None:
         self.ctx.synchronize()  # prompt time includes the head's share of it

@@ -20,6 +20,7 @@ from gguf import Keys
 from ..errors import GgufMtpError
 from ..head import find_head, plan_graft
 from . import devices, patches, placement, rpc, tokens
+from .adaptive import DraftLength
 from .chat import ChatTemplate
 from .config import SamplerConfig, SessionConfig
 from .llama import Context, Model
@@ -167,8 +168,10 @@ class MTPSession:
         n_seq = max(1, c.n_parallel)
         n_batch = max(c.n_batch, n_seq * (k + 1))  # a step of every sequence fits one batch (server slots)
 
-        # outputs per decode: a verify step (draft + 1 rows) of every sequence; this also bounds a device sampler
-        per_seq = k + 1 if mtp_on else 1
+        # outputs per decode: a verify step (draft + 1 rows) of every sequence, and under auto the prompt's last rows
+        # the head's first draft is checked on (DraftLength.PROMPT_ROWS); this also bounds a device sampler
+        checks = DraftLength.PROMPT_ROWS if mtp_on and c.adaptive else 0
+        per_seq = max(k + 1, checks) if mtp_on else 1
 
         def make(n_rs_seq: int, n_seq_max: int, kv_unified: bool) -> Context:
             # n_seq_max > n_seq: rollback's spare sequences (rollback.SeqStore), in one shared KV stream
@@ -197,7 +200,7 @@ class MTPSession:
             # greedy drafts of a single head, chained in one decode where the library can (patches.py): a step's
             # k drafts come back as k outputs of one sequence; otherwise one draft per sequence and decode
             self.chained = draft_model.n_nextn <= 1 and c.p_min <= 0 and patches.chains_drafts(p.model.arch)
-            per_mtp = k if self.chained else 1
+            per_mtp = max(k if self.chained else 1, checks)
             mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, mtp=True,
                            flash_attn=c.flash_attn,
                            n_seq_max=n_seq, n_outputs_max=max(n_seq, per_mtp), n_outputs_per_seq=per_mtp)

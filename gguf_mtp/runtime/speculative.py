@@ -184,6 +184,8 @@ class Engine:
         head = self.head
         # first position the MTP context is given; the hidden row of the position before it is still needed
         start = head.prompt_start(len(self.tokens), end, self.prompt_window)
+        check = self._prompt_check(start, end)
+        picks: dict[int, int] = {}  # the target's own pick after each checked position
         try:
             for c in range(0, len(body), n):
                 chunk = body[c:c + n]
@@ -195,11 +197,18 @@ class Engine:
                 head.rows_for(rows_needed)
                 b = self.tbatch
                 b.fill(chunk, pos0)
+                # checked only in the last chunk: its positions are still in the head's queue when it is flushed
+                lo = max(check, pos0) - pos0 if check is not None and c + n >= len(body) else len(chunk)
+                b.logits_np[lo:len(chunk)] = 1
                 self.decode(self.tgt, b, wait=rows_needed, in_step=False)
+                for i in range(lo, len(chunk)):
+                    picks[pos0 + i] = self.tsampler.sample(i)  # greedy: no state to advance
                 if rows_needed:
                     head.take_prompt(chunk, pos0, self.tgt.h_rows(len(chunk)), start)
                 self.tokens.extend(chunk)
-            head.flush_prompt()
+            checked, right = head.flush_prompt(picks)
+            if checked and self.adaptive is not None:
+                self.adaptive.seed_prompt(checked, right)
         finally:
             head.end_prompt()
         self.tgt.synchronize()
@@ -207,6 +216,18 @@ class Engine:
         self.id_last = last
         self.stats.prompt_tokens += len(new_tokens)
         self.stats.prompt_seconds += _clock() - t0
+
+    def _prompt_check(self, start: int, end: int) -> int | None:
+        """First position of the prompt (which ends at ``end``; the head is given it from ``start``) at which auto
+        checks the head's first draft against the target's pick before its first choice (``DraftLength.
+        seed_prompt``), or None: no check. Only under a greedy chain, whose pick is the argmax and advances no state
+        (the chain left from the warm-up or the last answer: the next answer's comes after its prompt)."""
+        a, smp = self.adaptive, self.tsampler
+        if (a is None or not a.wants_prompt() or not self.head.checks_prompt or smp.chain is None
+                or smp.key is None or smp.key[0] is not None or smp.on_logits is not None):
+            return None
+        # the head's row at ``start`` has no hidden row before it when the prompt starts there
+        return max(end - a.PROMPT_ROWS, start, 1)
 
     def rewind(self, n_keep: int) -> bool:
         """Keep the first ``n_keep`` decoded tokens; False when the state cannot roll back that far."""
