@@ -23,7 +23,8 @@
 #                                                 # DRAFT_VOCAB=N: the models with a draft vocabulary of N tokens
 #                                                 # (patch 0002-draft-vocab), rows with it off beside;
 #                                                 # PERF= (empty): no --perf rows; ONESHOT_ARGS: more
-#                                                 # oneshot.py options (--repeat 3, --env-row NAME=VALUE);
+#                                                 # oneshot.py options (--repeat 3, --env-row NAME=VALUE,
+#                                                 # --versus best auto: two rows in alternating processes);
 #                                                 # CHAIN_BENCH="2 3 4": then bench/mtp_chain.py at each k
 #                                                 # (GGUF_MTP_PATCHES=proposed: patch 0004); only the
 #                                                 # HEADS asked for are made; DV_ONLY=1: only the draft-

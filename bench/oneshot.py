@@ -159,16 +159,52 @@ def pairs_summary(lc_tps: list[float], ours: list[tuple[float, float, float]]) -
             "t/s each": [round(t, 2) for t, _, _ in ours], "llama-completion t/s each": [round(t, 1) for t in lc_tps]}
 
 
+def row_args(item: str, best: int) -> tuple[str, ...] | None:
+    """The `run` options of the row named ``item``: ``plain``, ``best`` (the best fixed k, ``best``), ``auto`` or a
+    draft length; None for any other name."""
+    extra = {"plain": ("--no-mtp",), "best": ("--spec-draft-n-max", str(best)),
+             "auto": ("--spec-draft-n-max", "auto")}.get(item)
+    if extra is None and item.isdigit():
+        extra = ("--spec-draft-n-max", item)
+    return extra
+
+
+def versus_row(items: list[str], best: int, model: Path, prompt_file: Path, label: str, a: argparse.Namespace,
+               tmp: Path) -> dict:
+    """``--versus A B``: two `run` rows (each ``plain``, ``best``, ``auto`` or a k) in ``--ab-n`` alternating pairs of
+    processes, A then B each time, in the environment as it is: auto against the best fixed k with a machine's
+    drift falling on both. Medians, B over A, each process's t/s, and what auto did in each."""
+    args = [row_args(item, best) for item in items]
+    if any(x is None for x in args):
+        raise SystemExit(f"error: --versus {' '.join(items)}: use plain, best, auto or a draft length")
+    tps: tuple[list[float], list[float]] = ([], [])
+    autos: tuple[list, list] = ([], [])
+    texts: set[str] = set()
+    for _ in range(max(1, a.ab_n)):
+        for side, extra in enumerate(args):
+            assert extra is not None
+            st = ours(model, prompt_file, a, tmp, *extra)
+            tps[side].append(st["decode_tps"])
+            texts.add(st["text"])
+            if st.get("auto"):
+                autos[side].append(st["auto"])
+    ta, tb = tps
+    row = {"row": f"versus: {' '.join(args[0] or ())} | {' '.join(args[1] or ())}", "model": label,
+           "t/s": statistics.median(tb), "t/s A": statistics.median(ta),
+           "x B/A (medians)": round(statistics.median(tb) / statistics.median(ta), 3),
+           "t/s each A": ta, "t/s each B": tb, "_text": texts.pop() if len(texts) == 1 else None}
+    if any(autos):
+        row["auto each A"], row["auto each B"] = autos
+    return row
+
+
 def ab_row(item: str, pair: list[str], best: int, spec_tps: dict[int, float], spec: Path | None, model: Path,
            prompt_file: Path, label: str, a: argparse.Namespace, tmp: Path) -> dict:
     """``--ab A B`` (``pair``): one row (``plain``, ``best``, ``auto``, a k, or ``spec``: llama.cpp's MTP driver at
     its best k) in ``--ab-n`` pairs of processes, A then B each time (``-`` for the environment as it is). Medians,
     each process's t/s, and what auto did in each."""
     envs = [(s, {} if s == "-" else env_vars(s, "--ab")) for s in pair]
-    extra = {"plain": ("--no-mtp",), "best": ("--spec-draft-n-max", str(best)),
-             "auto": ("--spec-draft-n-max", "auto")}.get(item)
-    if extra is None and item.isdigit():
-        extra = ("--spec-draft-n-max", item)
+    extra = row_args(item, best)
     if extra is None and (item != "spec" or spec is None or not spec_tps):
         raise SystemExit(f"error: --ab-rows {item!r}: use plain, best, auto, a draft length or spec (with "
                          "llama-speculative-simple and --drafts)")
@@ -276,6 +312,11 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
     fixed = [add(f"run k={k}", "--spec-draft-n-max", str(k)) for k in a.drafts]
     best = max(zip(a.drafts, fixed), key=lambda kr: kr[1]["t/s"])[0]
     add("run auto", "--spec-draft-n-max", "auto")
+    for items in a.versus or []:  # two rows in alternating processes: auto against the best k, say
+        out.append(versus_row(items, best, model, prompt_file, label, a, tmp))
+        save(out)
+        print(f"  {label}: {out[-1]['row']}: {json.dumps({k: v for k, v in out[-1].items() if k != '_text'})}",
+              file=sys.stderr, flush=True)
     if a.no_warmup_rows:
         add("run --no-mtp --no-warmup", "--no-mtp", "--no-warmup")
         add(f"run k={best} --no-warmup", "--spec-draft-n-max", str(best), "--no-warmup")
@@ -354,7 +395,11 @@ def main() -> None:
     ap.add_argument("--ab-rows", action="append", help="which rows an A/B runs: plain, best, auto, a draft "
                     "length, spec (llama.cpp's MTP driver at its best k); comma-separated; one per --ab, in order "
                     "(the last one for the A/Bs after it; default best,auto)")
-    ap.add_argument("--ab-n", type=int, default=4, help="pairs of processes per A/B row")
+    ap.add_argument("--versus", nargs=2, action="append", metavar=("A", "B"),
+                    help="two rows (plain, best, auto or a draft length) in --ab-n alternating pairs of processes, "
+                    "after the auto row: `--versus best auto` measures auto against the best fixed k with the "
+                    "machine's drift on both; repeatable")
+    ap.add_argument("--ab-n", type=int, default=4, help="pairs of processes per A/B or --versus row")
     ap.add_argument("--spec-drafts", type=int, nargs="+", help="k for llama-speculative-simple (default: --drafts)")
     a = ap.parse_args()
     a.gpu = gpu_name()

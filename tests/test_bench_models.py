@@ -151,6 +151,33 @@ def test_an_ab_row_names_what_it_runs_and_refuses_a_row_it_cannot_run_in_a_line(
         oneshot.ab_row("best", ["-", "NOVALUE"], 2, {}, None, Path("m.gguf"), Path("p.txt"), "m", a, Path("."))
 
 
+def test_a_versus_row_alternates_its_two_rows_and_refuses_one_it_cannot_run_in_a_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/oneshot.py --versus A B: the two rows' processes alternate (A, B, A, B, ...), so drift over the call
+    falls on both, and the row reports the medians and B over A; a row it does not know stops with one line before
+    any process runs."""
+    import argparse
+
+    oneshot = _bench("oneshot")
+    a = argparse.Namespace(ab_n=3)
+    ran: list[tuple[str, ...]] = []
+    rates = iter([300.0, 290.0, 310.0, 280.0, 305.0, 295.0])
+
+    def fake(model, prompt_file, a, tmp, *extra, **kw):  # type: ignore[no-untyped-def]
+        ran.append(extra)
+        return {"decode_tps": next(rates), "text": "same", **({"auto": {"runs": [[2, 9]]}} if "auto" in extra else {})}
+
+    monkeypatch.setattr(oneshot, "ours", fake)
+    with pytest.raises(SystemExit, match="error: --versus best bogus"):
+        oneshot.versus_row(["best", "bogus"], 2, Path("m.gguf"), Path("p.txt"), "m", a, Path("."))
+    assert ran == []
+    row = oneshot.versus_row(["best", "auto"], 2, Path("m.gguf"), Path("p.txt"), "m", a, Path("."))
+    assert ran == [("--spec-draft-n-max", "2"), ("--spec-draft-n-max", "auto")] * 3
+    assert row["t/s each A"] == [300.0, 310.0, 305.0] and row["t/s each B"] == [290.0, 280.0, 295.0]
+    assert row["t/s A"] == 305.0 and row["t/s"] == 290.0 and row["x B/A (medians)"] == round(290 / 305, 3)
+    assert row["auto each B"] == [{"runs": [[2, 9]]}] * 3 and row["_text"] == "same"
+
+
 @pytest.mark.parametrize("how", ["package", "env"])
 def test_a_process_of_another_package_imports_that_package_not_the_repository(tmp_path: Path, how: str) -> None:
     """bench/oneshot.py --before DIR and an --ab side with its own PYTHONPATH: `python -m` puts its working folder
