@@ -95,3 +95,16 @@ def test_the_prompt_checks_count_what_a_verify_would(model: Path, dear: bool) ->
     with MTPSession(model, n_ctx=512, n_draft=4, mtp=False) as plain:
         for prompt_text, text in texts.items():
             assert plain.generate(prompt_text, max_tokens=16, sampling=SamplerConfig()).text == text
+
+
+def test_the_prompt_agreement_benchmark_checks_the_prompt_as_auto_does(model: Path) -> None:
+    """bench/prompt_agreement.py (a head's agreement on prompts against its acceptance on answers, docs/benchmarks.md):
+    the prompt's checks are auto's own, the last PROMPT_ROWS positions, and the answer's first drafts are counted at
+    k=1."""
+    import importlib
+
+    pa = importlib.import_module("bench.prompt_agreement")
+    checked, right = pa.prompt_checks(model, PROMPTS[0], 0, None)
+    assert checked == DraftLength.PROMPT_ROWS and 0 <= right <= checked
+    [(drafted, accepted)] = pa.answer_acceptance(model, [PROMPTS[0]], 48, 0, None)
+    assert 0 < accepted <= drafted < 48  # a step at k=1 emits one or two tokens: fewer drafts than tokens

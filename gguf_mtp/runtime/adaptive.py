@@ -131,8 +131,9 @@ class DraftLength:
     # ... and they count only where they show the head better than typical (the typical first position below their
     # Wilson interval, this many standard errors wide). A prompt is the user's text, not the model's answer: a head
     # that agrees with the target there will agree at least as well on the answer, one that disagrees may not
-    # (docs/benchmarks.md: a head right at 6 of 32 prompt positions and at 80% of its answer's). Counted both ways,
-    # simulated near-typical heads also lost about 1% to prompts that ended in a hard stretch.
+    # (docs/benchmarks.md: a benchmark head right at 6 of 32 prompt positions and at 80% of its answer's; the tiny
+    # model's trained head lower on each of its prompts than on their answers). Counted both ways, simulated
+    # near-typical heads also lost about 1% to prompts that ended in a hard stretch.
     PROMPT_Z = 2.0
 
     def __init__(self, k_max: int, *, shadows: bool = True) -> None:
