@@ -61,7 +61,8 @@ few drafts one rejected draft could move a near-tie down and the next steps move
 deep model several steps (docs/benchmarks.md, "A move to a shorter length needs evidence").
 
 The first choice is free of the payback rule: the prompt's decode comes before it, so every length rebuilds its
-graphs there alike (held to the rule from k_max, a 31 ms change kept the 35B-A3B shape at k=4 for 22 steps). Where
+graphs there alike (held to the rule from k_max, a deep model's dear change kept it at k_max for much of an
+answer: docs/benchmarks.md, "auto's first choice"). Where
 a change costs more than a plain step, the head's first draft is first checked against the target's pick on the
 prompt's last ``PROMPT_ROWS`` positions (``seed_prompt``): counted where it shows a head better than typical, so a
 head right nearly every time starts at its own best length instead of being held below it; not counted below, as a
@@ -130,10 +131,10 @@ class DraftLength:
     PROMPT_ROWS = 32
     # ... and they count only where they show the head better than typical (the typical first position below their
     # Wilson interval, this many standard errors wide). A prompt is the user's text, not the model's answer: a head
-    # that agrees with the target there will agree at least as well on the answer, one that disagrees may not
-    # (docs/benchmarks.md: a benchmark head right at 6 of 32 prompt positions and at 80% of its answer's; the tiny
-    # model's trained head lower on each of its prompts than on their answers). Counted both ways, simulated
-    # near-typical heads also lost about 1% to prompts that ended in a hard stretch.
+    # that agrees with the target there will agree at least as well on the answer, one that disagrees may not: the
+    # benchmark models' heads and the tiny model's trained one agree less on prompts than on their answers
+    # (docs/benchmarks.md, "auto's first choice"; bench/prompt_agreement.py). Counted both ways, simulated
+    # near-typical heads also lost to prompts that ended in a hard stretch (tests/test_adaptive.py, CLUSTERED).
     PROMPT_Z = 2.0
 
     def __init__(self, k_max: int, *, shadows: bool = True) -> None:
