@@ -14,7 +14,6 @@ would, so its shares predict k' too low, and ``auto`` holding the longer length 
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,10 +21,7 @@ from pathlib import Path
 import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp's libraries before numpy)
 
 # isort: split
-from bench.common import exit_after, machine, save, table
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "examples" / "tiny-qwen35-mtp"
+from bench.common import ROOT, exit_after, machine, prompts_from, save, table, tiny_gguf, tiny_reference
 
 
 def shares(answers: Sequence[Sequence[int]], k: int) -> list[float]:
@@ -83,21 +79,10 @@ def main() -> None:
     a = ap.parse_args()
     if not a.lengths or min(a.lengths) < 1:
         raise SystemExit("error: --lengths: give draft lengths of 1 or more")
-    ref = json.loads((TINY / "reference.json").read_text())
-    try:
-        prompts = json.loads(a.prompts.read_text()) if a.prompts else ref["prompts"]
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"error: --prompts {a.prompts}: {exc}; give a JSON list of strings") from None
-    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) and p for p in prompts):
-        raise SystemExit(f"error: --prompts {a.prompts}: give a JSON list of non-empty strings")
-    n = a.n or int(ref["new_tokens"])
+    prompts = prompts_from(a.prompts)
+    n = a.n or int(tiny_reference()["new_tokens"])
     with tempfile.TemporaryDirectory() as tmp:
-        model = a.model
-        if model is None:
-            from gguf_mtp.convert import convert
-
-            model = Path(tmp) / "tiny-qwen35-mtp-BF16.gguf"
-            convert(TINY, outfile=model, progress=False)
+        model = a.model or tiny_gguf(Path(tmp))
         runs = {k: outcomes(model, prompts, n, k, a.ngl, a.threads) for k in sorted(set(a.lengths))}
     rows: list[dict[str, object]] = []
     for k_to in sorted(runs):

@@ -15,7 +15,6 @@ were all accepted (both tools count it so).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -26,20 +25,12 @@ import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp's libraries before numpy
 
 # isort: split
 from bench import llamacpp
-from bench.common import exit_after, machine, save, table
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "examples" / "tiny-qwen35-mtp"
+from bench.common import ROOT, exit_after, machine, save, table, tiny_gguf, tiny_reference
 
 
 def tiny_model(work: Path) -> tuple[Path, list[str], int]:
-    from gguf_mtp.convert import convert
-
-    ref = json.loads((TINY / "reference.json").read_text())
-    out = work / "tiny-qwen35-mtp-BF16.gguf"
-    if not out.exists():
-        convert(TINY, outfile=out, progress=False)
-    return out, ref["prompts"], int(ref["new_tokens"])
+    ref = tiny_reference()
+    return tiny_gguf(work), ref["prompts"], int(ref["new_tokens"])
 
 
 def ours(model: Path, prompts: list[str], n: int, k: int, threads: int | None) -> dict:

@@ -47,6 +47,37 @@ def best_of(cmd: list[str], outputs: list[Path], repeats: int = 3) -> tuple[floa
     return best_t, best_durable, max_rss
 
 
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "examples" / "tiny-qwen35-mtp"  # the shipped tiny model: the default where a script needs a head
+
+
+def tiny_reference() -> dict:
+    """The shipped tiny model's ``reference.json``: its ``prompts`` and ``new_tokens``."""
+    return json.loads((TINY / "reference.json").read_text())
+
+
+def tiny_gguf(folder: Path) -> Path:
+    """The shipped tiny model converted (BF16) into ``folder``; made once there."""
+    from gguf_mtp.convert import convert
+
+    out = folder / "tiny-qwen35-mtp-BF16.gguf"
+    if not out.exists():
+        convert(TINY, outfile=out, progress=False)
+    return out
+
+
+def prompts_from(path: Path | None) -> list[str]:
+    """The JSON list of prompts in ``path`` (``--prompts``), or the tiny model's reference prompts; a file that is
+    not a list of non-empty strings stops with one line."""
+    try:
+        prompts = json.loads(path.read_text()) if path else tiny_reference()["prompts"]
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: --prompts {path}: {exc}; give a JSON list of strings") from None
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) and p for p in prompts):
+        raise SystemExit(f"error: --prompts {path}: give a JSON list of non-empty strings")
+    return prompts
+
+
 def machine() -> dict[str, object]:
     return {"cpus": os.cpu_count(), "machine": platform.machine(), "python": sys.version.split()[0],
             "platform": platform.platform()}

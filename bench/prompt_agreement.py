@@ -12,7 +12,6 @@ counts the checks only where they show a head better than typical.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,10 +19,7 @@ from pathlib import Path
 import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp's libraries before numpy)
 
 # isort: split
-from bench.common import exit_after, machine, save, table
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "examples" / "tiny-qwen35-mtp"
+from bench.common import ROOT, exit_after, machine, prompts_from, save, table, tiny_gguf
 
 
 def prompt_checks(model: Path, prompt: str, ngl: int, threads: int | None) -> tuple[int, int]:
@@ -62,22 +58,11 @@ def main() -> None:
     ap.add_argument("-t", "--threads", type=int)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "prompt_agreement.json")
     a = ap.parse_args()
-    try:
-        prompts = (json.loads(a.prompts.read_text()) if a.prompts
-                   else json.loads((TINY / "reference.json").read_text())["prompts"])
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"error: --prompts {a.prompts}: {exc}; give a JSON list of strings") from None
-    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) and p for p in prompts):
-        raise SystemExit(f"error: --prompts {a.prompts}: give a JSON list of non-empty strings")
+    prompts = prompts_from(a.prompts)
     if a.n < 1:
         raise SystemExit("error: -n: give 1 or more tokens")
     with tempfile.TemporaryDirectory() as tmp:
-        model = a.model
-        if model is None:
-            from gguf_mtp.convert import convert
-
-            model = Path(tmp) / "tiny-qwen35-mtp-BF16.gguf"
-            convert(TINY, outfile=model, progress=False)
+        model = a.model or tiny_gguf(Path(tmp))
         checks = [prompt_checks(model, p, a.ngl, a.threads) for p in prompts]
         answers = answer_acceptance(model, prompts, a.n, a.ngl, a.threads)
     rows: list[dict[str, object]] = []

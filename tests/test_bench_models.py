@@ -84,7 +84,8 @@ def test_bench_processes_exit_after_their_results_without_teardown(body: str, rc
 
 
 def test_bench_scripts_that_write_results_leave_through_exit_after() -> None:
-    for name in ("run", "side_by_side", "qwen3next", "acceptance_vs_llamacpp", "multi_gpu"):
+    for name in ("run", "side_by_side", "qwen3next", "acceptance_vs_llamacpp", "multi_gpu", "acceptance_by_length",
+                 "prompt_agreement"):
         assert "exit_after(main)" in (BENCH / f"{name}.py").read_text(), name
 
 
