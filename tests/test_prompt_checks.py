@@ -108,3 +108,24 @@ def test_the_prompt_agreement_benchmark_checks_the_prompt_as_auto_does(model: Pa
     assert checked == DraftLength.PROMPT_ROWS and 0 <= right <= checked
     [(drafted, accepted)] = pa.answer_acceptance(model, [PROMPTS[0]], 48, 0, None)
     assert 0 < accepted <= drafted < 48  # a step at k=1 emits one or two tokens: fewer drafts than tokens
+
+
+def test_only_a_session_warmed_up_at_load_makes_room_for_the_checks(model: Path) -> None:
+    """The checks follow a warm-up (they refine its typical prior), and each row they need costs a vocabulary's
+    worth of llama.cpp's host buffers in both contexts: a session not warmed up (a CPU's default) makes its contexts
+    for a verify step only, and then checks nothing even where its controller would want them."""
+    with MTPSession(model, n_ctx=512, n_draft=4, adaptive=True, warmup=False) as s:
+        e = s.engine
+        assert e.tgt.n_outputs_per_seq == 5 and e.mtp is not None and e.mtp.n_outputs_per_seq < DraftLength.PROMPT_ROWS
+        a = e.adaptive
+        assert a is not None
+        a.seed_times({k: [1e-3 * (1 + k)] * 2 for k in range(5)})  # as a warm-up would leave it, a change dear
+        a.seed_switch(1.0)
+        assert a.wants_prompt()
+        s.generate(PROMPTS[0], max_tokens=8)
+        assert a.prompt_checks is None
+    with MTPSession(model, n_ctx=512, n_draft=4, adaptive=True, warmup=True) as s:
+        e = s.engine
+        assert e.tgt.n_outputs_per_seq == e.mtp.n_outputs_per_seq == DraftLength.PROMPT_ROWS
+    with MTPSession(model, n_ctx=512, n_draft=4, warmup=True) as s:  # a fixed length: no checks, no room for them
+        assert s.engine.tgt.n_outputs_per_seq == 5

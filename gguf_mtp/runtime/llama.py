@@ -504,6 +504,8 @@ class Context:
         self.n_ctx_seq = self.n_ctx if self.n_seq_max == 1 else int(_ll.llama_n_ctx_seq(self.ptr))
         self.n_batch = min(n_batch, int(_ll.llama_n_batch(self.ptr)) or n_batch)
         self.n_outputs_max = n_outputs_max or self.n_batch
+        #: outputs one sequence may have in a decode (a device sampler's bound)
+        self.n_outputs_per_seq = min(n_outputs_per_seq or self.n_outputs_max, self.n_outputs_max)
         self.mem = _ll.llama_get_memory(self.ptr)
         self._nextn_rows = embeddings_nextn and not mtp
         if mtp:  # masked (output rows only) unless the head's graph keeps a row per token (archs.py)

@@ -100,11 +100,14 @@ class MTPSession:
             toks[bos_id] if isinstance(bos_id, int) and bos_id < len(toks) else "",
             toks[eos_id] if isinstance(eos_id, int) and eos_id < len(toks) else "")
         self.stats = Stats(n_draft_max=self.engine.n_draft_max)
-        warmup = self.cfg.warmup
-        if warmup is None:
-            warmup = self.cfg.n_gpu_layers != 0 or bool(self.cfg.draft_gpu_layers)
-        if warmup:
+        if self._warms_up:
             self.engine.warm_up(self.model.warmup_tokens())
+
+    @property
+    def _warms_up(self) -> bool:
+        """Whether the session runs its decodes once at load (``--warmup``; by default where layers are offloaded)."""
+        warmup = self.cfg.warmup
+        return self.cfg.n_gpu_layers != 0 or bool(self.cfg.draft_gpu_layers) if warmup is None else warmup
 
     # -- loading -------------------------------------------------------------------------------
     def _make_params(self) -> tuple[placement.ModelParams, placement.ModelParams | None]:
@@ -168,9 +171,10 @@ class MTPSession:
         n_seq = max(1, c.n_parallel)
         n_batch = max(c.n_batch, n_seq * (k + 1))  # a step of every sequence fits one batch (server slots)
 
-        # outputs per decode: a verify step (draft + 1 rows) of every sequence, and under auto the prompt's last rows
-        # the head's first draft is checked on (DraftLength.PROMPT_ROWS); this also bounds a device sampler
-        checks = DraftLength.PROMPT_ROWS if mtp_on and c.adaptive else 0
+        # outputs per decode: a verify step (draft + 1 rows) of every sequence, and under auto warmed up at load the
+        # prompt's last rows the head's first draft is checked on (DraftLength.PROMPT_ROWS: checked only after a
+        # warm-up; each row costs a vocabulary's worth of llama.cpp's host buffers); this also bounds a device sampler
+        checks = DraftLength.PROMPT_ROWS if mtp_on and c.adaptive and self._warms_up else 0
         per_seq = max(k + 1, checks) if mtp_on else 1
 
         def make(n_rs_seq: int, n_seq_max: int, kv_unified: bool) -> Context:

@@ -222,9 +222,11 @@ class Engine:
         checks the head's first draft against the target's pick before its first choice (``DraftLength.
         seed_prompt``), or None: no check. Only under a greedy chain, whose pick is the argmax and advances no state
         (the chain left from the warm-up or the last answer: the next answer's comes after its prompt)."""
-        a, smp = self.adaptive, self.tsampler
-        if (a is None or not a.wants_prompt() or not self.head.checks_prompt or smp.chain is None
+        a, smp, mtp = self.adaptive, self.tsampler, self.head.ctx
+        if (a is None or mtp is None or not a.wants_prompt() or not self.head.checks_prompt or smp.chain is None
                 or smp.key is None or smp.key[0] is not None or smp.on_logits is not None):
+            return None
+        if min(self.tgt.n_outputs_per_seq, mtp.n_outputs_per_seq) < a.PROMPT_ROWS:  # contexts not made for them
             return None
         # the head's row at ``start`` has no hidden row before it when the prompt starts there
         return max(end - a.PROMPT_ROWS, start, 1)
