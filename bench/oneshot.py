@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench import llamacpp
@@ -169,72 +170,68 @@ def row_args(item: str, best: int) -> tuple[str, ...] | None:
     return extra
 
 
-def versus_row(items: list[str], best: int, model: Path, prompt_file: Path, label: str, a: argparse.Namespace,
-               tmp: Path) -> dict:
-    """``--versus A B``: two `run` rows (each ``plain``, ``best``, ``auto`` or a k) in ``--ab-n`` alternating pairs of
-    processes, A then B each time, in the environment as it is: auto against the best fixed k with a machine's
-    drift falling on both. Medians, B over A, each process's t/s, and what auto did in each."""
-    args = [row_args(item, best) for item in items]
-    if any(x is None for x in args):
-        raise SystemExit(f"error: --versus {' '.join(items)}: use plain, best, auto or a draft length")
-    tps: tuple[list[float], list[float]] = ([], [])
+def alternating(sides: Sequence[Callable[[], dict]], n: int) -> dict:
+    """``n`` pairs of processes, side A then side B each time (each side a call that runs one process and returns
+    its statistics: ``decode_tps``, and ``text`` and ``auto`` where it has them), so a machine's drift falls on
+    both: the medians, B over A, each process's t/s, what auto did in each, and ``_text`` where the processes
+    printed text (None where they disagreed: never "same text")."""
+    tps: tuple[list[float], list[float]] = ([], [])  # A's, B's (by side: the two may run the same thing)
     autos: tuple[list, list] = ([], [])
     texts: set[str] = set()
-    for _ in range(max(1, a.ab_n)):
-        for side, extra in enumerate(args):
-            assert extra is not None
-            st = ours(model, prompt_file, a, tmp, *extra)
+    for _ in range(max(1, n)):
+        for side, run in enumerate(sides):
+            st = run()
             tps[side].append(st["decode_tps"])
-            texts.add(st["text"])
+            if "text" in st:
+                texts.add(st["text"])
             if st.get("auto"):
                 autos[side].append(st["auto"])
     ta, tb = tps
-    row = {"row": f"versus: {' '.join(args[0] or ())} | {' '.join(args[1] or ())}", "model": label,
-           "t/s": statistics.median(tb), "t/s A": statistics.median(ta),
+    row = {"t/s": statistics.median(tb), "t/s A": statistics.median(ta),
            "x B/A (medians)": round(statistics.median(tb) / statistics.median(ta), 3),
-           "t/s each A": ta, "t/s each B": tb, "_text": texts.pop() if len(texts) == 1 else None}
+           "t/s each A": ta, "t/s each B": tb}
     if any(autos):
         row["auto each A"], row["auto each B"] = autos
+    if texts:
+        row["_text"] = texts.pop() if len(texts) == 1 else None
     return row
+
+
+def versus_row(items: list[str], best: int, model: Path, prompt_file: Path, label: str, a: argparse.Namespace,
+               tmp: Path) -> dict:
+    """``--versus A B``: two `run` rows (each ``plain``, ``best``, ``auto`` or a k) in ``--ab-n`` alternating pairs of
+    processes, in the environment as it is: auto against the best fixed k with a machine's drift falling on both."""
+    args = [row_args(item, best) for item in items]
+    if any(x is None for x in args):
+        raise SystemExit(f"error: --versus {' '.join(items)}: use plain, best, auto or a draft length")
+    sides = [lambda extra=extra: ours(model, prompt_file, a, tmp, *extra) for extra in args]
+    return {"row": f"versus: {' '.join(args[0] or ())} | {' '.join(args[1] or ())}", "model": label,
+            **alternating(sides, a.ab_n)}
 
 
 def ab_row(item: str, pair: list[str], best: int, spec_tps: dict[int, float], spec: Path | None, model: Path,
            prompt_file: Path, label: str, a: argparse.Namespace, tmp: Path) -> dict:
     """``--ab A B`` (``pair``): one row (``plain``, ``best``, ``auto``, a k, or ``spec``: llama.cpp's MTP driver at
-    its best k) in ``--ab-n`` pairs of processes, A then B each time (``-`` for the environment as it is). Medians,
-    each process's t/s, and what auto did in each."""
-    envs = [(s, {} if s == "-" else env_vars(s, "--ab")) for s in pair]
+    its best k) in ``--ab-n`` pairs of processes, A then B each time (``-`` for the environment as it is):
+    :func:`alternating`'s medians and what each process did."""
+    envs = [{} if s == "-" else env_vars(s, "--ab") for s in pair]
     extra = row_args(item, best)
     if extra is None and (item != "spec" or spec is None or not spec_tps):
         raise SystemExit(f"error: --ab-rows {item!r}: use plain, best, auto, a draft length or spec (with "
                          "llama-speculative-simple and --drafts)")
     k_spec = max(spec_tps, key=spec_tps.__getitem__) if spec_tps else 0
-    tps: tuple[list[float], list[float]] = ([], [])  # A's, B's (by side: the two may name the same environment)
-    autos: tuple[list, list] = ([], [])
-    texts: set[str] = set()
-    for _ in range(max(1, a.ab_n)):
-        for side, (_, env) in enumerate(envs):
-            if extra is None:
-                assert spec is not None
-                r = llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec, ngl=a.ngl, ctx=a.ctx,
-                                         env=dict(os.environ, **env))
-                tps[side].append(round(r.tps, 2))
-                continue
-            st = ours(model, prompt_file, a, tmp, *extra, env_extra=env or None)
-            tps[side].append(st["decode_tps"])
-            texts.add(st["text"])
-            if st.get("auto"):
-                autos[side].append(st["auto"])
-    ta, tb = tps
+
+    def side(env: dict[str, str]) -> Callable[[], dict]:
+        if extra is None:
+            assert spec is not None
+            return lambda: {"decode_tps": round(llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec,
+                                                                      ngl=a.ngl, ctx=a.ctx,
+                                                                      env=dict(os.environ, **env)).tps, 2)}
+        return lambda: ours(model, prompt_file, a, tmp, *extra, env_extra=env or None)
+
     what = f"llama-speculative-simple k={k_spec}" if extra is None else f"run {' '.join(extra)}"
-    row = {"row": f"A/B {what}: {pair[0]} | {pair[1]}", "model": label, "t/s": statistics.median(tb),
-           "t/s A": statistics.median(ta), "x B/A (medians)": round(statistics.median(tb) / statistics.median(ta), 3),
-           "t/s each A": ta, "t/s each B": tb}
-    if any(autos):
-        row["auto each A"], row["auto each B"] = autos
-    if extra is not None:
-        row["_text"] = texts.pop() if len(texts) == 1 else None  # processes disagreed: never "same text"
-    return row
+    return {"row": f"A/B {what}: {pair[0]} | {pair[1]}", "model": label,
+            **alternating([side(env) for env in envs], a.ab_n)}
 
 
 def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) -> list[dict]:  # type: ignore[no-untyped-def]

@@ -179,6 +179,27 @@ def test_a_versus_row_alternates_its_two_rows_and_refuses_one_it_cannot_run_in_a
     assert row["auto each B"] == [{"runs": [[2, 9]]}] * 3 and row["_text"] == "same"
 
 
+def test_an_ab_row_alternates_its_two_environments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/oneshot.py --ab A B: the row's processes alternate between the two environments (A, B, A, B, ...) and
+    the row reports the medians, B over A and whether every process printed the same text."""
+    import argparse
+
+    oneshot = _bench("oneshot")
+    a = argparse.Namespace(ab_n=2)
+    ran: list[tuple[tuple[str, ...], dict | None]] = []
+    rates = iter([300.0, 290.0, 310.0, 280.0])
+
+    def fake(model, prompt_file, a, tmp, *extra, env_extra=None, **kw):  # type: ignore[no-untyped-def]
+        ran.append((extra, env_extra))
+        return {"decode_tps": next(rates), "text": "same" if env_extra is None else "other"}
+
+    monkeypatch.setattr(oneshot, "ours", fake)
+    row = oneshot.ab_row("2", ["-", "X=1"], 3, {}, None, Path("m.gguf"), Path("p.txt"), "m", a, Path("."))
+    assert ran == [(("--spec-draft-n-max", "2"), None), (("--spec-draft-n-max", "2"), {"X": "1"})] * 2
+    assert row["row"] == "A/B run --spec-draft-n-max 2: - | X=1" and row["t/s A"] == 305.0 and row["t/s"] == 285.0
+    assert row["_text"] is None  # the two sides printed different texts: never "same text"
+
+
 @pytest.mark.parametrize("how", ["package", "env"])
 def test_a_process_of_another_package_imports_that_package_not_the_repository(tmp_path: Path, how: str) -> None:
     """bench/oneshot.py --before DIR and an --ab side with its own PYTHONPATH: `python -m` puts its working folder
