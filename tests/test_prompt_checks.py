@@ -91,7 +91,7 @@ def test_the_prompt_checks_count_what_a_verify_would(model: Path, dear: bool) ->
             assert not a.wants_prompt()  # once an answer: the run's own drafts take over
             # counted only where they show the head better than a typical one
             better = wilson(a.prompt_checks[1] / checked, checked, a.PROMPT_Z)[0] > a.TYPICAL_FIRST
-            assert a._prompt_d == (checked if better else 0)
+            assert a._prompt_counted == better and a.summary()["prompt_counted"] == better
     with MTPSession(model, n_ctx=512, n_draft=4, mtp=False) as plain:
         for prompt_text, text in texts.items():
             assert plain.generate(prompt_text, max_tokens=16, sampling=SamplerConfig()).text == text

@@ -146,8 +146,8 @@ class DraftLength:
         self._prior_d = [0.0] * self.k_max  # an earlier run's acceptance as pseudo-counts (seed())
         self._prior_a = [0.0] * self.k_max
         self._typical = [False] * self.k_max  # positions whose prior is the typical head's (seed_times)
-        self._prompt_d = self._prompt_a = 0  # the head's first drafts checked on the prompt, and of those right
-        self.prompt_checks: tuple[int, int] | None = None  # what seed_prompt was given, counted or not
+        self.prompt_checks: tuple[int, int] | None = None  # the prompt's checks (checked, right), counted or not
+        self._prompt_counted = False  # whether they count as first drafts
         self._probe_every = self.PROBE_EVERY_SHADOWED if shadows else self.PROBE_EVERY
         self.times: dict[int, deque[float]] = {}
         self._timed_at: dict[int, int] = {}  # step of each length's newest timed sample
@@ -241,8 +241,8 @@ class DraftLength:
         for i in range(self.k_max):
             d = (d0[i] if i < len(d0) else 0) + self._shadow_d[i]
             a = (a0[i] if i < len(a0) else 0) + self._shadow_a[i]
-            if i == 0:  # the prompt's checks are first drafts like any other
-                d, a = d + self._prompt_d, a + self._prompt_a
+            if i == 0 and self._prompt_counted and self.prompt_checks:  # first drafts like any other
+                d, a = d + self.prompt_checks[0], a + self.prompt_checks[1]
             pd, pa = self._prior_d[i], self._prior_a[i]
             if pd and self._typical[i]:
                 if i == 0:
@@ -306,7 +306,7 @@ class DraftLength:
         (:meth:`seed_prompt`): no step run yet, the acceptance still the typical head's (no profile), and a change
         of length measured dearer than a plain step, so a wrong first choice would be costly to leave."""
         plain = self.step_time(0, None)
-        return (self.n == 0 and not self._prompt_d and self._typical[0] and plain is not None
+        return (self.n == 0 and not self._prompt_counted and self._typical[0] and plain is not None
                 and self.switch_cost() > plain)
 
     def seed_prompt(self, drafts: int, right: int) -> bool:
@@ -318,8 +318,7 @@ class DraftLength:
         self.prompt_checks = (drafts, right)
         if not drafts or wilson(right / drafts, drafts, self.PROMPT_Z)[0] <= self.TYPICAL_FIRST:
             return False
-        self._prompt_d += drafts
-        self._prompt_a += right
+        self._prompt_counted = True
         return True
 
     def seed_switch(self, seconds: float) -> None:
@@ -415,7 +414,7 @@ class DraftLength:
         uses) and its mean over every step run at it (untimed and shadow steps included)."""
         return {"changes": self.changes, "runs": [list(r) for r in self.runs],
                 "prompt_checks": list(self.prompt_checks) if self.prompt_checks else None,
-                "prompt_counted": bool(self._prompt_d),
+                "prompt_counted": self._prompt_counted,
                 "switch_ms": round(1e3 * self.switch_cost(), 3), "shadow_ms": round(1e3 * self.shadow_cost(), 3),
                 "step_ms": {k: round(1e3 * median(v), 3) for k, v in sorted(self.times.items()) if v},
                 "mean_ms": {k: round(1e3 * t / n, 3) for k, (t, n) in sorted(self._all.items()) if n}}
