@@ -7,12 +7,12 @@ everything else a first answer pays (kernel loads, graph captures, the warm-up a
 Rows: llama-completion; llama-speculative-simple --spec-type draft-mtp at each k; `gguf-mtp run --no-mtp`, at each k
 and with `auto`, with the warm-up at load (the default with -ngl) and, with ``--no-warmup-rows``, plain, the best k
 and auto again with `--no-warmup` to show what it brings. Ratios are to llama-completion in the same run on the same
-file. ``--perf`` adds plain and the best k again with per-phase timings (``run --perf``: each decode waited for, so
-a little slower) and the memory-bound limit of a plain token and of a draft (bytes the weights read, at the device's
-nominal bandwidth). ``--env-row NAME=VALUE[,NAME=VALUE...]`` adds llama.cpp's MTP driver at its best k, plain, the
-best k and auto with those variables set (``GGUF_MTP_DRAFT_CHAIN=0``: one decode a draft on a build that chains
-them). Auto rows keep what auto
-did (``auto``: changes of length, runs, the measured cost of a change). ``--repeat N`` runs each `run` row in N
+file. ``--perf`` adds plain, the best k and auto again with per-phase timings (``run --perf``: each decode waited
+for, so a little slower; again under each ``--env-row``) and the memory-bound limit of a plain token and of a draft
+(bytes the weights read, at the device's nominal bandwidth). ``--env-row NAME=VALUE[,NAME=VALUE...]`` adds
+llama.cpp's MTP driver at its best k, plain, the best k and auto with those variables set
+(``GGUF_MTP_DRAFT_CHAIN=0``: one decode a draft on a build that chains them). Auto rows keep what auto did
+(``auto``: changes of length, runs, the measured cost of a change). ``--repeat N`` runs each `run` row in N
 processes and keeps the median. ``--plain-pairs N`` alternates N llama-completion and `run --no-mtp --perf`
 processes and compares their medians, the decode alone and the host's time between decodes (``--drafts`` with no
 value: only that). ``--ab A B`` runs the ``--ab-rows`` (default: the best k and auto) in ``--ab-n`` pairs of
@@ -341,9 +341,12 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
         add(f"run k={best}, draft vocab off", "--spec-draft-n-max", str(best), env_extra=off)
         if a.perf:
             add(f"run k={best} --perf, draft vocab off", "--spec-draft-n-max", str(best), "--perf", env_extra=off)
-    if a.perf:
-        add("run --no-mtp --perf", "--no-mtp", "--perf")
-        add(f"run k={best} --perf", "--spec-draft-n-max", str(best), "--perf")
+    if a.perf:  # where each row's step goes: auto's beside the best k's shows what choosing costs at one length
+        for env_row in ["", *(a.env_row or [])]:
+            env, tag = (env_vars(env_row), f", {env_row}") if env_row else ({}, "")
+            add(f"run --no-mtp --perf{tag}", "--no-mtp", "--perf", env_extra=env)
+            add(f"run k={best} --perf{tag}", "--spec-draft-n-max", str(best), "--perf", env_extra=env)
+            add(f"run auto --perf{tag}", "--spec-draft-n-max", "auto", "--perf", env_extra=env)
         wb = weight_bytes(model)
         bw = next((v for k, v in BANDWIDTH.items() if k in a.gpu), 0.0)
         if bw:
@@ -375,7 +378,8 @@ def main() -> None:
                     help="k for the `run` rows; none: only llama-completion and --plain-pairs")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "oneshot.json")
     ap.add_argument("--no-warmup-rows", action="store_true", help="also plain, best k and auto with --no-warmup")
-    ap.add_argument("--perf", action="store_true", help="also plain and best k with per-phase timings (--perf)")
+    ap.add_argument("--perf", action="store_true", help="also plain, best k and auto with per-phase timings (--perf), "
+                    "under each --env-row too")
     ap.add_argument("--before", type=Path, help="a folder with another gguf_mtp and gguf_mtp_cli: plain, best k "
                     "and auto from it too")
     ap.add_argument("--repeat", type=int, default=1, help="processes per `run` row; the row keeps the median's "
