@@ -49,7 +49,8 @@ MTP = typer.Option(None, "--mtp", help="MTP sidecar to pair (default: the model'
                                        "mtp-<name>.gguf beside it).")
 NO_MTP = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation.")
 REQUIRE_MTP = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding.")
-DRAFT_N_MAX = typer.Option("3", "--spec-draft-n-max", "--draft-max", callback=text(16),
+# the default is gguf_mtp.runtime.config.DEFAULT_DRAFT, spelt out: importing the runtime loads llama.cpp
+DRAFT_N_MAX = typer.Option("2", "--spec-draft-n-max", "--draft-max", callback=text(16),
                            help="Draft length, or 'auto' to adapt it to measured acceptance and cost (k up to 4; it "
                                 "decodes plainly, with no drafts, where that is fastest).")
 P_MIN = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min",
@@ -57,6 +58,13 @@ P_MIN = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min",
 WARMUP = typer.Option(None, "--warmup/--no-warmup",
                       help="Decode every shape the first answer uses once at load, as llama.cpp's tools do "
                            "(default: when layers are offloaded to a GPU).")
+# run and serve: a draft vocabulary for the session, the file left as it is
+SESSION_DRAFT_VOCAB = typer.Option(
+    None, "--draft-vocab", metavar="N",
+    help="Let the drafts propose only N tokens (e.g. 32768) in this session, without rewriting the file: the head's "
+         "file is served to llama.cpp with them (read whole at load, no mmap), and a patched llama.cpp reads N rows "
+         "of the LM head per draft; the target still verifies over all. Rows: the N lowest BPE ids (merge order), "
+         "or the most frequent in --draft-vocab-from. Replaces a draft vocabulary the file names.")
 PROMPT_WINDOW = typer.Option(0, "--spec-draft-prompt-window", min=0,
                              help="Give the MTP head only the last N tokens of each prompt (0: all). Bounds the "
                                   "head's share of prompt processing on long prompts; output is unchanged, early "

@@ -71,6 +71,8 @@ def run(
     draft_n_max: str = options.DRAFT_N_MAX,
     p_min: float = options.P_MIN,
     prompt_window: int = options.PROMPT_WINDOW,
+    draft_vocab: int | None = options.SESSION_DRAFT_VOCAB,
+    draft_vocab_from: str | None = options.DRAFT_VOCAB_FROM,
     warmup: bool | None = options.WARMUP,
     n_gpu_layers: int = options.N_GPU_LAYERS,
     draft_gpu_layers: int | None = options.DRAFT_GPU_LAYERS,
@@ -163,7 +165,8 @@ def run(
         draft_n_max=draft_n_max, p_min=p_min, prompt_window=prompt_window, warmup=warmup, require_mtp=require_mtp,
         n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers, device=device, device_draft=device_draft,
         split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu, rpc=rpc, ctx_size=ctx_size,
-        batch_size=batch_size, threads=threads, flash_attn=flash_attn, timings=perf or None)
+        batch_size=batch_size, threads=threads, flash_attn=flash_attn, timings=perf or None,
+        draft_vocab=draft_vocab, draft_vocab_from=draft_vocab_from)
     for opt, val in (("--spec-draft-profile", draft_profile), ("--spec-draft-profile-out", draft_profile_out)):
         if val is not None and (no_mtp or not cfg.adaptive):
             raise typer.BadParameter(f"{opt} needs --spec-draft-n-max auto (and MTP on)")
@@ -206,7 +209,8 @@ def run(
                 + (f" {session.pairing.sidecar.path.name}" if session.pairing.sidecar else "")
                 + f", draft {'auto (max ' + str(cfg.n_draft) + ')' if cfg.adaptive else cfg.n_draft}"
                 + (f", rollback {session.engine.rollback.name}" if session.engine.rollback.name != "kv" else "")
-                + (", drafts chained in one decode" if session.chained else ""))
+                + (", drafts chained in one decode" if session.chained else "")
+                + (f", draft vocabulary {cfg.draft_vocab} (this session's)" if session.draft_vocab is not None else ""))
         if draft_profile is not None and session.mtp_enabled:
             note = draft_profile_mod.use(session, draft_profile)
             err(f"note: {note}" if note else f"auto: starting from the draft profile {draft_profile}")

@@ -38,6 +38,8 @@ def serve(
     draft_n_max: str = options.DRAFT_N_MAX,
     p_min: float = options.P_MIN,
     prompt_window: int = options.PROMPT_WINDOW,
+    draft_vocab: int | None = options.SESSION_DRAFT_VOCAB,
+    draft_vocab_from: str | None = options.DRAFT_VOCAB_FROM,
     warmup: bool | None = options.WARMUP,
     n_gpu_layers: int = options.N_GPU_LAYERS,
     draft_gpu_layers: int | None = options.DRAFT_GPU_LAYERS,
@@ -108,7 +110,8 @@ def serve(
         draft_n_max=draft_n_max, p_min=p_min, prompt_window=prompt_window, warmup=warmup, require_mtp=require_mtp,
         n_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_gpu_layers, device=device, device_draft=device_draft,
         split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu, rpc=rpc, ctx_size=ctx_size,
-        batch_size=batch_size, threads=threads, flash_attn=flash_attn, n_parallel=parallel)
+        batch_size=batch_size, threads=threads, flash_attn=flash_attn, n_parallel=parallel,
+        draft_vocab=draft_vocab, draft_vocab_from=draft_vocab_from)
     sampling = session_options.sampler_config(
         temp=temp, top_k=top_k, top_p=top_p, seed=seed, min_p=min_p, typical_p=typical_p, repeat_penalty=repeat_penalty,
         repeat_last_n=repeat_last_n, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,

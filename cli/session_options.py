@@ -81,7 +81,8 @@ def session_config(*, draft_n_max: str, p_min: float, prompt_window: int, warmup
                    n_gpu_layers: int, draft_gpu_layers: int | None, device: str | None, device_draft: str | None,
                    split_mode: str, tensor_split: str | None, main_gpu: int, rpc: str | None, ctx_size: int,
                    batch_size: int, threads: int | None, flash_attn: str | None, n_parallel: int = 1,
-                   timings: bool | None = None) -> SessionConfig:
+                   timings: bool | None = None, draft_vocab: int | None = None,
+                   draft_vocab_from: str | None = None) -> SessionConfig:
     """The session the options of ``run`` or ``serve`` ask for. Option strings are parsed here (a malformed one is
     a usage error); the values are checked by the runtime (``check_session``) when the session is made."""
     from gguf_mtp.runtime import SessionConfig
@@ -97,7 +98,7 @@ def session_config(*, draft_n_max: str, p_min: float, prompt_window: int, warmup
         draft_devices=device_options.device_list(device_draft, "--device-draft") if device_draft is not None else None,
         split_mode=split_mode, tensor_split=device_options.tensor_split(tensor_split) if tensor_split else None,
         main_gpu=main_gpu, rpc=device_options.endpoints(rpc) if rpc is not None else None,
-        flash_attn=options.flash_attn(flash_attn))
+        flash_attn=options.flash_attn(flash_attn), draft_vocab=draft_vocab, draft_vocab_from=draft_vocab_from)
 
 
 def sampler_config(*, temp: float, top_k: int, top_p: float, seed: int, min_p: float, typical_p: float,

@@ -274,11 +274,14 @@ def test_a_malformed_map_keeps_the_full_head(tiny: dict[str, Path], tmp_path: Pa
 
 
 @needs_patch
-@pytest.mark.parametrize("pairing", ["bundled", "trunk+head-only", "trunk+self-contained"])
+@pytest.mark.parametrize("pairing", ["bundled", "trunk+head-only", "trunk+self-contained", "bundled+head-only"])
 def test_drafts_stay_inside_the_map_and_output_is_plain_decoding(tiny: dict[str, Path], pairing: str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """bundled+head-only: a model whose own head has no map, run with a head-only sidecar that has one (--mtp):
+    the sidecar's head and map take the bundled head's place."""
     model, mtp = {"bundled": (tiny["map"], "auto"), "trunk+head-only": (tiny["trunk"], tiny["head"]),
-                  "trunk+self-contained": (tiny["trunk"], tiny["side"])}[pairing]
+                  "trunk+self-contained": (tiny["trunk"], tiny["side"]),
+                  "bundled+head-only": (tiny["full"], tiny["head"])}[pairing]
     allowed = set(ids_of(tiny["map"]).tolist())  # type: ignore[union-attr]
     seen = _record_drafts(monkeypatch)
 
@@ -403,3 +406,98 @@ def test_the_benchmark_models_carry_a_draft_vocabulary_counted_on_a_text(tmp_pat
     assert required <= set(ids.tolist())
     common = [int(i) for i in np.argsort(-counts, kind="stable") if counts[i] > 0][: N - len(required)]
     assert set(common) <= set(ids.tolist())  # the text's most frequent tokens are in it
+
+
+# --- a draft vocabulary for one session (run / serve --draft-vocab N): the files stay as they are ---------------
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@needs_patch
+@pytest.mark.parametrize("pairing", ["bundled", "trunk+head-only", "trunk+self-contained", "bundled+head-only"])
+def test_a_session_draft_vocabulary_needs_no_rewrite(tiny: dict[str, Path], pairing: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``draft_vocab=256``: the head's file is served to llama.cpp with the 256 lowest ids (and the special tokens),
+    in place of the 512 its file may name, for every pairing; the drafts come from those only, the output is plain
+    decoding's, and no file changes."""
+    model, mtp = {"bundled": (tiny["full"], "auto"), "trunk+head-only": (tiny["trunk"], tiny["head"]),
+                  "trunk+self-contained": (tiny["trunk"], tiny["side"]),
+                  "bundled+head-only": (tiny["map"], tiny["head"])}[pairing]
+    files = [p for p in (model, mtp) if isinstance(p, Path)]
+    before = [_digest(p) for p in files]
+    want = dv.choose(_kvs(tiny["full"]), 256, None, "tiny")
+    allowed = set(want.tolist())
+    assert len(allowed - set(ids_of(tiny["map"]).tolist())) == 0 < len(set(ids_of(tiny["map"]).tolist()) - allowed)
+    seen = _record_drafts(monkeypatch)
+
+    def action(s: MTPSession) -> list[list[int]]:
+        return [s.generate(p, max_tokens=32).tokens for p in REF["prompts"][:6]]
+
+    ref = Reference(lambda: MTPSession(tiny["full"], mtp=False, n_ctx=512), action)
+    with MTPSession(model, mtp=mtp, n_ctx=512, n_draft=3, draft_vocab=256) as s:
+        assert s.draft_vocab is not None and np.array_equal(s.draft_vocab, want)
+        got = action(s)
+        drafted = s.stats.drafted
+    ref.check(got, f"session draft vocab {pairing}")
+    assert drafted > 0 and len(seen) >= drafted
+    outside = [t for t in seen if t not in allowed]
+    assert not outside, f"{len(outside)} of {len(seen)} drafts outside the session's map: {outside[:8]}"
+    assert [_digest(p) for p in files] == before  # inputs are never modified
+
+
+@needs_patch
+def test_a_session_draft_vocabulary_counts_a_text(tiny: dict[str, Path]) -> None:
+    """``draft_vocab_from``: the session's map is the one the writers would count on that text."""
+    with MTPSession(tiny["full"], n_ctx=256, draft_vocab=N, draft_vocab_from=str(TEXT)) as s:
+        assert s.draft_vocab is not None
+        assert np.array_equal(s.draft_vocab, dv.choose(_kvs(tiny["full"]), N, TEXT, "tiny"))
+        assert not np.array_equal(s.draft_vocab, dv.choose(_kvs(tiny["full"]), N, None, "tiny"))
+
+
+def test_a_session_draft_vocabulary_on_a_library_that_cannot_use_it(tiny: dict[str, Path],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the draft-vocab patch (a stock library, or the marker hidden) the session says so at start-up and
+    loads the file as it is (mmap, full head); without a head there is nothing to say."""
+    monkeypatch.setattr(patches, "names", lambda: [])
+    with MTPSession(tiny["full"], n_ctx=256, draft_vocab=256) as s:
+        assert s.draft_vocab is None
+        assert any(n.startswith("--draft-vocab 256: ") and "full LM head" in n for n in s.notices), s.notices
+        assert s.generate(REF["prompts"][0], max_tokens=8).tokens
+    with MTPSession(tiny["full"], mtp=False, n_ctx=256, draft_vocab=256) as s:
+        assert not any("draft vocabulary" in n for n in s.notices), s.notices
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--draft-vocab", "0"], "--draft-vocab 0: give a positive number of tokens"),
+    (["--draft-vocab", "5000"], "has only 4096 tokens; give at most 4096"),
+    (["--draft-vocab-from", "x.txt"], "--draft-vocab-from needs --draft-vocab N"),
+    (["--draft-vocab", "256", "--draft-vocab-from", "/nonexistent/words.txt"], "/nonexistent/words.txt"),
+])
+def test_a_bad_session_draft_vocabulary_is_one_line(tiny: dict[str, Path], args: list[str], words: str) -> None:
+    """Refused before the model loads, in one line (with a stock library too): never a fallback to plain
+    decoding."""
+    code, err = cli("run", str(tiny["full"]), "-p", "hi", "-n", "1", *args)
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and words in err[0], err
+
+
+def test_a_head_without_a_draft_vocabulary_gets_a_hint(tiny: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the patch loaded, a large vocabulary and no map anywhere, the session suggests --draft-vocab (the tiny
+    model's 4,096 tokens pass for large here); with a map in the file or the session's own, or a stock library,
+    nothing is suggested."""
+    assert (patches.draft_vocab_hint("qwen35", 248320, False) is not None) == PATCHED
+    assert patches.draft_vocab_hint("qwen35", 248320, True) is None
+    assert patches.draft_vocab_hint("qwen35", 32000, False) is None
+    assert patches.draft_vocab_hint("glm4moe", 248320, False) is None
+    monkeypatch.setattr(patches, "SUGGEST_DRAFT_VOCAB_ABOVE", 1000)
+
+    def hinted(model: Path, mtp: object = "auto", **kw: object) -> bool:
+        with MTPSession(model, mtp=mtp, n_ctx=256, **kw) as s:  # type: ignore[arg-type]
+            return any("--draft-vocab 32768" in n for n in s.notices)
+
+    assert hinted(tiny["full"]) == PATCHED
+    assert not hinted(tiny["map"]) and not hinted(tiny["trunk"], tiny["head"]) and not hinted(tiny["full"], False)
+    if PATCHED:
+        assert not hinted(tiny["full"], draft_vocab=256)

@@ -78,6 +78,14 @@ def test_draft_limit_is_the_runtimes(converted, no_llama, capsys, monkeypatch) -
         assert err.count("\n") == 1 and words in err, err
 
 
+def test_the_cli_default_draft_length_is_the_librarys() -> None:
+    """The CLI spells the default out (importing the runtime would load llama.cpp): it must be the library's."""
+    from gguf_mtp.runtime.config import DEFAULT_DRAFT
+    from gguf_mtp_cli import options
+
+    assert options.DRAFT_N_MAX.default == str(DEFAULT_DRAFT) and SessionConfig().n_draft == DEFAULT_DRAFT
+
+
 def test_library_refuses_the_same(converted, no_llama) -> None:
     model = converted("qwen35", "bundled")
     for kw in ({"n_batch": 0}, {"n_threads": 0}, {"n_ctx": 1 << 32}, {"p_min": float("nan")}, {"n_draft": 0},

@@ -63,33 +63,33 @@ def test_every_pip_install_line_installs_what_exists() -> None:
 
 
 def test_the_headline_table_is_the_one_shot_reference() -> None:
-    """README's speed table (issue 24 item 6) is bench/reference/oneshot-h100-32L-auto-timed/oneshot.txt: every
-    tokens/s and ratio to llama-completion, llama.cpp's MTP rows beside ours, to the printed rounding."""
-    ref = ROOT / "bench" / "reference" / "oneshot-h100-32L-auto-timed" / "oneshot.txt"
-    assert str(ref.parent.relative_to(ROOT)) in README
-    rows: dict[tuple[str, str], float] = {}
-    for line in ref.read_text().splitlines():
-        m = re.match(r"(Q8_0, (?:noisy head \(0\.06\)|perfect head))\s{2,}(\S.*?)\s{2,}([\d.]+)\s", line)
-        if m:
-            rows[(m[1], m[2])] = float(m[3])
+    """README's speed table (issue 24 item 6) is bench/reference/oneshot-h200-{9b,35b-a3b}-shipped/oneshot.txt:
+    every tokens/s and ratio to llama-completion, llama.cpp's MTP rows beside ours, to the printed rounding."""
+    refs = [ROOT / "bench" / "reference" / f"oneshot-h200-{shape}-shipped" / "oneshot.txt"
+            for shape in ("9b", "35b-a3b")]
     section = README[README.index("\n## Speed\n") + 1:]
     table = [ln for ln in section.split("\n## ", 1)[0].splitlines() if ln.startswith("| ") and "---" not in ln]
     header, body = table[0], table[1:]
     assert [c.strip() for c in header.strip("|").split("|")][2:] == ["plain", "k=1", "k=2", "k=3", "k=4", "auto"]
-    models = ["Q8_0, noisy head (0.06)", "Q8_0, perfect head"]
     lcpp = ["llama-completion", *(f"llama-speculative-simple k={k}" for k in range(1, 5)), None]
     ours = ["run --no-mtp", *(f"run k={k}" for k in range(1, 5)), "run auto"]
-    assert len(body) == 4
-    for i, line in enumerate(body):
-        model, names = models[i // 2], (lcpp, ours)[i % 2]
-        base = rows[(model, "llama-completion")]
-        cells = [c.strip() for c in line.strip("|").split("|")][2:]
-        for cell, name in zip(cells, names, strict=True):
-            if name is None:
-                assert cell == "", line
-                continue
-            v = rows[(model, name)]
-            assert cell == f"{v:.1f} ({v / base:.2f}x)", (line, name, cell)
+    assert len(body) == 2 * len(refs)
+    for i, ref in enumerate(refs):
+        assert str(ref.parent.relative_to(ROOT)) in section
+        rows: dict[str, float] = {}
+        for line in ref.read_text().splitlines():
+            m = re.match(r"(?:\S.*?draft vocab 32768)\s{2,}(\S.*?)\s{2,}([\d.]+)\s", line)
+            if m:
+                rows[m[1]] = float(m[2])
+        base = rows["llama-completion"]
+        for line, names in zip(body[2 * i: 2 * i + 2], (lcpp, ours), strict=True):
+            cells = [c.strip() for c in line.strip("|").split("|")][2:]
+            for cell, name in zip(cells, names, strict=True):
+                if name is None:
+                    assert cell == "", line
+                    continue
+                v = rows[name]
+                assert cell == f"{v:.1f} ({v / base:.2f}x)", (line, name, cell)
 
 
 def _anchor(heading: str) -> str:

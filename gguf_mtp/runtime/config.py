@@ -27,11 +27,15 @@ F32_MAX = 3.4028234663852886e38
 #: precision, and below it the quotient overflows to inf and the probabilities become NaN (greedy is the limit of
 #: sampling as the temperature goes to 0)
 MIN_TEMP = 1e-30
+#: draft length when none is given (``--spec-draft-n-max``). 2, not llama.cpp's 3: on release-shaped models with
+#: heads right about 70-85% of the time at the first position, k=2 was the fastest fixed length on the 9B and
+#: 35B-A3B shapes and within 2% of k=3 on the 27B (docs/benchmarks.md, "The default draft length")
+DEFAULT_DRAFT = 2
 
 
 @dataclass
 class SessionConfig:
-    n_draft: int = 3
+    n_draft: int = DEFAULT_DRAFT
     adaptive: bool = False
     p_min: float = 0.0
     n_ctx: int = 4096
@@ -65,6 +69,10 @@ class SessionConfig:
     warmup: bool | None = None
     # llama.cpp's flash attention (-fa): True on, False off, None auto (llama.cpp decides)
     flash_attn: bool | None = None
+    # a draft vocabulary for this session (--draft-vocab N, counted on --draft-vocab-from FILE): the file that holds
+    # the head is served to llama.cpp with it, nothing is written; None: the file's own, if it names one
+    draft_vocab: int | None = None
+    draft_vocab_from: str | None = None
 
 
 @dataclass
@@ -126,5 +134,5 @@ def parse_rollback(spec: str) -> RollbackChoice:
     return choice
 
 
-__all__ = ["SessionConfig", "SamplerConfig", "RollbackChoice", "parse_rollback", "MAX_DRAFT", "MAX_CTX",
-           "MAX_THREADS", "SEED_RANDOM", "U32_MAX", "F32_MAX", "MIN_TEMP"]
+__all__ = ["SessionConfig", "SamplerConfig", "RollbackChoice", "parse_rollback", "DEFAULT_DRAFT", "MAX_DRAFT",
+           "MAX_CTX", "MAX_THREADS", "SEED_RANDOM", "U32_MAX", "F32_MAX", "MIN_TEMP"]

@@ -110,6 +110,9 @@ def check_session(cfg: SessionConfig, *, speculative: bool = True) -> tuple[Sess
     if window < 0:
         raise _fail("--spec-draft-prompt-window", window, "must be 0 (the whole prompt) or more")
     parse_rollback(cfg.rollback)
+    from .. import draft_vocab
+
+    draft_vocab.check_n(cfg.draft_vocab, cfg.draft_vocab_from)
     return replace(cfg, n_threads=threads), notes
 
 

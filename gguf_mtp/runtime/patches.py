@@ -21,13 +21,15 @@ class Patch:
     rs_rollback_archs: frozenset[str] = frozenset()
     #: archs whose MTP graph can chain a step's drafts in one decode (``llama_set_mtp_chain``)
     chain_archs: frozenset[str] = frozenset()
+    #: archs whose MTP graph reads a draft vocabulary (``gguf_mtp.draft_vocab``)
+    draft_vocab_archs: frozenset[str] = frozenset()
 
 
 #: every patch gguf-mtp knows, shipped (patches/llama.cpp) or still to be measured (patches/llama.cpp/proposed,
 #: applied by GGUF_MTP_PATCHES=proposed), in number order; tests/test_patches.py checks the files against it
 KNOWN: tuple[Patch, ...] = (
     Patch("qwen3next-rs-rollback", "gguf_mtp_patch_qwen3next_rs_rollback", rs_rollback_archs=frozenset({"qwen3next"})),
-    Patch("draft-vocab", "gguf_mtp_patch_draft_vocab"),  # the MTP graph reads gguf_mtp.draft_vocab itself
+    Patch("draft-vocab", "gguf_mtp_patch_draft_vocab", draft_vocab_archs=frozenset({"qwen35", "qwen35moe"})),
     Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain", chain_archs=frozenset({"qwen35", "qwen35moe"})),
     # fewer copy kernels a decode shorter than n_rs_seq + 1; nothing for the runtime to switch
     Patch("delta-net-conv-snapshots", "gguf_mtp_patch_delta_net_conv_snapshots"),
@@ -86,6 +88,21 @@ def draft_vocab_note(*paths: str | os.PathLike[str] | None) -> str | None:
             return (f"{p} names a draft vocabulary ({KEY}), which this llama.cpp build does not use (no draft-vocab "
                     "patch): the drafts read the full LM head; `bash scripts/setup.sh` builds the patched library")
     return None
+
+
+#: a vocabulary from which a draft vocabulary is worth suggesting: the LM head is then most of what a draft reads
+SUGGEST_DRAFT_VOCAB_ABOVE = 65536
+
+
+def draft_vocab_hint(arch: str, n_vocab: int, has_map: bool) -> str | None:
+    """A start-up hint where the loaded library could draft from a reduced vocabulary and this session's head has
+    none: ``--draft-vocab 32768``, measured at about a third of a draft's time on the release shapes
+    (docs/benchmarks.md). None where it does not apply."""
+    if has_map or n_vocab <= SUGGEST_DRAFT_VOCAB_ABOVE or not any(arch in p.draft_vocab_archs for p in loaded()):
+        return None
+    return (f"each draft reads all {n_vocab:,} rows of the LM head; --draft-vocab 32768 makes it read 32,768 (a "
+            "third of a draft's time on a GPU; the file is left as it is), or write it into the file with "
+            "`gguf-mtp extract --draft-vocab`")
 
 
 #: GGUF_MTP_DRAFT_CHAIN=0 keeps one decode per draft where the library could chain them (A/B on one build)

@@ -15,10 +15,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from gguf import Keys
 
+from .. import draft_vocab
 from ..errors import GgufMtpError
-from ..head import find_head, plan_graft
+from ..ggufio.format import KV
+from ..ggufio.model import GGUFModel
+from ..head import GraftPlan, find_head, plan_graft
 from . import devices, patches, placement, rpc, tokens
 from .adaptive import DraftLength
 from .chat import ChatTemplate
@@ -30,6 +34,7 @@ from .rollback import Rollback, open_target
 from .sampling import Sampler
 from .speculative import ContextFull, Engine
 from .stats import Stats
+from .virtual import VirtualFile, VirtualGGUF
 
 
 @dataclass
@@ -69,6 +74,8 @@ class MTPSession:
             self.notices.append(note)
         self.placement: dict[str, str] = {}  # "target" / "draft" -> where their layers go
         self._params = self._make_params()  # option mistakes are errors here, never a plain-decoding fallback
+        #: the draft vocabulary this session serves llama.cpp in place of the file's (--draft-vocab), or None
+        self.draft_vocab: np.ndarray | None = self._choose_draft_vocab()
         try:
             self._load()
         except GgufMtpError as e:
@@ -87,6 +94,13 @@ class MTPSession:
             vocab_note = patches.draft_vocab_note(self.pairing.model.path, sidecar)
             if vocab_note:
                 self.notices.append(vocab_note)
+            head_file = self.pairing.sidecar if self.pairing.source == HeadSource.SELF_CONTAINED else None
+            has_map = self.draft_vocab is not None or any(
+                f is not None and draft_vocab.KEY in f.kv for f in (self.pairing.model, self.pairing.sidecar))
+            hint = patches.draft_vocab_hint(self.pairing.model.arch, len((head_file or self.pairing.model).get(
+                Keys.Tokenizer.LIST) or []), has_map)
+            if hint:
+                self.notices.append(hint)
         why = next((m.host_sampling for m in self._models if m.host_sampling), None)
         if why and self.cfg.device_sampling:  # a back-end that must not run sampler chains in its decode graph
             self.notices.append(f"sampling on the host, not in the decode graph ({why})")
@@ -110,6 +124,36 @@ class MTPSession:
         return self.cfg.n_gpu_layers != 0 or bool(self.cfg.draft_gpu_layers) if warmup is None else warmup
 
     # -- loading -------------------------------------------------------------------------------
+    def _choose_draft_vocab(self) -> np.ndarray | None:
+        """The token ids of ``--draft-vocab N`` for the head's vocabulary (the model's; a self-contained sidecar's
+        own list is the same, pairing checked it), chosen before anything loads: a bad request is an error, not a
+        reason to decode plainly. None without the option, a head, or a library that can use it (then a note)."""
+        c, p = self.cfg, self.pairing
+        if c.draft_vocab is None or p.source == HeadSource.NONE:
+            return None
+        src = p.sidecar if p.source == HeadSource.SELF_CONTAINED else p.model
+        assert src is not None
+        ids = draft_vocab.choose(src.model_kvs(), c.draft_vocab, c.draft_vocab_from, src.path)  # checked everywhere
+        if "draft-vocab" not in patches.names():
+            self.notices.append(f"{draft_vocab.OPTION} {c.draft_vocab}: this llama.cpp build cannot use a draft "
+                                "vocabulary (no draft-vocab patch): the drafts read the full LM head; `bash "
+                                "scripts/setup.sh` builds the patched library")
+            return None
+        return ids
+
+    def _virtual_model(self, model: GGUFModel, name: str, params: placement.ModelParams | None,
+                       plan: GraftPlan | None = None) -> Model:
+        """Load ``model`` (or the graft ``plan``) with its MTP head through a ``FILE *`` that serves its metadata
+        with this session's draft vocabulary: llama.cpp reads every byte now, without mmap."""
+        base: list[KV] = plan.kvs if plan is not None else model.model_kvs()
+        if self.draft_vocab is not None:
+            base = draft_vocab.apply(base, self.draft_vocab, None, None, model.path)
+        vf = VirtualFile(VirtualGGUF.grafted(plan, base) if plan is not None else VirtualGGUF.as_is(model, base))
+        try:
+            return Model(name, load_mtp=True, file_ptr=vf.fp, placement=params)
+        finally:
+            vf.close()  # llama.cpp has read every byte (no mmap on a FILE *)
+
     def _make_params(self) -> tuple[placement.ModelParams, placement.ModelParams | None]:
         """Placement of the target and (a self-contained sidecar's) draft model, checked against the devices."""
         c, p = self.cfg, self.pairing
@@ -155,15 +199,13 @@ class MTPSession:
         k = max(1, c.n_draft)
         tparams, dparams = self._params
         if p.source == HeadSource.HEAD_ONLY:
-            from .virtual import VirtualFile, VirtualGGUF
-
             assert p.sidecar is not None
-            vf = VirtualFile(VirtualGGUF(plan_graft(p.sidecar, p.model)))
-            try:
-                target = Model(f"{p.model.path} + {p.sidecar.path.name}", load_mtp=True, file_ptr=vf.fp,
-                               placement=tparams)
-            finally:
-                vf.close()  # llama.cpp has read every byte (no mmap on a FILE *)
+            # a sidecar named for a model with a head of its own takes that head's place (pairing.resolve pairs
+            # a bundled model with a sidecar only when --mtp names one)
+            target = self._virtual_model(p.model, f"{p.model.path} + {p.sidecar.path.name}", tparams,
+                                         plan_graft(p.sidecar, p.model, replace=True))
+        elif p.source == HeadSource.BUNDLED and self.draft_vocab is not None:
+            target = self._virtual_model(p.model, str(p.model.path), tparams)
         else:
             target = Model(p.model.path, load_mtp=p.source == HeadSource.BUNDLED, placement=tparams)
         self._models.append(target)
@@ -199,7 +241,10 @@ class MTPSession:
             draft_model = target
             if p.source == HeadSource.SELF_CONTAINED:
                 assert p.sidecar is not None
-                draft_model = Model(p.sidecar.path, load_mtp=True, placement=dparams)
+                if self.draft_vocab is not None:
+                    draft_model = self._virtual_model(p.sidecar, str(p.sidecar.path), dparams)
+                else:
+                    draft_model = Model(p.sidecar.path, load_mtp=True, placement=dparams)
                 self._models.append(draft_model)
             # greedy drafts of a single head, chained in one decode where the library can (patches.py): a step's
             # k drafts come back as k outputs of one sequence; otherwise one draft per sequence and decode

@@ -41,6 +41,7 @@ import numpy as np
 
 from ..errors import GgufMtpError
 from .adaptive import DraftLength
+from .config import DEFAULT_DRAFT
 from .llama import Batch, Context
 from .proposer import MtpProposer, Proposer
 from .rollback import Rollback
@@ -54,7 +55,7 @@ _clock = time.perf_counter
 class Engine:
     """Decoding state of one conversation on a target context (and optionally an MTP context)."""
 
-    def __init__(self, target: Context, mtp: Context | None, *, n_draft: int = 3, p_min: float = 0.0,
+    def __init__(self, target: Context, mtp: Context | None, *, n_draft: int = DEFAULT_DRAFT, p_min: float = 0.0,
                  adaptive: bool = False, prompt_window: int = 0, seq: int = 0, rollback: Rollback | None = None,
                  timings: bool | None = None, device_sampling: bool = True, stable_shapes: bool = False,
                  chained_drafts: bool = False) -> None:

@@ -1,7 +1,7 @@
-"""A grafted model that exists only as a ``FILE *``: llama.cpp reads a merged GGUF (trunk + head-only
-sidecar) through ``fopencookie`` callbacks that serve the new header from memory and every tensor's bytes
-straight from the trunk and head files. Nothing is written to disk and there is one copy of the embeddings
-and LM head: the head-only sidecar borrows the trunk's.
+"""A model that exists only as a ``FILE *``: llama.cpp reads a GGUF through ``fopencookie`` callbacks that serve a
+new header from memory and every tensor's bytes straight from the files they are in. A grafted model (trunk +
+head-only sidecar: one copy of the embeddings and LM head, the sidecar borrows the trunk's), or a model as it is
+under other metadata (a draft vocabulary for one session, ``--draft-vocab`` on ``run``). Nothing is written to disk.
 
 Linux/glibc only (``fopencookie``); llama.cpp then loads without mmap, as from any ``FILE *``.
 """
@@ -12,11 +12,14 @@ import bisect
 import ctypes
 import ctypes.util
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GgufMtpError, UnsupportedError
-from ..ggufio.writer import encode_header
+from ..ggufio.format import KV
+from ..ggufio.model import GGUFModel, Tensor
+from ..ggufio.writer import OutTensor, copy_tensor, encode_header
 from ..head import GraftPlan
 
 _ssize_t = ctypes.c_ssize_t
@@ -40,14 +43,14 @@ class _Segment:
 
 
 class VirtualGGUF:
-    """The bytes of a GGUF file assembled from a header in memory and ranges of other files."""
+    """The bytes of a GGUF file assembled from a header in memory and ranges of other files: ``kvs`` and
+    ``tensors`` (each copied from its source file) at ``alignment``."""
 
-    def __init__(self, plan: GraftPlan) -> None:
-        tensors = [t for g in plan.groups for t in g]
+    def __init__(self, kvs: Sequence[KV], tensors: Sequence[OutTensor], alignment: int) -> None:
         for t in tensors:
             if t.source is None:
                 raise UnsupportedError(f"tensor {t.name!r} is re-encoded; a virtual model can only copy bytes")
-        header, offsets = encode_header(plan.kvs, tensors, plan.alignment)
+        header, offsets = encode_header(list(kvs), list(tensors), alignment)
         segs = [_Segment(0, len(header), None, 0, header)]
         for t, off in zip(tensors, offsets):
             assert t.source is not None  # checked above
@@ -59,6 +62,17 @@ class VirtualGGUF:
         self._fds: dict[Path, int] = {}
         self.pos = 0
         self.bytes_served = 0
+
+    @classmethod
+    def grafted(cls, plan: GraftPlan, kvs: Sequence[KV] | None = None) -> VirtualGGUF:
+        """The model ``plan`` grafts (with ``kvs`` instead of the plan's metadata when given)."""
+        return cls(plan.kvs if kvs is None else kvs, [t for g in plan.groups for t in g], plan.alignment)
+
+    @classmethod
+    def as_is(cls, model: GGUFModel, kvs: Sequence[KV]) -> VirtualGGUF:
+        """``model``'s tensors (every shard's, in order) as they are, under the metadata ``kvs``."""
+        return cls(kvs, [copy_tensor(Tensor(i, s)) for s in model.shards for i in s.tensors.values()],
+                   model.alignment)
 
     def _fd(self, path: Path) -> int:
         fd = self._fds.get(path)
