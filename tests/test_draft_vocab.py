@@ -501,3 +501,16 @@ def test_a_head_without_a_draft_vocabulary_gets_a_hint(tiny: dict[str, Path], mo
     assert not hinted(tiny["map"]) and not hinted(tiny["trunk"], tiny["head"]) and not hinted(tiny["full"], False)
     if PATCHED:
         assert not hinted(tiny["full"], draft_vocab=256)
+
+
+@needs_patch
+def test_a_session_draft_vocabulary_where_no_file_can_be_served(tiny: dict[str, Path],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without glibc's fopencookie (another C library) the map cannot be served: a note, and the bundled head
+    runs as it is (not plain decoding, as a head that failed to load would)."""
+    from gguf_mtp.runtime import virtual
+
+    monkeypatch.setattr(virtual, "unavailable", lambda: "this C library has no fopencookie (glibc)")
+    with MTPSession(tiny["full"], n_ctx=256, draft_vocab=256) as s:
+        assert s.draft_vocab is None and s.mtp_enabled
+        assert any(n.startswith("--draft-vocab 256: cannot serve the file") for n in s.notices), s.notices

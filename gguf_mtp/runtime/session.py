@@ -23,7 +23,7 @@ from ..errors import GgufMtpError
 from ..ggufio.format import KV
 from ..ggufio.model import GGUFModel
 from ..head import GraftPlan, find_head, plan_graft
-from . import devices, patches, placement, rpc, tokens
+from . import devices, patches, placement, rpc, tokens, virtual
 from .adaptive import DraftLength
 from .chat import ChatTemplate
 from .config import SamplerConfig, SessionConfig
@@ -138,6 +138,11 @@ class MTPSession:
             self.notices.append(f"{draft_vocab.OPTION} {c.draft_vocab}: this llama.cpp build cannot use a draft "
                                 "vocabulary (no draft-vocab patch): the drafts read the full LM head; `bash "
                                 "scripts/setup.sh` builds the patched library")
+            return None
+        why = virtual.unavailable()
+        if why:  # the file cannot be served with the map here: the head as it is, rather than no head at all
+            self.notices.append(f"{draft_vocab.OPTION} {c.draft_vocab}: cannot serve the file with it ({why}): the "
+                                "drafts read the full LM head; `gguf-mtp extract --draft-vocab` writes it into a file")
             return None
         return ids
 

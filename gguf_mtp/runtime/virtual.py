@@ -111,16 +111,27 @@ class VirtualGGUF:
         self._fds.clear()
 
 
+def unavailable() -> str | None:
+    """Why this machine cannot serve a virtual model (no glibc ``fopencookie``), or None where it can."""
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return "no C library with fopencookie (glibc) was found"
+    if not hasattr(ctypes.CDLL(libc_name), "fopencookie"):
+        return "this C library has no fopencookie (glibc)"
+    return None
+
+
 class VirtualFile:
     """``fopencookie`` FILE* over a :class:`VirtualGGUF`; keep this object alive while llama.cpp reads."""
 
     def __init__(self, vg: VirtualGGUF) -> None:
+        why = unavailable()
+        if why:
+            raise UnsupportedError(f"a model served through gguf-mtp (a head-only sidecar, --draft-vocab) needs "
+                                   f"glibc: {why}; use a self-contained sidecar, or a file written with the map")
         libc_name = ctypes.util.find_library("c")
-        if libc_name is None:
-            raise UnsupportedError("head-only sidecars need glibc's fopencookie; use a self-contained sidecar")
+        assert libc_name is not None
         self.libc = ctypes.CDLL(libc_name, use_errno=True)
-        if not hasattr(self.libc, "fopencookie"):
-            raise UnsupportedError("this C library has no fopencookie; use a self-contained sidecar")
         self.vg = vg
 
         def _read(cookie: int, buf: ctypes._Pointer[ctypes.c_char], size: int) -> int:
