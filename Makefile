@@ -17,7 +17,7 @@ TINY := out/tiny-qwen35-mtp-BF16.gguf
 demo: $(STAMP)
 	mkdir -p $(dir $(TINY))
 	$(VENV)/bin/gguf-mtp convert examples/tiny-qwen35-mtp --outfile $(TINY) --force
-	$(VENV)/bin/gguf-mtp run $(TINY) -f examples/prompt.txt -n 96 --spec-draft-n-max 3
+	$(VENV)/bin/gguf-mtp run $(TINY) -f examples/prompt.txt -n 96
 	$(VENV)/bin/python examples/quickstart.py out/demo
 
 test: $(STAMP)
