@@ -22,7 +22,8 @@ from gguf_mtp_cli.main import main
 
 BAD = [
     (["-b", "0"], "--batch-size 0"),
-    (["-b", "4"], "--batch-size 4: must be at least --spec-draft-n-max + 2 = 5"),
+    (["-b", "3"], "--batch-size 3: must be at least --spec-draft-n-max + 2 = 4"),  # the default draft length: 2
+    (["-b", "4", "--spec-draft-n-max", "3"], "--batch-size 4: must be at least --spec-draft-n-max + 2 = 5"),
     (["-b", "3", "--spec-draft-n-max", "2"], "--batch-size 3"),
     (["-t", "0"], "--threads 0"),
     (["-t", "-3"], "--threads -3"),

@@ -13,6 +13,7 @@ import pytest
 import gguf_mtp.archs as arch_table
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.runtime import SamplerConfig
+from gguf_mtp.runtime.config import DEFAULT_DRAFT
 from gguf_mtp.runtime.arch_facts import ArchFacts
 from gguf_mtp.runtime.llama import Context, Model, _ll
 from tests.lossless import Reference, References
@@ -323,7 +324,7 @@ def test_a_head_that_is_always_right_is_always_accepted(converted, layout: str) 
 def test_the_strategy_comes_from_the_context_not_the_table(q3n, converted, native, monkeypatch) -> None:
     model, _ = q3n["bundled"]
     with session(model, "auto") as s:
-        assert s.engine.rollback.name == expected(native, 3)
+        assert s.engine.rollback.name == expected(native, DEFAULT_DRAFT)
         assert _ll.llama_n_seq_max(s.engine.tgt.ptr) == (1 if native else 2)  # the copy lives in sequence 1
         noted = any("qwen3next: llama.cpp keeps no rollback snapshots" in n and "lossless" in n for n in s.notices)
         assert noted != native
@@ -337,7 +338,7 @@ def test_the_strategy_comes_from_the_context_not_the_table(q3n, converted, nativ
                                               "qwen3next": ArchFacts(recurrent=True, rs_rollback=True),
                                               "qwen35": ArchFacts(recurrent=True, rs_rollback=False, why="x")})
     with session(model, "auto") as s:
-        assert s.engine.rollback.name == expected(native, 3)
+        assert s.engine.rollback.name == expected(native, DEFAULT_DRAFT)
     with session(converted("qwen35", "bundled", **ORACLE), "auto", n_draft=2) as s:
         assert s.engine.rollback.name == "native (n_rs_seq=2)" and s.engine.tgt.n_rs_seq() == 2
         assert _ll.llama_n_seq_max(s.engine.tgt.ptr) == 1  # remade without the spare sequence
@@ -365,6 +366,6 @@ def test_cli_says_how_it_rolls_back(q3n, native, tmp_path, capsys) -> None:
                  str(stats)]) == 0
     err = capsys.readouterr().err
     d = json.loads(stats.read_text())
-    assert d["rollback"] == expected(native, 3) and f"rollback {d['rollback']}" in err
+    assert d["rollback"] == expected(native, DEFAULT_DRAFT) and f"rollback {d['rollback']}" in err
     assert ("note: qwen3next: llama.cpp keeps no rollback snapshots" in err) != native
     assert "replayed_tokens" in d and "rollback_seconds" in d

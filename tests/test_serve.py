@@ -142,7 +142,7 @@ def test_health_and_models(srv: Server) -> None:
 def test_greedy_completion_equals_run(srv: Server, plain: Server, model: Path, mtp: bool) -> None:
     s = srv if mtp else plain
     for p in PROMPTS[:2]:
-        want, stats = _run_p(model, p, *([] if mtp else ["--no-mtp"]))
+        want, stats = _run_p(model, p, *(["--spec-draft-n-max", "3"] if mtp else ["--no-mtp"]))  # as srv
         r = s.client.completions.create(model="tiny", prompt=p, max_tokens=N, temperature=0)
         assert r.choices[0].text == want
         assert r.usage.completion_tokens == stats["emitted"]
