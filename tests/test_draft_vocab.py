@@ -514,3 +514,13 @@ def test_a_session_draft_vocabulary_where_no_file_can_be_served(tiny: dict[str, 
     with MTPSession(tiny["full"], n_ctx=256, draft_vocab=256) as s:
         assert s.draft_vocab is None and s.mtp_enabled
         assert any(n.startswith("--draft-vocab 256: cannot serve the file") for n in s.notices), s.notices
+
+
+@needs_patch
+def test_a_session_draft_vocabulary_for_an_arch_whose_graph_has_none(converted) -> None:  # type: ignore[no-untyped-def]
+    """qwen3next's MTP graph reads no draft vocabulary in the patched library: the session says so and loads the
+    file as it is, rather than serving a map nothing reads (and losing mmap for it)."""
+    model = converted("qwen3next", "bundled")
+    with MTPSession(model, n_ctx=256, draft_vocab=64, draft_vocab_from=str(TEXT)) as s:
+        assert s.draft_vocab is None and s.mtp_enabled
+        assert any("qwen3next's MTP graph reads no draft vocabulary" in n for n in s.notices), s.notices

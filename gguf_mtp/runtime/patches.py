@@ -94,11 +94,16 @@ def draft_vocab_note(*paths: str | os.PathLike[str] | None) -> str | None:
 SUGGEST_DRAFT_VOCAB_ABOVE = 65536
 
 
+def draft_vocab_archs() -> frozenset[str]:
+    """Archs whose MTP graph reads a draft vocabulary in the loaded library (none in a stock one)."""
+    return frozenset().union(*(p.draft_vocab_archs for p in loaded()))
+
+
 def draft_vocab_hint(arch: str, n_vocab: int, has_map: bool) -> str | None:
     """A start-up hint where the loaded library could draft from a reduced vocabulary and this session's head has
     none: ``--draft-vocab 32768``, measured at about a third of a draft's time on the release shapes
     (docs/benchmarks.md). None where it does not apply."""
-    if has_map or n_vocab <= SUGGEST_DRAFT_VOCAB_ABOVE or not any(arch in p.draft_vocab_archs for p in loaded()):
+    if has_map or n_vocab <= SUGGEST_DRAFT_VOCAB_ABOVE or arch not in draft_vocab_archs():
         return None
     return (f"each draft reads all {n_vocab:,} rows of the LM head; --draft-vocab 32768 makes it read 32,768 (a "
             "third of a draft's time on a GPU; the file is left as it is), or write it into the file with "

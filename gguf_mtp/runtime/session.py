@@ -139,6 +139,12 @@ class MTPSession:
                                 "vocabulary (no draft-vocab patch): the drafts read the full LM head; `bash "
                                 "scripts/setup.sh` builds the patched library")
             return None
+        archs = patches.draft_vocab_archs()
+        if p.model.arch not in archs:
+            self.notices.append(f"{draft_vocab.OPTION} {c.draft_vocab}: {p.model.arch}'s MTP graph reads no draft "
+                                f"vocabulary in this llama.cpp build (only {', '.join(sorted(archs))}'s): the drafts "
+                                "read the full LM head")
+            return None
         why = virtual.unavailable()
         if why:  # the file cannot be served with the map here: the head as it is, rather than no head at all
             self.notices.append(f"{draft_vocab.OPTION} {c.draft_vocab}: cannot serve the file with it ({why}): the "
