@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import ctypes.util
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,9 +112,14 @@ class VirtualGGUF:
         self._fds.clear()
 
 
+@functools.cache
+def _libc_name() -> str | None:
+    return ctypes.util.find_library("c")  # runs ldconfig: once a process
+
+
 def unavailable() -> str | None:
     """Why this machine cannot serve a virtual model (no glibc ``fopencookie``), or None where it can."""
-    libc_name = ctypes.util.find_library("c")
+    libc_name = _libc_name()
     if libc_name is None:
         return "no C library with fopencookie (glibc) was found"
     if not hasattr(ctypes.CDLL(libc_name), "fopencookie"):
@@ -129,7 +135,7 @@ class VirtualFile:
         if why:
             raise UnsupportedError(f"a model served through gguf-mtp (a head-only sidecar, --draft-vocab) needs "
                                    f"glibc: {why}; use a self-contained sidecar, or a file written with the map")
-        libc_name = ctypes.util.find_library("c")
+        libc_name = _libc_name()
         assert libc_name is not None
         self.libc = ctypes.CDLL(libc_name, use_errno=True)
         self.vg = vg
