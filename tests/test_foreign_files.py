@@ -194,3 +194,40 @@ def test_a_draft_vocabulary_on_files_llamacpp_wrote(files, tmp_path: Path, monke
         if patched:
             outside = [t for t in seen if t not in set(ids.tolist())]
             assert not outside, f"{len(outside)} of {len(seen)} drafts outside the map"
+
+
+@pytest.mark.parametrize("pairing", ["llama.cpp's bundled Q8_0", "llama-quantize's split Q4_K_M + llama.cpp's head",
+                                     "llama-quantize's Q4_K_M + llama.cpp's --mtp sidecar"])
+def test_a_session_draft_vocabulary_on_files_llamacpp_wrote(files, pairing: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run --draft-vocab`` on files other tools wrote, none of them rewritten: the session chooses the map from
+    llama.cpp's own tokenizer metadata, the output is plain decoding's, a patched library drafts inside it only,
+    and every file keeps its bytes."""
+    import hashlib
+
+    from gguf_mtp import draft_vocab as dv
+    from gguf_mtp.runtime import patches
+    from tests.test_draft_vocab import _record_drafts
+
+    model, mtp = {"llama.cpp's bundled Q8_0": (files["llama bundled"], "auto"),
+                  "llama-quantize's split Q4_K_M + llama.cpp's head": (files["quantize trunk split"],
+                                                                        files["llama bundled -> head-only"]),
+                  "llama-quantize's Q4_K_M + llama.cpp's --mtp sidecar": (files["quantize trunk"],
+                                                                           files["llama mtp"])}[pairing]
+    inputs = [p for p in (model, mtp) if isinstance(p, Path)]
+    digest = lambda: [hashlib.sha256(p.read_bytes()).hexdigest() for p in inputs]  # noqa: E731
+    before = digest()
+    want = dv.choose(GGUFModel(files["llama bundled"]).model_kvs(), 256, None, "llama.cpp's file")
+    plain = Reference(lambda: _session(model, False), _generate)
+    seen = _record_drafts(monkeypatch)
+    with MTPSession(model, mtp=mtp, n_ctx=512, n_batch=32, n_draft=3, draft_vocab=256) as s:
+        g = _generate(s)
+        chosen = s.draft_vocab
+    monkeypatch.undo()
+    plain.check(g, f"{pairing}, session draft vocabulary")
+    assert g.stats.drafted > 0 and len(seen) >= g.stats.drafted
+    if "draft-vocab" in patches.names():
+        assert chosen is not None and chosen.tolist() == want.tolist()
+        outside = [t for t in seen if t not in set(want.tolist())]
+        assert not outside, f"{len(outside)} of {len(seen)} drafts outside the session's map"
+    assert digest() == before
