@@ -82,29 +82,37 @@ class VirtualGGUF:
         return fd
 
     def read_into(self, buf: int, size: int) -> int:
-        """Copy up to ``size`` bytes at the current position into C memory at ``buf``."""
-        done = 0
-        while done < size and self.pos < self.size:
-            i = bisect.bisect_right(self._starts, self.pos) - 1
-            seg = self.segments[i]
-            inside = self.pos - seg.start
-            if inside >= seg.length:  # alignment padding between tensors
-                nxt = self.segments[i + 1].start if i + 1 < len(self.segments) else self.size
-                n = min(size - done, nxt - self.pos)
-                ctypes.memset(buf + done, 0, n)
+        """Copy up to ``size`` bytes at the current position into C memory at ``buf``, stopping at the end of the
+        segment (header, tensor, padding) they start in: a reader seeks to each tensor and reads just it, and the
+        stream's buffer would be filled past the tensor for nothing (the seek throws it away). 0: the end."""
+        if self.pos >= self.size:
+            return 0
+        i = bisect.bisect_right(self._starts, self.pos) - 1
+        seg = self.segments[i]
+        inside = self.pos - seg.start
+        if inside >= seg.length:  # alignment padding between tensors
+            nxt = self.segments[i + 1].start if i + 1 < len(self.segments) else self.size
+            n = min(size, nxt - self.pos)
+            ctypes.memset(buf, 0, n)
+        else:
+            n = min(size, seg.length - inside)
+            if seg.path is None:
+                ctypes.memmove(buf, seg.data[inside:inside + n], n)
             else:
-                n = min(size - done, seg.length - inside)
-                if seg.path is None:
-                    ctypes.memmove(buf + done, seg.data[inside:inside + n], n)
-                else:
-                    chunk = os.pread(self._fd(seg.path), n, seg.offset + inside)
-                    if len(chunk) != n:
-                        raise OSError(f"{seg.path}: short read")
-                    ctypes.memmove(buf + done, chunk, n)
-            done += n
-            self.pos += n
-        self.bytes_served += done
-        return done
+                self._pread_into(seg.path, buf, n, seg.offset + inside)
+        self.pos += n
+        self.bytes_served += n
+        return n
+
+    def _pread_into(self, path: Path, addr: int, n: int, offset: int) -> None:
+        """``n`` bytes of ``path`` at ``offset`` straight into C memory at ``addr``: the kernel copies from the page
+        cache into llama.cpp's buffer, with no Python bytes object between (a model's every byte passes here)."""
+        fd = self._fd(path)
+        while n > 0:
+            got = os.preadv(fd, [(ctypes.c_char * n).from_address(addr)], offset)  # may be short (2 GiB cap)
+            if got <= 0:
+                raise OSError(f"{path}: short read")
+            addr, n, offset = addr + got, n - got, offset + got
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -129,6 +137,10 @@ def unavailable() -> str | None:
 
 class VirtualFile:
     """``fopencookie`` FILE* over a :class:`VirtualGGUF`; keep this object alive while llama.cpp reads."""
+
+    # the stream's buffer: a callback a BUFFER of a tensor. glibc seeks to a multiple of it and refills from there,
+    # so each tensor costs up to a BUFFER of bytes read twice; docs/run.md has the load times this was chosen by
+    BUFFER = 1 << 20
 
     def __init__(self, vg: VirtualGGUF) -> None:
         why = unavailable()
@@ -163,8 +175,12 @@ class VirtualFile:
         self.fp = self.libc.fopencookie(None, b"rb", self._funcs)
         if not self.fp:
             raise GgufMtpError("fopencookie failed")
-        self.libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
-        self.libc.setvbuf(self.fp, None, 0, 1 << 20)  # fully buffered, 1 MiB: fewer Python callbacks
+        # glibc reads a cookie stream only through its buffer (no direct read for large requests), and with a NULL
+        # buffer it picks 8 KiB whatever size is asked: a buffer of our own makes each Python callback a large read
+        self._buf = ctypes.create_string_buffer(self.BUFFER)
+        self.libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+        if self.libc.setvbuf(self.fp, ctypes.addressof(self._buf), 0, self.BUFFER) != 0:  # 0: _IOFBF
+            raise GgufMtpError("setvbuf failed on a model served through fopencookie")
 
     def close(self) -> None:
         if self.fp:
