@@ -173,3 +173,53 @@ def test_extreme_values_never_end_the_process(model: Path, extra: dict) -> None:
         with _session(model, mtp, 2) as s:
             g = s.generate("import os\nimport sys\nimport", max_tokens=12, sampling=cfg)
             assert g.tokens and all(0 <= t < s.model.n_vocab for t in g.tokens)
+
+
+def test_a_greedy_chain_in_the_graph_is_read_as_llama_sampler_sample_picks(model: Path) -> None:
+    """``ContextSampler.read_only``: a greedy chain that runs in the decode graph is read with
+    llama_get_sampled_token_ith, without llama_sampler_sample's extra synchronisations, debug line and accept; every
+    row's token must be the one llama_sampler_sample returns (and the argmax of that row's logits where the chain is
+    not attached). A chain that is not greedy, or runs on the host, keeps llama_sampler_sample."""
+    import llama_cpp as ll
+
+    from gguf_mtp.runtime.llama import Batch, Context, Model
+    from gguf_mtp.runtime.sampling import ContextSampler
+
+    m = Model(model)
+    try:
+        toks = m.tokenize("def fibonacci(n):\n    a, b = 0, 1\n", add_special=True)
+        ctx = Context(m, n_ctx=256, n_batch=64, n_outputs_max=64)
+        host = Context(m, n_ctx=256, n_batch=64, n_outputs_max=64)
+        smp, ref = ContextSampler(ctx), ContextSampler(host)
+        try:
+            smp.use(None)
+            ref.use(None, device=False)
+            assert ref.read_only is False
+            if not smp.on_device:
+                pytest.skip("this build cannot run the sampler inside the graph")
+            assert smp.read_only is True
+            picks = []
+            for c in (ctx, host):
+                b = Batch(64)
+                b.fill(toks, 0)
+                b.logits_np[:len(toks)] = 1
+                c.decode_batch(b)
+            for i in range(len(toks)):
+                fast = smp.sample(i)
+                slow = int(ll.llama_sampler_sample(smp.chain, ctx.ptr, i))
+                picks.append(fast)
+                assert fast == slow, i
+            # the host context's logits: the same argmax (a tie within float noise allowed to differ)
+            for i, tok in enumerate(picks):
+                row = host.logits_view(i)
+                assert row[tok] >= row.max() - 1e-3 * max(1.0, abs(float(row.max()))), i
+            assert len(set(picks)) > 1  # the rows differ: a test on one repeated token proves little
+            smp.use(SamplerConfig(temp=0.8, seed=1))
+            assert smp.read_only is False  # a sampled chain accepts its tokens through llama_sampler_sample
+        finally:
+            smp.close()
+            ref.close()
+            ctx.close()
+            host.close()
+    finally:
+        m.close()

@@ -106,6 +106,8 @@ class ContextSampler:
         self.chain: int | None = None
         self.on_device = False
         self.on_logits: Callable[[np.ndarray], None] | None = None
+        #: the chain is greedy and runs in the graph: a row's token is read as it is (nothing to apply or accept)
+        self.read_only = False
 
     def use(self, cfg: SamplerConfig | None, *, device: bool = True,
             on_logits: Callable[[np.ndarray], None] | None = None, history: Sequence[int] = ()) -> None:
@@ -130,6 +132,7 @@ class ContextSampler:
             self.key = key
             # attaching makes llama.cpp rebuild its graphs once; False: the chain runs on the host from the logits
             self.on_device = device and self.ctx.set_sampler(self.chain, self.seq)
+        self.read_only = self.on_device and cfg is None
         if cfg is not None and cfg.penalized and history:
             # only the last repeat_last_n tokens stay in the penalties' window: accepting just those is the same
             # (into the penalties alone: the rest of the chain must not count the prompt as emitted tokens)
@@ -141,6 +144,12 @@ class ContextSampler:
     def sample(self, i: int) -> int:
         """Pick batch entry ``i``'s token and accept it (accept rows in order; stop at the first rejected one)."""
         assert self.chain is not None
+        if self.read_only:
+            # llama_sampler_sample would return the same token after four synchronisations, a debug log line (a
+            # Python callback) and a greedy accept that changes nothing: a few of these run every step
+            tok = _ll.llama_get_sampled_token_ith(self.ctx.ptr, i)
+            if tok >= 0:
+                return int(tok)
         if self.on_logits is not None:
             self.on_logits(self.ctx.logits_view(i))
         return int(_ll.llama_sampler_sample(self.chain, self.ctx.ptr, i))
@@ -150,7 +159,7 @@ class ContextSampler:
             if self.on_device and self.ctx.ptr:
                 self.ctx.set_sampler(None, self.seq)
             _ll.llama_sampler_free(self.chain)
-        self.chain, self.key, self.on_device = None, None, False
+        self.chain, self.key, self.on_device, self.read_only = None, None, False, False
 
 
 def context_sampler(ctx: Context, seq: int = 0) -> ContextSampler:
