@@ -1,0 +1,63 @@
+"""The host-time tools of the benchmarks, on the CPU with the tiny model: ``bench.host_time`` (the step's calls timed
+by wrappers), ``bench.native_stacks`` (py-spy's raw stacks summed under frames) and ``bench.virtual_load`` (a model
+loaded through the virtual FILE* against the same file mmapped, with the same draft vocabulary)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.native_stacks import below, read_stacks
+from gguf_mtp import convert
+from gguf_mtp.runtime import patches, virtual
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "examples" / "tiny-qwen35-mtp"
+
+
+def bench(*args: str) -> list[str]:
+    p = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout.splitlines()
+
+
+def test_native_stacks_sums_each_level_under_a_frame(tmp_path: Path) -> None:
+    raw = tmp_path / "stacks.txt"
+    raw.write_text("main (a.py:1);batch_step (s.py:2);llama_context::decode (libllama.so);graph_compute (x) 7\n"
+                   "main (a.py:1);batch_step (s.py:2);llama_context::decode (libllama.so) 2\n"
+                   "main (a.py:1);batch_step (s.py:2);sync (libllama.so);wait (x) 5\n"
+                   "thread;llama_context::decode;graph_compute 100\n")  # not a step: another thread's, left out
+    stacks = [(f, n) for f, n in read_stacks(raw) if "batch_step" in f]
+    assert sum(n for _, n in stacks) == 14
+    assert below(stacks, "llama_context::decode", 1) == {"graph_compute": 7, " (self)": 2}
+    assert below(stacks, "batch_step", 2) == {"llama_context::decode > graph_compute": 7,
+                                              "llama_context::decode (self)": 2, "sync > wait": 5}
+
+
+def test_host_time_lists_the_steps_calls(tmp_path: Path) -> None:
+    model = convert(TINY, outfile=tmp_path / "tiny.gguf", progress=False).path
+    out = bench("bench.host_time", str(model), "-k", "2", "-n", "24", "-ngl", "0")
+    head = next(line for line in out if line.startswith("k=2"))
+    steps = int(head.split(" tokens in ")[1].split()[0])
+    assert 0 < steps <= 24
+    rows = {line.split()[0] for line in out if line.startswith("  ")}
+    assert {"decode[tgt]", "decode[mtp]", "sample", "seq_rm"} <= rows, rows
+    plain = bench("bench.host_time", str(model), "-k", "0", "-n", "8", "-ngl", "0")
+    assert not any("decode[mtp]" in line for line in plain)
+
+
+@pytest.mark.skipif(virtual.unavailable() is not None or "draft-vocab" not in patches.names(),
+                    reason="no glibc fopencookie, or a library without the draft-vocab patch: nothing served")
+def test_virtual_load_rows_draft_as_the_mapped_file(tmp_path: Path) -> None:
+    model = convert(TINY, outfile=tmp_path / "map.gguf", outtype="q8_0", draft_vocab=512, progress=False).path
+    rows = [json.loads(line) for line in bench("bench.virtual_load", str(model), "-ngl", "0", "-n", "16",
+                                                "--repeat", "1") if line.startswith("{")]
+    assert [r["row"] for r in rows] == ["mmap", "virtual"], rows
+    mapped, served = rows
+    assert served["acceptance"] == mapped["acceptance"]  # the same map, the same drafts
+    assert served["served_gb"] >= served["size_gb"] > 0 and "served_gb" not in mapped
