@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import gguf_mtp.runtime.llama  # noqa: F401  (first: the runtime, which needs llama.cpp)
 from bench.native_stacks import below, read_stacks
 from gguf_mtp import convert
 from gguf_mtp.runtime import patches, virtual
