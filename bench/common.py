@@ -78,8 +78,20 @@ def prompts_from(path: Path | None) -> list[str]:
     return prompts
 
 
+def cpu_model() -> str:
+    """The host CPU's model name (Linux: /proc/cpuinfo), or what ``platform`` knows: rows that sample or prepare
+    decodes on the host (llama.cpp's tools, every decode's set-up) move with it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict[str, object]:
-    return {"cpus": os.cpu_count(), "machine": platform.machine(), "python": sys.version.split()[0],
+    return {"cpus": os.cpu_count(), "cpu": cpu_model(), "machine": platform.machine(), "python": sys.version.split()[0],
             "platform": platform.platform()}
 
 
