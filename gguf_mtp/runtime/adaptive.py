@@ -58,7 +58,10 @@ best length for a typical head's acceptance (``TYPICAL_*``), whose deeper positi
 verified ones, so a head better or worse than typical moves the choice within a few steps. A move to a shorter
 length must also hold with the acceptance it gives up at the top of its interval (``EVIDENCE``): on the prior's
 few drafts one rejected draft could move a near-tie down and the next steps move it back, each change costing a
-deep model several steps (docs/benchmarks.md, "A move to a shorter length needs evidence").
+deep model several steps (docs/benchmarks.md, "A move to a shorter length needs evidence"). A move to a longer one
+likewise must hold with the positions it adds at the bottom of theirs: those are the prior's extrapolation and a
+few shadow drafts, and a near-tie taken on a lucky start was then held for the rest of an answer by the payback
+rule (tests/test_adaptive.py, the lucky start).
 
 The first choice is free of the payback rule: the prompt's decode comes before it, so every length rebuilds its
 graphs there alike (held to the rule from k_max, a deep model's dear change kept it at k_max for much of an
@@ -107,7 +110,8 @@ class DraftLength:
     SWITCH_GAIN = 0.02
     # ... and a move to a shorter length must win with the acceptance it gives up at the top of its interval, this
     # many standard errors wide: the early moves one or two rejections caused, and the moves back after them,
-    # go; simulated, no case lost and clustered misses gained (tests/test_adaptive.py); 1.0 held moves too long
+    # go; simulated, no case lost and clustered misses gained (tests/test_adaptive.py); 1.0 held moves too long.
+    # A move to a longer length must win with the positions it adds at the bottom of theirs, as wide
     EVIDENCE = 0.5
     # ... and only where the gain pays back what a change measurably costs (switch_cost()) within this many steps:
     # on a deep model with the stock CUDA graph cache a change re-captures the whole target's graph, several steps'
@@ -272,12 +276,13 @@ class DraftLength:
     @staticmethod
     def _shares(counts: list[tuple[float, float]], top_from: int | None = None, z: float = 0.0) -> list[float]:
         """:meth:`acceptance` from :meth:`_all_counts`' (drafts, accepted) by position; from position ``top_from``
-        on, each share at the top of its Wilson interval ``z`` standard errors wide (before the cap)."""
+        on, each share at the top of its Wilson interval ``z`` standard errors wide, at the bottom for a negative
+        ``z`` (before the cap)."""
         out: list[float] = []
         for i, (d, a) in enumerate(counts):
             share = a / d if d else 0.0
             if top_from is not None and i >= top_from:
-                share = wilson(share, round(d), z)[1]
+                share = wilson(share, round(d), abs(z))[z >= 0]
             out.append(min(share, out[-1]) if out else share)
         return out
 
@@ -360,7 +365,7 @@ class DraftLength:
         a change's measured cost within ``PAYBACK_STEPS`` steps (the first choice, before any step, is free of both).
         Leaving the length that runs now for a shorter one
         (1 or more), the shorter must win with the positions it gives up at the top of their acceptance's interval
-        (``EVIDENCE``)."""
+        (``EVIDENCE``); for a longer one, the longer must win with the positions it adds at the bottom of theirs."""
         b = self.best(stats, rates)
         cur = rates.get(self.k)
         # the first choice is free: the prompt's decode came before it, so every length rebuilds its graphs alike
@@ -372,21 +377,28 @@ class DraftLength:
         # only through one shadow draft a probe period
         if 0 < b < self.k and self._last == self.k:
             cur = self._rate_held(stats, self.k, b, line) or cur
+        # ... and leaving it for a longer one, the longer must win with the positions it adds at the bottom of
+        # their interval: those come from the prior and a few shadow drafts, and a near-tie taken on them is held
+        # by the payback rule for the rest of the answer
+        if 0 < self.k < b and self._last == self.k:
+            r_b = min(r_b, self._rate_held(stats, b, self.k, line, -self.EVIDENCE) or r_b)
         if r_b < cur * (1 + self.SWITCH_GAIN):
             return self.k
         t_b = self.step_time(b, None) or 0.0
         saved = self.PAYBACK_STEPS * t_b * (r_b / cur - 1)  # time the same tokens would take longer at k
         return b if saved >= self.switch_cost() else self.k
 
-    def _rate_held(self, stats: Stats, k: int, b: int, line: tuple[float, float] | None) -> float | None:
+    def _rate_held(self, stats: Stats, k: int, b: int, line: tuple[float, float] | None,
+                   z: float | None = None) -> float | None:
         """Expected tokens per second at ``k`` with positions ``b``..``k``-1 (0-based) at the top of their Wilson
-        interval, ``EVIDENCE`` standard errors wide: what a move down to ``b`` must beat. A run's first steps
-        count few drafts there, so one rejection could otherwise move the choice, and the next steps move it back:
-        changes of length that cost a deep model several steps each."""
+        interval, ``EVIDENCE`` standard errors wide (``z``: that many, at the bottom where negative): what a move
+        down to ``b`` must beat, or (with ``b`` the length that runs and ``-EVIDENCE``) what a move up to ``k`` may
+        count on. A run's first steps count few drafts there, so one rejection could otherwise move the choice, and
+        the next steps move it back: changes of length that cost a deep model several steps each."""
         t = self.step_time(k, line)
         if not t or t <= 0:
             return None
-        return (1 + sum(self._shares(self._all_counts(stats)[:k], b, self.EVIDENCE))) / t
+        return (1 + sum(self._shares(self._all_counts(stats)[:k], b, self.EVIDENCE if z is None else z))) / t
 
     def _probe_stretch(self) -> int:
         """How many probe periods go between probes: one, unless a probe's two changes of length would cost more
