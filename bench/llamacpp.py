@@ -87,10 +87,11 @@ def _retry(fn):  # type: ignore[no-untyped-def]
 
 @_retry
 def completion(tool: Path, model: Path, prompt_file: Path, n: int, *, ngl: int = 0, threads: int | None = None,
-               ctx: int = 4096, temp: float = 0.0, seed: int = 0, timeout: float = 600) -> ToolRun:
+               ctx: int = 4096, temp: float = 0.0, seed: int = 0, timeout: float = 600,
+               env: dict[str, str] | None = None) -> ToolRun:
     """Plain decoding with llama-completion; t/s from its ``eval time`` line."""
     out = _run([str(tool), *_common(model, prompt_file, n, ngl, threads, ctx, temp, seed), "-no-cnv",
-                "--ignore-eos"], timeout)
+                "--ignore-eos"], timeout, env)
     m = re.search(r"\beval time =\s*([\d.]+) ms /\s*(\d+) runs.*?([\d.]+) tokens per second", out)
     if not m:
         tail = "\n".join(out.strip().splitlines()[-8:])

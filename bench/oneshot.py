@@ -210,18 +210,23 @@ def versus_row(items: list[str], best: int, model: Path, prompt_file: Path, labe
 
 
 def ab_row(item: str, pair: list[str], best: int, spec_tps: dict[int, float], spec: Path | None, model: Path,
-           prompt_file: Path, label: str, a: argparse.Namespace, tmp: Path) -> dict:
-    """``--ab A B`` (``pair``): one row (``plain``, ``best``, ``auto``, a k, or ``spec``: llama.cpp's MTP driver at
-    its best k) in ``--ab-n`` pairs of processes, A then B each time (``-`` for the environment as it is):
-    :func:`alternating`'s medians and what each process did."""
+           prompt_file: Path, label: str, a: argparse.Namespace, tmp: Path, comp: Path | None = None) -> dict:
+    """``--ab A B`` (``pair``): one row (``plain``, ``best``, ``auto``, a k, ``spec``: llama.cpp's MTP driver at
+    its best k, or ``lc``: llama-completion, ``comp``) in ``--ab-n`` pairs of processes, A then B each time (``-``
+    for the environment as it is): :func:`alternating`'s medians and what each process did."""
     envs = [{} if s == "-" else env_vars(s, "--ab") for s in pair]
     extra = row_args(item, best)
-    if extra is None and (item != "spec" or spec is None or not spec_tps):
-        raise SystemExit(f"error: --ab-rows {item!r}: use plain, best, auto, a draft length or spec (with "
-                         "llama-speculative-simple and --drafts)")
+    if extra is None and not (item == "spec" and spec is not None and spec_tps) and \
+            not (item == "lc" and comp is not None):
+        raise SystemExit(f"error: --ab-rows {item!r}: use plain, best, auto, a draft length, spec (with "
+                         "llama-speculative-simple and --drafts) or lc (with llama-completion)")
     k_spec = max(spec_tps, key=spec_tps.__getitem__) if spec_tps else 0
 
     def side(env: dict[str, str]) -> Callable[[], dict]:
+        if item == "lc" and extra is None:
+            assert comp is not None
+            return lambda: {"decode_tps": round(llamacpp.completion(comp, model, prompt_file, a.n_predict, ngl=a.ngl,
+                                                                     ctx=a.ctx, env=dict(os.environ, **env)).tps, 2)}
         if extra is None:
             assert spec is not None
             return lambda: {"decode_tps": round(llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec,
@@ -229,7 +234,8 @@ def ab_row(item: str, pair: list[str], best: int, spec_tps: dict[int, float], sp
                                                                       env=dict(os.environ, **env)).tps, 2)}
         return lambda: ours(model, prompt_file, a, tmp, *extra, env_extra=env or None)
 
-    what = f"llama-speculative-simple k={k_spec}" if extra is None else f"run {' '.join(extra)}"
+    what = (f"run {' '.join(extra)}" if extra is not None else "llama-completion" if item == "lc"
+            else f"llama-speculative-simple k={k_spec}")
     return {"row": f"A/B {what}: {pair[0]} | {pair[1]}", "model": label,
             **alternating([side(env) for env in envs], a.ab_n)}
 
@@ -327,7 +333,7 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
     for i, pair in enumerate(a.ab or []):  # A/Bs in alternating processes: a machine's drift falls on both sides
         specs = a.ab_rows or ["best,auto"]
         for item in specs[min(i, len(specs) - 1)].split(","):
-            out.append(ab_row(item.strip(), pair, best, spec_tps, spec, model, prompt_file, label, a, tmp))
+            out.append(ab_row(item.strip(), pair, best, spec_tps, spec, model, prompt_file, label, a, tmp, comp))
             save(out)
             print(f"  {label}: {out[-1]['row']}: {json.dumps({k: v for k, v in out[-1].items() if k != '_text'})}",
                   file=sys.stderr, flush=True)
@@ -394,7 +400,8 @@ def main() -> None:
                     help="an A/B of the --ab-rows in alternating processes: A's environment, then B's, --ab-n times "
                     "(each NAME=VALUE[,NAME=VALUE...], or - for the environment as it is); repeatable")
     ap.add_argument("--ab-rows", action="append", help="which rows an A/B runs: plain, best, auto, a draft "
-                    "length, spec (llama.cpp's MTP driver at its best k); comma-separated; one per --ab, in order "
+                    "length, spec (llama.cpp's MTP driver at its best k), lc (llama-completion); comma-separated; one "
+                    "per --ab, in order "
                     "(the last one for the A/Bs after it; default best,auto)")
     ap.add_argument("--versus", nargs=2, action="append", metavar=("A", "B"),
                     help="two rows (plain, best, auto or a draft length) in --ab-n alternating pairs of processes, "

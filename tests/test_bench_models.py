@@ -148,8 +148,33 @@ def test_an_ab_row_names_what_it_runs_and_refuses_a_row_it_cannot_run_in_a_line(
     for item, spec_tps, spec in (("bogus", {}, None), ("spec", {}, None), ("spec", {2: 1.0}, None)):
         with pytest.raises(SystemExit, match="error: --ab-rows"):
             oneshot.ab_row(item, pair, 2, spec_tps, spec, Path("m.gguf"), Path("p.txt"), "m", a, Path("."))
+    with pytest.raises(SystemExit, match="error: --ab-rows 'lc'"):  # llama-completion not found
+        oneshot.ab_row("lc", pair, 2, {}, None, Path("m.gguf"), Path("p.txt"), "m", a, Path("."))
     with pytest.raises(SystemExit, match="error: --ab 'NOVALUE'"):
         oneshot.ab_row("best", ["-", "NOVALUE"], 2, {}, None, Path("m.gguf"), Path("p.txt"), "m", a, Path("."))
+
+
+def test_an_ab_row_of_llama_completion_runs_it_under_each_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/oneshot.py --ab A B --ab-rows lc: llama-completion alternates between the two environments (each on top
+    of the process's own), so a library setting (GGML_CUDA_GRAPH_OPT=1) is measured on llama.cpp's tool as on run."""
+    import argparse
+    import os
+
+    oneshot = _bench("oneshot")
+    a = argparse.Namespace(ab_n=2, n_predict=8, ngl=99, ctx=512)
+    seen: list[str | None] = []
+    rates = iter([200.0, 210.0, 202.0, 212.0])
+
+    def fake(tool, model, prompt_file, n, *, ngl, ctx, env):  # type: ignore[no-untyped-def]
+        assert tool == Path("bin/llama-completion") and n == 8 and env["PATH"] == os.environ["PATH"]
+        seen.append(env.get("X"))
+        return type("Run", (), {"tps": next(rates)})()
+
+    monkeypatch.setattr(oneshot.llamacpp, "completion", fake)
+    row = oneshot.ab_row("lc", ["-", "X=1"], 2, {}, None, Path("m.gguf"), Path("p.txt"), "m", a, Path("."),
+                         Path("bin/llama-completion"))
+    assert seen == [None, "1", None, "1"]
+    assert row["row"] == "A/B llama-completion: - | X=1" and row["t/s A"] == 201.0 and row["t/s"] == 211.0
 
 
 def test_a_versus_row_alternates_its_two_rows_and_refuses_one_it_cannot_run_in_a_line(
