@@ -5,6 +5,9 @@ for the GPU: the shares rank the parts; ``bench.host_time`` gives their millisec
 
     py-spy record --native -r 1000 --format raw -o stacks.txt -- python -m bench.host_time MODEL.gguf -k 2 -n 512
     python -m bench.native_stacks stacks.txt [FRAME ...]
+
+``--within FRAME`` keeps the stacks through another frame than a decode step's: ``--within _run _run`` shows what a
+`gguf-mtp run` answer spends outside its steps (the prompt's decode, the text's decoding and printing).
 """
 
 from __future__ import annotations
@@ -45,16 +48,17 @@ def main() -> None:
     ap.add_argument("stacks", type=Path)
     ap.add_argument("frames", nargs="*", help="frames to look under (default: the decode's main parts)")
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--within", default=STEP, help=f"keep only the stacks through this frame (default {STEP})")
     a = ap.parse_args()
-    stacks = [(f, n) for f, n in read_stacks(a.stacks) if STEP in f]
+    stacks = [(f, n) for f, n in read_stacks(a.stacks) if a.within in f]
     total = sum(n for _, n in stacks)
-    print(f"{total} samples in decode steps")
+    print(f"{total} samples under {a.within}")
     for anchor in a.frames or ANCHORS:
         levels = ANCHORS.get(anchor, 4)
         inside = sum(n for f, n in stacks if anchor in f)
         if not inside:
             continue
-        print(f"\n== {anchor}: {inside} samples ({100 * inside / total:.1f}% of the steps')")
+        print(f"\n== {anchor}: {inside} samples ({100 * inside / total:.1f}% of those under {a.within})")
         for depth in range(1, levels + 1):
             print(f"  {depth} below:")
             for key, n in below(stacks, anchor, depth).most_common(a.top):

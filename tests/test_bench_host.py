@@ -40,6 +40,19 @@ def test_native_stacks_sums_each_level_under_a_frame(tmp_path: Path) -> None:
                                               "llama_context::decode (self)": 2, "sync > wait": 5}
 
 
+def test_native_stacks_keeps_the_stacks_through_the_frame_it_is_given(tmp_path: Path) -> None:
+    """--within: an answer's work outside its steps (a CLI's printing) is summed too, other threads still left out."""
+    raw = tmp_path / "stacks.txt"
+    raw.write_text("main;_run;generate;batch_step;llama_context::decode 6\n"
+                   "main;_run;on_text;write 3\n"
+                   "thread;_ignored;decode 50\n")
+    steps = bench("bench.native_stacks", str(raw), "batch_step")
+    assert steps[0] == "6 samples under batch_step"
+    answer = bench("bench.native_stacks", str(raw), "_run", "--within", "_run")
+    assert answer[0] == "9 samples under _run"
+    assert any("66.7%  generate" in line for line in answer) and any("33.3%  on_text" in line for line in answer)
+
+
 def test_host_time_lists_the_steps_calls(tmp_path: Path) -> None:
     model = convert(TINY, outfile=tmp_path / "tiny.gguf", progress=False).path
     out = bench("bench.host_time", str(model), "-k", "2", "-n", "24", "-ngl", "0")
