@@ -60,8 +60,8 @@ length must also hold with the acceptance it gives up at the top of its interval
 few drafts one rejected draft could move a near-tie down and the next steps move it back, each change costing a
 deep model several steps (docs/benchmarks.md, "A move to a shorter length needs evidence"). A move to a longer one
 likewise must hold with the positions it adds at the bottom of theirs: those are the prior's extrapolation and a
-few shadow drafts, and a near-tie taken on a lucky start was then held for the rest of an answer by the payback
-rule (tests/test_adaptive.py, the lucky start).
+few shadow drafts, and a near-tie taken on them was then held for the rest of an answer by the payback rule (two
+of three auto processes on an H200 host; tests/test_adaptive.py, the lucky start).
 
 The first choice is free of the payback rule: the prompt's decode comes before it, so every length rebuilds its
 graphs there alike (held to the rule from k_max, a deep model's dear change kept it at k_max for much of an
