@@ -157,6 +157,15 @@ class _DeviceProps(ctypes.Structure):
                 ("caps", ctypes.c_bool * 5), ("_room", ctypes.c_byte * 256)]
 
 
+class _InitParams(ctypes.Structure):
+    """struct ggml_init_params (ggml.h)."""
+
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+
+
+GGML_TYPE_I32 = 26  # enum ggml_type
+
+
 class Registry:
     """ctypes over libggml's backend registry (ggml-backend.h). ``lib`` is a loaded libggml (any handle
     whose dependencies include libggml-base)."""
@@ -175,6 +184,10 @@ class Registry:
             ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)]),
             ("ggml_backend_buft_name", cp, [vp]),
             ("ggml_backend_dev_get_props", None, [vp, ctypes.POINTER(_DeviceProps)]),
+            ("ggml_backend_dev_buffer_type", vp, [vp]), ("ggml_backend_dev_supports_op", ctypes.c_bool, [vp, vp]),
+            ("ggml_init", vp, [_InitParams]), ("ggml_free", None, [vp]),
+            ("ggml_new_tensor_2d", vp, [vp, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]),
+            ("ggml_new_tensor_1d", vp, [vp, ctypes.c_int, ctypes.c_int64]), ("ggml_get_rows", vp, [vp, vp, vp]),
         ):
             f = getattr(lib, fn)
             f.restype, f.argtypes = res, args
@@ -204,6 +217,26 @@ class Registry:
     def by_name(self, name: str) -> Device | None:
         ptr = self.lib.ggml_backend_dev_by_name(name.encode())
         return self.device(ptr) if ptr else None
+
+    def buffer_type(self, device: Device) -> int:
+        """The device's own buffer type (``ggml_backend_dev_buffer_type``): where llama.cpp puts the weights it
+        offloads to it."""
+        return int(self.lib.ggml_backend_dev_buffer_type(device.ptr) or 0)
+
+    def supports_get_rows(self, device: Device, ggml_type: int, n_cols: int, n_rows: int) -> bool:
+        """Whether ``device`` runs a row lookup in an ``n_rows`` x ``n_cols`` table of ``ggml_type`` (a token
+        embedding), asked of the backend itself on a tensor without data (``ggml_backend_dev_supports_op``)."""
+        lib = self.lib
+        ctx = lib.ggml_init(_InitParams(1 << 16, None, True))
+        if not ctx:
+            return False
+        try:
+            table = lib.ggml_new_tensor_2d(ctx, ggml_type, n_cols, n_rows)
+            ids = lib.ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 1)
+            op = lib.ggml_get_rows(ctx, table, ids) if table and ids else None
+            return bool(op and lib.ggml_backend_dev_supports_op(device.ptr, op))
+        finally:
+            lib.ggml_free(ctx)
 
     def function(self, registry: str, name: str) -> int | None:
         """The address of a function a backend exports through its registry (``ggml_backend_rpc_add_server``),

@@ -253,3 +253,22 @@ def test_qwen3next_rollback_follows_the_marker(converted) -> None:  # type: igno
         assert [r.name for r in rbs] == ["native (n_rs_seq=3)"] and note == "" and made == [(3, 1, False)]
     else:
         assert rbs[0].name.startswith("replay") and "keeps no rollback snapshots" in note
+
+
+@pytest.mark.parametrize("given", [None, "0", "1"])
+def test_async_inputs_follow_the_marker(given: str | None) -> None:
+    """The runtime switches sched-async-inputs on (GGML_SCHED_ASYNC_INPUTS=1, before any context is made) exactly
+    where the loaded library carries it, leaves a value the user set alone, and never sets it for a stock library;
+    the whole suite then runs with it on wherever it is patched in."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != patches.ASYNC_INPUTS_ENV}
+    if given is not None:
+        env[patches.ASYNC_INPUTS_ENV] = given
+    code = ("import os\nfrom gguf_mtp.runtime import llama, patches\nllama.registry()\n"
+            "print(os.environ.get(patches.ASYNC_INPUTS_ENV), 'sched-async-inputs' in patches.names())")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    value, marked = r.stdout.split()
+    assert marked == str("sched-async-inputs" in patches.names())
+    assert value == (given if given is not None else ("1" if marked == "True" else "None"))

@@ -113,6 +113,61 @@ def test_draft_split_puts_the_head_and_the_lm_head_on_the_draft_device(n_layer_a
     assert _layer_devices(order, tsplit, ngl2, n_layer_all) == ["CPU"] * n_trunk + ["CUDA2"] * (n_mtp + 1)
 
 
+@pytest.mark.parametrize("ngl,split", [(99, None), (33, None), (32, None), (-1, None), (10, None), (99, [0.0, 1.0]),
+                                       (99, [1.0]), (99, [2.0, 5.0]), (33, [0.0, 3.0])])
+def test_the_embedding_goes_where_layer_zero_goes(ngl, split) -> None:
+    """layer_zero_device against the layer-by-layer rule above (llama.cpp's ``load_tensors``): the device of
+    layer 0, or None where layer 0 stays on the CPU (then so does the token embedding, as llama.cpp keeps it)."""
+    gib = 1 << 30
+    a, b = (Device(n, "", "GPU", "CUDA", total=80 * gib, free=free, ptr=ptr) for n, free, ptr in
+            (("CUDA0", 70 * gib, 1), ("CUDA1", 30 * gib, 2)))
+    n_layer_all = 32
+    want = _layer_devices([a, b], split or [70.0, 30.0], ngl if ngl >= 0 else 999, n_layer_all)[0]
+    got = placement.layer_zero_device([a, b], ngl, n_layer_all, tensor_split=split)
+    assert (got.name if got else "CPU") == want
+    assert placement.layer_zero_device([], 99, n_layer_all) is None  # nothing offloaded (--device none)
+    none_mode = placement.SPLIT_MODES["none"]
+    assert placement.layer_zero_device([a, b], 99, n_layer_all, split_mode=none_mode, main_gpu=1) is b
+    assert placement.layer_zero_device([a, b], 10, n_layer_all, split_mode=none_mode) is None
+
+
+def test_the_embedding_moves_only_beside_room_to_spare() -> None:
+    """embeddings_fit: the device's share of the weights, the embedding and a reserve (1 GiB or a tenth of the
+    device, the larger) must fit its free memory."""
+    gib = 1 << 30
+    dev = Device("CUDA0", "", "GPU", "CUDA", total=24 * gib, free=12 * gib)
+    assert placement.embeddings_fit(dev, 1.0, 9 * gib, 1 * gib)  # 8 + 1 + 2.4 <= 12
+    assert not placement.embeddings_fit(dev, 1.0, 10 * gib, 1 * gib)  # 9 + 1 + 2.4 > 12
+    assert placement.embeddings_fit(dev, 0.5, 18 * gib, 1 * gib)  # half of 17, then 1 + 2.4
+    small = Device("CUDA0", "", "GPU", "CUDA", total=4 * gib, free=2 * gib)
+    assert not placement.embeddings_fit(small, 1.0, int(1.1 * gib), gib // 2)  # 0.6 + 0.5 + 1 (the floor) > 2
+
+
+def test_the_embedding_override_reaches_llama_cpp(converted, capfd, monkeypatch) -> None:
+    """The override ModelParams hands llama.cpp (a tensor_buft_overrides array: the embedding's exact name, a
+    device's buffer type, then the terminator) is the one its loader applies. Run with the CPU's own buffer type,
+    the one device every build has; the GPU case is the same array with the GPU's type (tests/test_vulkan.py runs
+    it on Vulkan; docs/benchmarks.md measures it on CUDA)."""
+    from gguf_mtp.runtime import llama
+
+    path = converted("qwen35", "bundled", **ORACLE)
+    reg = llama.registry()
+    cpu = reg.by_name("CPU")
+    assert cpu is not None and reg.buffer_type(cpu)
+    t = GGUFModel(path).tensors["token_embd.weight"].info
+    assert reg.supports_get_rows(cpu, t.ggml_type, t.shape[0], t.shape[1])
+    monkeypatch.setattr(llama, "VERBOSE", True)  # every log line of the load to stderr, not only the last 200
+    moved = re.compile(r"tensor (\S+) \(.*\) buffer type overridden to CPU")
+    for embed in (False, True):
+        mp = placement.ModelParams(placement.Placement(devices=[]))
+        if embed:
+            mp.embed_on(cpu, reg.buffer_type(cpu))
+            assert mp.describe() == "CPU only, token embeddings on CPU"
+        capfd.readouterr()
+        llama.Model(path, placement=mp).close()
+        assert moved.findall(capfd.readouterr().err) == (["token_embd.weight"] if embed else [])
+
+
 def test_device_and_split_errors(converted, capsys) -> None:
     model = str(converted("qwen35", "bundled", **ORACLE))
     cases = [

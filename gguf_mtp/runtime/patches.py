@@ -33,7 +33,23 @@ KNOWN: tuple[Patch, ...] = (
     Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain", chain_archs=frozenset({"qwen35", "qwen35moe"})),
     # fewer copy kernels a decode shorter than n_rs_seq + 1; nothing for the runtime to switch
     Patch("delta-net-conv-snapshots", "gguf_mtp_patch_delta_net_conv_snapshots"),
+    # a split's user inputs as one batch of asynchronous copies (opt-in: ASYNC_INPUTS_ENV, set by enable_async_inputs)
+    Patch("sched-async-inputs", "gguf_mtp_patch_sched_async_inputs"),
 )
+
+
+#: ggml's switch of the sched-async-inputs patch, read when a scheduler (a llama.cpp context) is made; the patch leaves
+#: it off so that llama.cpp's own tools built from the same source behave as stock unless it is set
+ASYNC_INPUTS_ENV = "GGML_SCHED_ASYNC_INPUTS"
+
+
+def enable_async_inputs() -> bool:
+    """Switch the sched-async-inputs patch on for the contexts this process makes, where the loaded library has it
+    and the environment does not say otherwise (``GGML_SCHED_ASYNC_INPUTS=0`` keeps the stock copies: an A/B on one
+    build). Returns whether it is on."""
+    if not any(p.name == "sched-async-inputs" for p in loaded()):
+        return False
+    return os.environ.setdefault(ASYNC_INPUTS_ENV, "1") not in ("", "0")
 
 
 def _has_symbol(lib: ctypes.CDLL, name: str) -> bool:

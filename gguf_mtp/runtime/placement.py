@@ -4,8 +4,9 @@ before llama.cpp sees them: a split longer than the device list or a main GPU pa
 error, not an abort inside ggml. The options' strings are parsed by the CLI (cli/device_options.py); device
 names are resolved by :mod:`.devices`, RPC servers added by :mod:`.rpc`.
 
-Placement facts (llama-model.cpp ``load_tensors``): the token embeddings always stay on the CPU; offloaded
-layers are the model's last ``-ngl`` layers, cut into contiguous runs by the cumulative ``tensor_split``
+Placement facts (llama-model.cpp ``load_tensors``): llama.cpp keeps the token embeddings on the CPU (gguf-mtp
+moves them to layer 0's device where they fit: :func:`place_embeddings`); offloaded layers are the model's last
+``-ngl`` layers, cut into contiguous runs by the cumulative ``tensor_split``
 fractions; the MTP blocks are the last layers of a model that carries them and the output layer (LM head)
 comes after them. So the head of a bundled model (or a trunk merged with a head-only sidecar) can only be
 placed with the model's layer split: ``draft_split`` puts the MTP blocks and the LM head on the draft
@@ -16,17 +17,29 @@ parameters.
 from __future__ import annotations
 
 import ctypes
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..backends import Device
+from ..backends import Device, MiB
 from ..errors import GgufMtpError
+from . import llama
 from .devices import resolve
 
 if TYPE_CHECKING:
     from llama_cpp.llama_cpp import llama_model_params
 
+    from ..ggufio.model import GGUFModel
+
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2, "tensor": 3}  # enum llama_split_mode
+EMBD_ENV = "GGUF_MTP_EMBD_ON_DEVICE"  # 0: the token embedding stays on the CPU, as llama.cpp keeps it
+_EMBD_PATTERN = rb"^token_embd\.weight$"  # a std::regex in llama.cpp: fixed, never a user's text
+
+
+class _BuftOverride(ctypes.Structure):
+    """struct llama_model_tensor_buft_override (llama.h)."""
+
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
 
 
 @dataclass
@@ -86,6 +99,15 @@ class ModelParams:
         if split is not None:
             n = max(int(llama_cpp.llama_max_devices()), len(split))
             self._split = (ctypes.c_float * n)(*split)
+        #: the device the token embedding goes to (None: the CPU, llama.cpp's place for it); see embed_on
+        self.embd_device: Device | None = None
+        self._overrides: ctypes.Array[_BuftOverride] | None = None
+
+    def embed_on(self, device: Device, buft: int) -> None:
+        """Put the token embedding (``token_embd.weight``) on ``device`` (its buffer type ``buft``), where layer 0
+        is: its row lookup then runs in the device's graph instead of a CPU split before it."""
+        self.embd_device = device
+        self._overrides = (_BuftOverride * 2)(_BuftOverride(_EMBD_PATTERN, buft), _BuftOverride(None, None))
 
     def apply(self, mp: llama_model_params) -> None:
         """Fill a llama_model_params."""
@@ -97,12 +119,16 @@ class ModelParams:
             mp.devices = ctypes.cast(self._devs, ctypes.c_void_p)  # type: ignore[assignment]
         if self._split is not None:
             mp.tensor_split = ctypes.cast(self._split, ctypes.POINTER(ctypes.c_float))  # type: ignore[assignment]
+        if self._overrides is not None:
+            mp.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)  # type: ignore[assignment]
 
     def describe(self) -> str:
         names = ", ".join(d.name for d in self.devices) or "none"
         s = f"{names}, -ngl {self.n_gpu_layers}" if self.devices and self.n_gpu_layers else "CPU only"
         if self.tensor_split is not None and len(self.devices) > 1:
             s += f", split {':'.join(f'{x:g}' for x in self.tensor_split)}"
+        if self.embd_device is not None:
+            s += f", token embeddings on {self.embd_device.name}"
         return s
 
 
@@ -144,3 +170,62 @@ def draft_split(trunk: list[Device], draft: Device, split: list[float] | None, n
         counts[-1] += n_head
         return order, [float(c) for c in counts], ngl
     return order + [draft], [float(c) for c in counts] + [float(n_head)], ngl
+
+
+#: what the device keeps free beyond the weights for the KV cache and compute buffers before it also takes the
+#: token embedding: this much, or a tenth of its memory if that is more
+EMBD_RESERVE = 1024 * MiB
+
+
+def layer_zero_device(devices: list[Device], n_gpu_layers: int, n_layer_all: int, *, split_mode: int = 1,
+                      tensor_split: list[float] | None = None, main_gpu: int = 0) -> Device | None:
+    """The device llama.cpp gives layer 0 (llama-model.cpp ``load_tensors``), or None: the CPU. Layer 0 is offloaded
+    only when -ngl covers every layer and the output layer (a negative -ngl: all); then it goes to the first device
+    whose share of the split (default: by free memory) is above 0, or with ``split_mode`` none to ``main_gpu``."""
+    if not devices or 0 <= n_gpu_layers < n_layer_all + 1:
+        return None
+    if split_mode == SPLIT_MODES["none"]:
+        return devices[min(main_gpu, len(devices) - 1)]
+    return next((d for d, w in zip(devices, _weights(devices, tensor_split)) if w > 0), None)
+
+
+def _weights(devices: list[Device], tensor_split: list[float] | None) -> list[float]:
+    """Each device's share of the offloaded layers as llama.cpp splits them: the given proportions (missing ones 0),
+    else free memory."""
+    if tensor_split is None:
+        return [float(d.free or 1) for d in devices]
+    return [float(x) for x in tensor_split[:len(devices)]] + [0.0] * (len(devices) - len(tensor_split))
+
+
+def embeddings_fit(device: Device, share: float, model_bytes: int, embd_bytes: int) -> bool:
+    """Whether ``device`` holds its ``share`` of the weights (the embedding aside), the token embedding and still
+    keeps ``EMBD_RESERVE`` (or a tenth of its memory, if more) free for the KV cache and compute buffers: free
+    memory as it was before the load, a rule of thumb, so a model that fills a device keeps its embedding on the CPU."""
+    need = (model_bytes - embd_bytes) * share + embd_bytes + max(EMBD_RESERVE, device.total // 10)
+    return device.free >= need
+
+
+def place_embeddings(mp: ModelParams, model: GGUFModel, n_layer_all: int) -> None:
+    """Put ``model``'s token embedding on the device of its layer 0 when that device can look rows up in it and
+    has room for it beside its share of the weights (``$GGUF_MTP_EMBD_ON_DEVICE=0``: never).
+
+    llama.cpp keeps the token embedding in host memory, so every decode of an offloaded model starts with a CPU
+    split (the lookup, then the rows copied to the device with a stream synchronisation) before the device's
+    graph can start; a draft and a verify pay it once each. On the device the lookup is one more kernel of the
+    captured graph. It costs the table's size in device memory. Not for RPC servers (remote memory, looked up
+    over the network either way)."""
+    if os.environ.get(EMBD_ENV, "1") == "0":
+        return
+    dev = layer_zero_device(mp.devices, mp.n_gpu_layers, n_layer_all, split_mode=mp.split_mode,
+                            tensor_split=mp.tensor_split, main_gpu=mp.main_gpu)
+    t = model.tensors.get("token_embd.weight")
+    if dev is None or dev.backend == "RPC" or t is None or len(t.info.shape) != 2:
+        return
+    weights = _weights(mp.devices, mp.tensor_split)
+    mine = sum(w for d, w in zip(mp.devices, weights) if d.ptr == dev.ptr)
+    share = 1.0 if mp.split_mode == SPLIT_MODES["none"] or not sum(weights) else mine / sum(weights)
+    if not embeddings_fit(dev, share, model.total_bytes, t.info.nbytes):
+        return
+    reg = llama.registry()
+    if reg.supports_get_rows(dev, t.info.ggml_type, t.info.shape[0], t.info.shape[1]):
+        mp.embed_on(dev, reg.buffer_type(dev))

@@ -165,6 +165,16 @@ class MTPSession:
         finally:
             vf.close()  # llama.cpp has read every byte (no mmap on a FILE *)
 
+    def _n_layer_all(self) -> int:
+        """The target's layers as llama.cpp counts them for -ngl: its trunk and the MTP blocks it loads with (a
+        head-only sidecar's are grafted on)."""
+        p = self.pairing
+        n = int(p.model.arch_get(Keys.LLM.BLOCK_COUNT, 0) or 0)
+        if p.source == HeadSource.HEAD_ONLY and p.sidecar is not None:
+            own, head = find_head(p.model), find_head(p.sidecar)
+            n += (head.n_mtp if head else 0) - (own.n_mtp if own else 0)
+        return n
+
     def _make_params(self) -> tuple[placement.ModelParams, placement.ModelParams | None]:
         """Placement of the target and (a self-contained sidecar's) draft model, checked against the devices."""
         c, p = self.cfg, self.pairing
@@ -180,6 +190,8 @@ class MTPSession:
         if c.draft_devices is not None:  # llama.cpp: a draft pinned to one device is split by layer
             dpl = placement.Placement(c.draft_devices, "layer" if len(c.draft_devices) <= 1 else c.split_mode)
         dparams = placement.ModelParams(dpl, n_gpu_layers=ngl)
+        assert p.sidecar is not None  # a self-contained pairing has its sidecar
+        placement.place_embeddings(dparams, p.sidecar, int(p.sidecar.arch_get(Keys.LLM.BLOCK_COUNT, 0) or 0))
         self.placement["draft"] = dparams.describe() + " (its own embeddings and LM head)"
         return tparams, dparams
 
@@ -189,7 +201,9 @@ class MTPSession:
         c, p = self.cfg, self.pairing
         pl = placement.Placement(c.devices, c.split_mode, c.tensor_split, c.main_gpu)
         if c.draft_devices is None or p.source not in (HeadSource.BUNDLED, HeadSource.HEAD_ONLY):
-            return placement.ModelParams(pl, n_gpu_layers=c.n_gpu_layers)
+            mp = placement.ModelParams(pl, n_gpu_layers=c.n_gpu_layers)
+            placement.place_embeddings(mp, p.model, self._n_layer_all())
+            return mp
         if len(c.draft_devices) != 1:
             raise GgufMtpError(f"--device-draft {','.join(c.draft_devices) or 'none'}: a {p.source.value} head is "
                                "part of the target model and takes one device (its layers and the LM head after them); "
@@ -200,6 +214,7 @@ class MTPSession:
         assert head is not None
         mp = placement.ModelParams(pl, draft_layers=(head.n_trunk + head.n_mtp, head.n_mtp),
                                    draft_device=c.draft_devices[0], n_gpu_layers=c.n_gpu_layers)
+        placement.place_embeddings(mp, p.model, self._n_layer_all())
         blocks = f"blk.{head.n_trunk}" + (f"-{head.n_trunk + head.n_mtp - 1}" if head.n_mtp > 1 else "")
         self.placement["draft"] = f"{c.draft_devices[0]} ({blocks} and the LM head, shared with the target)"
         return mp
