@@ -168,6 +168,38 @@ def test_the_embedding_override_reaches_llama_cpp(converted, capfd, monkeypatch)
         assert moved.findall(capfd.readouterr().err) == (["token_embd.weight"] if embed else [])
 
 
+def test_a_load_that_fails_with_the_embedding_moved_is_tried_once_more_without(converted) -> None:
+    """The embedding's room is an estimate made before the load: a load that fails with it moved is repeated with
+    llama.cpp's placement (the placement entry and a notice say so); one that fails without it is not repeated."""
+    from gguf_mtp.runtime import llama
+    from gguf_mtp.runtime.session import MTPSession
+
+    path = converted("qwen35", "bundled", **ORACLE)
+    reg = llama.registry()
+    cpu = reg.by_name("CPU")
+    assert cpu is not None
+    calls: list[str | None] = []
+
+    def load(mp: placement.ModelParams) -> llama.Model:
+        calls.append(mp.embd_device.name if mp.embd_device else None)
+        if mp.embd_device is not None or len(calls) > 2:
+            raise GgufMtpError(f"{path}: llama.cpp could not load the model: out of device memory")
+        return llama.Model(path, placement=mp)
+
+    with MTPSession(path, mtp=False, n_ctx=128) as s:
+        mp = placement.ModelParams(placement.Placement(devices=[]))
+        mp.embed_on(cpu, reg.buffer_type(cpu))
+        s.placement["target"] = mp.describe()
+        s._load_placed("target", mp, load).close()
+        assert calls == ["CPU", None] and s.placement["target"] == "CPU only"
+        assert s.notices[-1] == (f"the token embedding stays on the CPU: the load with it on CPU failed ({path}: "
+                                 "llama.cpp could not load the model: out of device memory); GGUF_MTP_EMBD_ON_DEVICE=0 "
+                                 "skips the attempt")
+        with pytest.raises(GgufMtpError, match="out of device memory"):
+            s._load_placed("target", mp, load)  # nothing moved now: the error as it is
+        assert calls == ["CPU", None, None]
+
+
 def test_device_and_split_errors(converted, capsys) -> None:
     model = str(converted("qwen35", "bundled", **ORACLE))
     cases = [

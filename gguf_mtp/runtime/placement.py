@@ -109,6 +109,10 @@ class ModelParams:
         self.embd_device = device
         self._overrides = (_BuftOverride * 2)(_BuftOverride(_EMBD_PATTERN, buft), _BuftOverride(None, None))
 
+    def embed_on_cpu(self) -> None:
+        """Back to llama.cpp's placement of the token embedding: the CPU."""
+        self.embd_device, self._overrides = None, None
+
     def apply(self, mp: llama_model_params) -> None:
         """Fill a llama_model_params."""
         mp.n_gpu_layers = self.n_gpu_layers

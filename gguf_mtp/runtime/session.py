@@ -219,21 +219,43 @@ class MTPSession:
         self.placement["draft"] = f"{c.draft_devices[0]} ({blocks} and the LM head, shared with the target)"
         return mp
 
+    def _load_placed(self, role: str, params: placement.ModelParams,
+                     load: Callable[[placement.ModelParams], Model]) -> Model:
+        """``load(params)``; where gguf-mtp moved the token embedding to a device (placement.place_embeddings) and
+        the load fails, once more with llama.cpp's placement, and a notice: the move is an optimisation, and its
+        room is an estimate made before the load."""
+        try:
+            return load(params)
+        except GgufMtpError as e:
+            dev = params.embd_device
+            if dev is None:
+                raise
+            params.embed_on_cpu()
+            model = load(params)
+            if role in self.placement:
+                self.placement[role] = self.placement[role].replace(f", token embeddings on {dev.name}", "")
+            self.notices.append(f"the token embedding stays on the CPU: the load with it on {dev.name} failed "
+                                f"({e}); GGUF_MTP_EMBD_ON_DEVICE=0 skips the attempt")
+            return model
+
     def _load(self) -> None:
         c, p = self.cfg, self.pairing
         mtp_on = p.source != HeadSource.NONE
         k = max(1, c.n_draft)
         tparams, dparams = self._params
         if p.source == HeadSource.HEAD_ONLY:
-            assert p.sidecar is not None
+            sidecar = p.sidecar
+            assert sidecar is not None
             # a sidecar named for a model with a head of its own takes that head's place (pairing.resolve pairs
             # a bundled model with a sidecar only when --mtp names one)
-            target = self._virtual_model(p.model, f"{p.model.path} + {p.sidecar.path.name}", tparams,
-                                         plan_graft(p.sidecar, p.model, replace=True))
+            target = self._load_placed("target", tparams, lambda mp: self._virtual_model(
+                p.model, f"{p.model.path} + {sidecar.path.name}", mp, plan_graft(sidecar, p.model, replace=True)))
         elif p.source == HeadSource.BUNDLED and self.draft_vocab is not None:
-            target = self._virtual_model(p.model, str(p.model.path), tparams)
+            target = self._load_placed("target", tparams,
+                                       lambda mp: self._virtual_model(p.model, str(p.model.path), mp))
         else:
-            target = Model(p.model.path, load_mtp=p.source == HeadSource.BUNDLED, placement=tparams)
+            target = self._load_placed("target", tparams, lambda mp: Model(
+                p.model.path, load_mtp=p.source == HeadSource.BUNDLED, placement=mp))
         self._models.append(target)
         self.model = target
         n_seq = max(1, c.n_parallel)
@@ -267,10 +289,14 @@ class MTPSession:
             draft_model = target
             if p.source == HeadSource.SELF_CONTAINED:
                 assert p.sidecar is not None
+                side = p.sidecar
+                assert dparams is not None  # made for a self-contained sidecar
                 if self.draft_vocab is not None:
-                    draft_model = self._virtual_model(p.sidecar, str(p.sidecar.path), dparams)
+                    draft_model = self._load_placed("draft", dparams, lambda mp: self._virtual_model(
+                        side, str(side.path), mp))
                 else:
-                    draft_model = Model(p.sidecar.path, load_mtp=True, placement=dparams)
+                    draft_model = self._load_placed("draft", dparams, lambda mp: Model(side.path, load_mtp=True,
+                                                                                       placement=mp))
                 self._models.append(draft_model)
             # greedy drafts of a single head, chained in one decode where the library can (patches.py): a step's
             # k drafts come back as k outputs of one sequence; otherwise one draft per sequence and decode
