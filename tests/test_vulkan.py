@@ -156,29 +156,30 @@ def test_vulkan_session_switching_samplers_matches_the_cpu(tiny: Path) -> None:
     assert 0 < len(got["seeded"]) <= 8 and got["device"] is False
 
 
-def test_vulkan_embeddings_on_the_device_match_the_cpu(tiny: Path) -> None:
+def test_vulkan_embeddings_on_the_device_and_batched_inputs_match_the_cpu(tiny: Path) -> None:
     """With every layer offloaded the token embedding goes to Vulkan0 (placement.place_embeddings; llama.cpp keeps
-    it on the CPU): the session's placement says so, and the greedy tokens, plain and with the head, equal the
-    CPU's, as they do with the embedding left on the CPU (GGUF_MTP_EMBD_ON_DEVICE=0)."""
+    it on the CPU), and where the build carries patch 0008 each decode's inputs are copied as one batch (ggml-vulkan's
+    asynchronous copies): the session's placement says so, and the greedy tokens, plain and with the head, equal the
+    CPU's, as they do with both switched off (GGUF_MTP_EMBD_ON_DEVICE=0, GGML_SCHED_ASYNC_INPUTS=0)."""
     venv, env = _vk_env()
     script = (
         "import llama_cpp.llama_cpp, json, sys\n"
-        "from gguf_mtp.runtime import MTPSession\n"
+        "from gguf_mtp.runtime import MTPSession, patches\n"
         "p = json.loads(sys.argv[2])\n"
         "out = {}\n"
         "for mtp in (False, 'auto'):\n"
         "    with MTPSession(sys.argv[1], mtp=mtp, n_draft=3, n_gpu_layers=99, n_ctx=512) as s:\n"
         "        out[str(mtp)] = [[s.generate(x, max_tokens=12).tokens for x in p], s.placement['target']]\n"
-        "print(json.dumps(out))\n")
+        "print(json.dumps({'runs': out, 'patched': 'sched-async-inputs' in patches.names()}))\n")
     runs = {}
     for flag in ("1", "0"):
         r = _vk_run([venv / "bin" / "python", "-c", script, tiny, json.dumps(PROMPTS[:3])],
-                    env | {"GGUF_MTP_EMBD_ON_DEVICE": flag})
+                    env | {"GGUF_MTP_EMBD_ON_DEVICE": flag, "GGML_SCHED_ASYNC_INPUTS": flag})
         runs[flag] = json.loads(r.stdout.strip().splitlines()[-1])
     with MTPSession(tiny, mtp=False, n_ctx=512) as s:
         want = [s.generate(x, max_tokens=12).tokens for x in PROMPTS[:3]]
     for flag, got in runs.items():
-        assert set(got) == {"False", "auto"}
-        for mtp, (toks, where) in got.items():
-            assert toks == want, (flag, mtp)
+        assert set(got["runs"]) == {"False", "auto"}
+        for mtp, (toks, where) in got["runs"].items():
+            assert toks == want, (flag, mtp, got["patched"])
             assert where.endswith(", token embeddings on Vulkan0") == (flag == "1"), (flag, where)
