@@ -256,19 +256,24 @@ def test_qwen3next_rollback_follows_the_marker(converted) -> None:  # type: igno
 
 
 @pytest.mark.parametrize("given", [None, "0", "1"])
-def test_async_inputs_follow_the_marker(given: str | None) -> None:
-    """The runtime switches sched-async-inputs on (GGML_SCHED_ASYNC_INPUTS=1, before any context is made) exactly
-    where the loaded library carries it, leaves a value the user set alone, and never sets it for a stock library;
-    the whole suite then runs with it on wherever it is patched in."""
+def test_switches_follow_the_markers(given: str | None) -> None:
+    """The runtime switches on (its variable at 1, before any context is made) every patch that waits for one,
+    exactly where the loaded library carries it, leaves a value the user set alone, and never sets one for a patch
+    the library lacks (a stock library: none); the whole suite then runs with them on wherever they are patched in."""
+    import json
     import subprocess
 
-    env = {k: v for k, v in os.environ.items() if k != patches.ASYNC_INPUTS_ENV}
+    switched = [p for p in patches.KNOWN if p.switch]
+    assert patches.ASYNC_INPUTS_ENV in [p.switch for p in switched]
+    env = {k: v for k, v in os.environ.items() if k not in {p.switch for p in switched}}
     if given is not None:
-        env[patches.ASYNC_INPUTS_ENV] = given
-    code = ("import os\nfrom gguf_mtp.runtime import llama, patches\nllama.registry()\n"
-            "print(os.environ.get(patches.ASYNC_INPUTS_ENV), 'sched-async-inputs' in patches.names())")
+        env.update({p.switch: given for p in switched})
+    code = ("import json, os\nfrom gguf_mtp.runtime import llama, patches\nllama.registry()\n"
+            "print(json.dumps([patches.names(),\n"
+            "                  {p.switch: os.environ.get(p.switch) for p in patches.KNOWN if p.switch}]))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
-    value, marked = r.stdout.split()
-    assert marked == str("sched-async-inputs" in patches.names())
-    assert value == (given if given is not None else ("1" if marked == "True" else "None"))
+    names, values = json.loads(r.stdout)
+    assert names == patches.names()
+    for p in switched:
+        assert values[p.switch] == (given if given is not None else ("1" if p.name in names else None)), p.name

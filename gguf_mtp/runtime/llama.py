@@ -113,7 +113,7 @@ def _init() -> None:
                 _ll.llama_log_set(_on_log, ctypes.c_void_p(0))
             atexit.register(_release_log)  # raw too: llama-cpp-python's own callback is Python as well
             _ll.llama_backend_init()
-            patches.enable_async_inputs()  # before any context: ggml reads it when a scheduler is made
+            patches.enable_switches()  # before any context: ggml reads them when a scheduler is made
             _initialised = True
 
 

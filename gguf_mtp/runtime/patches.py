@@ -23,6 +23,9 @@ class Patch:
     chain_archs: frozenset[str] = frozenset()
     #: archs whose MTP graph reads a draft vocabulary (``gguf_mtp.draft_vocab``)
     draft_vocab_archs: frozenset[str] = frozenset()
+    #: the environment variable that switches the patch on (read by ggml; the patch leaves it off so that llama.cpp's
+    #: own tools built from the same source behave as stock unless it is set): set by :func:`enable_switches`
+    switch: str = ""
 
 
 #: every patch gguf-mtp knows, shipped (patches/llama.cpp) or still to be measured (patches/llama.cpp/proposed,
@@ -33,23 +36,27 @@ KNOWN: tuple[Patch, ...] = (
     Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain", chain_archs=frozenset({"qwen35", "qwen35moe"})),
     # fewer copy kernels a decode shorter than n_rs_seq + 1; nothing for the runtime to switch
     Patch("delta-net-conv-snapshots", "gguf_mtp_patch_delta_net_conv_snapshots"),
-    # a split's user inputs as one batch of asynchronous copies (opt-in: ASYNC_INPUTS_ENV, set by enable_async_inputs)
-    Patch("sched-async-inputs", "gguf_mtp_patch_sched_async_inputs"),
+    # a split's user inputs as one batch of asynchronous copies
+    Patch("sched-async-inputs", "gguf_mtp_patch_sched_async_inputs", switch="GGML_SCHED_ASYNC_INPUTS"),
+    # ggml-cuda skips re-checking a reused graph's nodes
+    Patch("cuda-graph-reuse-fast-path", "gguf_mtp_patch_cuda_graph_reuse_fast_path",
+          switch="GGML_CUDA_GRAPH_REUSE_FAST_PATH"),
 )
 
 
-#: ggml's switch of the sched-async-inputs patch, read when a scheduler (a llama.cpp context) is made; the patch leaves
-#: it off so that llama.cpp's own tools built from the same source behave as stock unless it is set
+#: sched-async-inputs' switch (``Patch.switch``)
 ASYNC_INPUTS_ENV = "GGML_SCHED_ASYNC_INPUTS"
 
 
-def enable_async_inputs() -> bool:
-    """Switch the sched-async-inputs patch on for the contexts this process makes, where the loaded library has it
-    and the environment does not say otherwise (``GGML_SCHED_ASYNC_INPUTS=0`` keeps the stock copies: an A/B on one
-    build). Returns whether it is on."""
-    if not any(p.name == "sched-async-inputs" for p in loaded()):
-        return False
-    return os.environ.setdefault(ASYNC_INPUTS_ENV, "1") not in ("", "0")
+def enable_switches() -> list[str]:
+    """Switch on, for the contexts this process makes, every loaded patch that waits for an environment variable,
+    unless the environment already says (``=0`` keeps the stock path: an A/B on one build). Call before any context
+    is made: ggml reads them then. Returns the variables that are on."""
+    on = []
+    for p in loaded():
+        if p.switch and os.environ.setdefault(p.switch, "1") not in ("", "0"):
+            on.append(p.switch)
+    return on
 
 
 def _has_symbol(lib: ctypes.CDLL, name: str) -> bool:
