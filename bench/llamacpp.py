@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,8 +63,20 @@ def _common(model: Path, prompt_file: Path, n: int, ngl: int, threads: int | Non
     return args
 
 
+def tool_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for one of llama.cpp's own tools: this process's, less the patch switches gguf-mtp's runtime
+    turned on for itself here (``patches.switched_on_here``: a baseline runs as stock llama.cpp, even when this
+    process ran a session first), plus ``extra`` (an A/B's variables, switches included)."""
+    from gguf_mtp.runtime import patches  # no llama.cpp loaded by this import
+
+    env = {k: v for k, v in os.environ.items() if k not in patches.switched_on_here()}
+    env.update(extra or {})
+    return env
+
+
 def _run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
-    p = subprocess.run(cmd, capture_output=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    p = subprocess.run(cmd, capture_output=True, timeout=timeout, env=tool_env() if env is None else env,
+                       stdin=subprocess.DEVNULL)
     # the generated text can end inside a UTF-8 sequence (a token is a byte piece)
     out = p.stdout.decode("utf-8", "replace") + "\n" + p.stderr.decode("utf-8", "replace")
     if p.returncode != 0:

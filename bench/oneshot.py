@@ -226,12 +226,12 @@ def ab_row(item: str, pair: list[str], best: int, spec_tps: dict[int, float], sp
         if item == "lc" and extra is None:
             assert comp is not None
             return lambda: {"decode_tps": round(llamacpp.completion(comp, model, prompt_file, a.n_predict, ngl=a.ngl,
-                                                                     ctx=a.ctx, env=dict(os.environ, **env)).tps, 2)}
+                                                                     ctx=a.ctx, env=llamacpp.tool_env(env)).tps, 2)}
         if extra is None:
             assert spec is not None
             return lambda: {"decode_tps": round(llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec,
                                                                       ngl=a.ngl, ctx=a.ctx,
-                                                                      env=dict(os.environ, **env)).tps, 2)}
+                                                                      env=llamacpp.tool_env(env)).tps, 2)}
         return lambda: ours(model, prompt_file, a, tmp, *extra, env_extra=env or None)
 
     what = (f"run {' '.join(extra)}" if extra is not None else "llama-completion" if item == "lc"
@@ -306,7 +306,7 @@ def rows_for(label: str, model: Path, a: argparse.Namespace, tmp: Path, save) ->
             return
         k_spec = max(spec_tps, key=spec_tps.__getitem__)
         r = llamacpp.speculative(spec, model, prompt_file, a.n_predict, k_spec, ngl=a.ngl, ctx=a.ctx,
-                                 env=dict(os.environ, **env))
+                                 env=llamacpp.tool_env(env))
         out.append({"row": f"llama-speculative-simple k={k_spec}, {name}", "t/s": round(r.tps, 1), "model": label,
                     "acceptance_at": [round(x, 3) for x in r.acceptance_at]})
         save(out)

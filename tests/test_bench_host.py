@@ -75,3 +75,28 @@ def test_virtual_load_rows_draft_as_the_mapped_file(tmp_path: Path) -> None:
     mapped, served = rows
     assert served["acceptance"] == mapped["acceptance"]  # the same map, the same drafts
     assert served["served_gb"] >= served["size_gb"] > 0 and "served_gb" not in mapped
+
+
+def test_llama_cpp_tools_run_without_the_switches_a_session_turned_on() -> None:
+    """A benchmark that runs a session in-process before it starts llama.cpp's own tools: the patch switches the
+    runtime set for itself (patches.enable_switches) stay out of the tools' environment, so a baseline runs as
+    stock llama.cpp; a switch the user set, and an A/B's own variables, reach them."""
+    import os
+
+    root = Path(__file__).resolve().parents[1]
+    switches = {p.switch: p.name for p in patches.KNOWN if p.switch}
+    mine = "GGML_CUDA_GRAPH_REUSE_FAST_PATH"  # one the user sets in the second run
+    assert mine in switches
+    code = ("import json\nfrom gguf_mtp.runtime import llama, patches\nfrom bench import llamacpp\nllama.registry()\n"
+            "print(json.dumps([sorted(patches.switched_on_here()), patches.names(), llamacpp.tool_env(),\n"
+            "                  llamacpp.tool_env({'GGML_SCHED_ASYNC_INPUTS': '1', 'X_AB': 'b'})]))")
+    base = {k: v for k, v in os.environ.items() if k not in switches}
+    for user in (None, "0"):
+        env = base if user is None else dict(base, **{mine: user})
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=120)
+        assert r.returncode == 0, r.stderr
+        here, loaded, plain, ab = json.loads(r.stdout)
+        assert here == sorted(s for s, name in switches.items() if name in loaded and s not in env)
+        assert not set(here) & set(plain)  # set by the runtime here: left out
+        assert plain.get(mine) == user  # set by the user: kept
+        assert ab["GGML_SCHED_ASYNC_INPUTS"] == "1" and ab["X_AB"] == "b"

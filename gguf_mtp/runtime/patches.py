@@ -48,15 +48,30 @@ KNOWN: tuple[Patch, ...] = (
 ASYNC_INPUTS_ENV = "GGML_SCHED_ASYNC_INPUTS"
 
 
+_set_here: set[str] = set()  # the switches enable_switches set (the environment did not name them)
+
+
 def enable_switches() -> list[str]:
     """Switch on, for the contexts this process makes, every loaded patch that waits for an environment variable,
     unless the environment already says (``=0`` keeps the stock path: an A/B on one build). Call before any context
     is made: ggml reads them then. Returns the variables that are on."""
     on = []
     for p in loaded():
-        if p.switch and os.environ.setdefault(p.switch, "1") not in ("", "0"):
+        if not p.switch:
+            continue
+        if p.switch not in os.environ:
+            os.environ[p.switch] = "1"
+            _set_here.add(p.switch)
+        if os.environ[p.switch] not in ("", "0"):
             on.append(p.switch)
     return on
+
+
+def switched_on_here() -> frozenset[str]:
+    """The variables :func:`enable_switches` set in this process's environment, which child processes inherit: a
+    program that also starts llama.cpp's own tools leaves them out of theirs to run them as stock
+    (``bench.llamacpp.tool_env``)."""
+    return frozenset(_set_here)
 
 
 def _has_symbol(lib: ctypes.CDLL, name: str) -> bool:
