@@ -136,6 +136,14 @@ class ModelParams:
         return s
 
 
+def _weights(devices: list[Device], tensor_split: list[float] | None) -> list[float]:
+    """Each device's share of the offloaded layers as llama.cpp splits them: the given proportions (missing ones 0),
+    else free memory."""
+    if tensor_split is None:
+        return [float(d.free or 1) for d in devices]
+    return [float(x) for x in tensor_split[:len(devices)]] + [0.0] * (len(devices) - len(tensor_split))
+
+
 def draft_split(trunk: list[Device], draft: Device, split: list[float] | None, n_gpu_layers: int,
                 n_layer_all: int, n_mtp: int) -> tuple[list[Device], list[float], int]:
     """Device list, tensor split and -ngl that put the last ``n_mtp`` layers (the MTP blocks) and the output
@@ -153,8 +161,7 @@ def draft_split(trunk: list[Device], draft: Device, split: list[float] | None, n
     n_trunk_off = ngl - n_head
     others = [d for d in trunk if d.ptr != draft.ptr]
     same = len(others) != len(trunk)  # the draft device also takes trunk layers
-    weights = list(split) if split is not None else [float(d.free or 1) for d in trunk]
-    weights += [0.0] * (len(trunk) - len(weights))
+    weights = _weights(trunk, split)
     w_draft = sum(w for d, w in zip(trunk, weights) if d.ptr == draft.ptr)
     w = [w for d, w in zip(trunk, weights) if d.ptr != draft.ptr] + ([w_draft] if same else [])
     order = others + ([draft] if same else [])
@@ -191,14 +198,6 @@ def layer_zero_device(devices: list[Device], n_gpu_layers: int, n_layer_all: int
     if split_mode == SPLIT_MODES["none"]:
         return devices[min(main_gpu, len(devices) - 1)]
     return next((d for d, w in zip(devices, _weights(devices, tensor_split)) if w > 0), None)
-
-
-def _weights(devices: list[Device], tensor_split: list[float] | None) -> list[float]:
-    """Each device's share of the offloaded layers as llama.cpp splits them: the given proportions (missing ones 0),
-    else free memory."""
-    if tensor_split is None:
-        return [float(d.free or 1) for d in devices]
-    return [float(x) for x in tensor_split[:len(devices)]] + [0.0] * (len(devices) - len(tensor_split))
 
 
 def embeddings_fit(device: Device, share: float, model_bytes: int, embd_bytes: int) -> bool:
