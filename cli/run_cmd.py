@@ -210,6 +210,7 @@ def run(
                 + f", draft {'auto (max ' + str(cfg.n_draft) + ')' if cfg.adaptive else cfg.n_draft}"
                 + (f", rollback {session.engine.rollback.name}" if session.engine.rollback.name != "kv" else "")
                 + (", drafts chained in one decode" if session.chained else "")
+                + (", last draft verified from the device" if session.device_tokens else "")
                 + (f", draft vocabulary {cfg.draft_vocab} (this session's)" if session.draft_vocab is not None else ""))
         if draft_profile is not None and session.mtp_enabled:
             note = draft_profile_mod.use(session, draft_profile)

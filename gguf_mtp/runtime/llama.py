@@ -134,6 +134,18 @@ def _mtp_chain_fn():  # type: ignore[no-untyped-def]
     return fn
 
 
+@functools.cache
+def _device_token_fns():  # type: ignore[no-untyped-def]
+    """``llama_keep_sampled_token`` and ``llama_set_tokens_from`` of the device-draft-tokens patch: not in
+    llama-cpp-python's bindings."""
+    lib = ctypes.CDLL(_ll.llama_cpp._lib._name)
+    keep, take = lib.llama_keep_sampled_token, lib.llama_set_tokens_from
+    keep.argtypes, keep.restype = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32], ctypes.c_bool
+    take.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)]
+    take.restype = ctypes.c_bool
+    return keep, take
+
+
 #: GGUF_MTP_AMX=1 keeps ggml's AMX weight buffers on a CPU that has them (see ``amx_off``)
 AMX_ENV = "GGUF_MTP_AMX"
 
@@ -555,6 +567,21 @@ class Context:
         """The next decodes of this MTP context chain their last ``n_chain`` rows (0: off): each drafts from the
         row before on the device. Only with the mtp-draft-chain patch (patches.py); see proposer.py."""
         _mtp_chain_fn()(self.ptr, n_chain)
+
+    def keep_sampled_token(self, i: int, slot: int = 0) -> bool:
+        """After a decode (not waited for): copy, on the device, the token this context's device sampler picked for
+        batch entry ``i`` into its slot ``slot``, for another context's next decode (:meth:`take_tokens_from`). False
+        where it cannot (no device-sampled token there): nothing was copied. Only with the device-draft-tokens
+        patch (patches.py)."""
+        return bool(_device_token_fns()[0](self.ptr, i, slot))
+
+    def take_tokens_from(self, src: Context, rows: Sequence[int]) -> bool:
+        """The next decode of this context (that one only) takes the token id of batch entry ``rows[j]`` from
+        ``src``'s slot ``j``, on the device; the batch's ids there are placeholders. This context's queue waits for
+        ``src``'s copy, the host does not. False where it cannot (nothing kept in ``src`` yet, a device this context
+        cannot read): the batch's own ids are used."""
+        arr = (ctypes.c_int32 * len(rows))(*rows)
+        return bool(_device_token_fns()[1](self.ptr, src.ptr, len(rows), arr))
 
     def synchronize(self) -> None:
         _ll.llama_synchronize(self.ptr)

@@ -41,6 +41,8 @@ KNOWN: tuple[Patch, ...] = (
     # ggml-cuda skips re-checking a reused graph's nodes
     Patch("cuda-graph-reuse-fast-path", "gguf_mtp_patch_cuda_graph_reuse_fast_path",
           switch="GGML_CUDA_GRAPH_REUSE_FAST_PATH"),
+    # a verify takes its last draft's token id on the device (llama_keep_sampled_token, llama_set_tokens_from)
+    Patch("device-draft-tokens", "gguf_mtp_patch_device_draft_tokens"),
 )
 
 
@@ -159,3 +161,16 @@ def chains_drafts(arch: str) -> bool:
         return False
     return any(arch in p.chain_archs for p in loaded())
 
+
+#: GGUF_MTP_DEVICE_TOKENS=0 reads every draft back before the verify where the library could leave the last one on
+#: the device (A/B on one build)
+DEVICE_TOKENS_ENV = "GGUF_MTP_DEVICE_TOKENS"
+
+
+def device_tokens() -> bool:
+    """Whether a verify may take its last draft's token id on the device, straight from the MTP context's sampler
+    (the device-draft-tokens patch, and the environment does not switch it off): the host does not wait for that
+    draft before it starts the verify."""
+    if os.environ.get(DEVICE_TOKENS_ENV, "1") == "0":
+        return False
+    return "device-draft-tokens" in names()

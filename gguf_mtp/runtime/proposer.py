@@ -34,6 +34,9 @@ _NEVER = sys.maxsize  # a position no prompt reaches
 class Proposer:
     """No head (``--no-mtp``, or none found): no drafts, and the target's hidden rows are never read."""
 
+    #: whether a step's last draft may stay on the device for the verify (see MtpProposer)
+    defers = False
+
     ctx: Context | None = None
     msampler: ContextSampler | None = None
     mbatch: Batch | None = None
@@ -85,11 +88,20 @@ class Proposer:
         return None
 
     def propose(self, heads: Sequence[Proposer], lasts: Sequence[int], pos0s: Sequence[int], ks: Sequence[int],
-                shared: Batch | None = None) -> tuple[list[list[int]], int]:
+                shared: Batch | None = None, *, defer: bool = False) -> tuple[list[list[int]], int]:
         """Drafts for the sequences of ``heads`` (this one first, all on one MTP context): up to ``ks[s]`` after
         ``lasts[s]`` at ``pos0s[s]`` (0: none); several sequences draft in ``shared``. Also returns how many of a
-        drafting sequence's tokens the MTP context holds at ``pos0`` afterwards (1: ``last``; 0: none)."""
+        drafting sequence's tokens the MTP context holds at ``pos0`` afterwards (1: ``last``; 0: none).
+        ``defer``: the last draft of a lone sequence may stay on the device (its place in the list holds a
+        placeholder until :meth:`resolve`; :meth:`device_row` hands it to the verify)."""
         return [[] for _ in heads], 0
+
+    def device_row(self, tgt: Context, batch: Batch, row: int, drafts: list[int]) -> None:
+        """The verify ``batch``'s entry ``row`` holds the deferred draft: ``tgt``'s next decode takes its token id on
+        the device, or, where it cannot, the id is read now and written into ``batch`` and ``drafts``."""
+
+    def resolve(self, drafts: list[int]) -> None:
+        """After the verify decode was started: the deferred draft's id replaces its placeholder in ``drafts``."""
 
     def verify_rows(self, tgt: Context, row: int, n: int, copy: bool = False) -> tuple[np.ndarray | None, int]:
         """The target's hidden rows of the ``n`` verify rows from ``row`` (a view unless ``copy``: a later target
@@ -109,7 +121,7 @@ class MtpProposer(Proposer):
     msampler: ContextSampler
 
     def __init__(self, engine: Engine, mtp: Context, n_draft: int, p_min: float, *, device_sampling: bool,
-                 stable_shapes: bool, chained: bool = False) -> None:
+                 stable_shapes: bool, chained: bool = False, device_tokens: bool = False) -> None:
         self.engine, self.ctx, self.seq = engine, mtp, engine.seq
         # several trained heads (mimo2, step35): one head per draft step, chained through their own outputs
         self.n_heads = max(1, mtp.model.n_nextn)
@@ -137,6 +149,10 @@ class MtpProposer(Proposer):
         self.msampler = context_sampler(mtp, self.seq)
         # drafts are greedy; p_min needs the head's logits, so those stay on the host
         self.msampler.use(None, device=device_sampling and p_min <= 0)
+        # the last draft's id may stay on the device, for the verify to take there (the device-draft-tokens patch):
+        # the host starts the verify without waiting for that draft
+        self.defers = device_tokens and not self.chain and self.msampler.on_device
+        self._deferred: int | None = None  # the MTP batch entry of the draft whose id is still on the device
 
     def graphs_reused(self) -> int:
         return self.ctx.graphs_reused()
@@ -374,8 +390,9 @@ class MtpProposer(Proposer):
         return out
 
     def propose(self, heads: Sequence[Proposer], lasts: Sequence[int], pos0s: Sequence[int], ks: Sequence[int],
-                shared: Batch | None = None) -> tuple[list[list[int]], int]:
+                shared: Batch | None = None, *, defer: bool = False) -> tuple[list[list[int]], int]:
         mtps: list[MtpProposer] = heads  # type: ignore[assignment]  # a session's proposers all have a head
+        self._deferred = None
         if self.chain:
             b = self.mbatch if len(heads) == 1 else shared
             assert b is not None
@@ -411,14 +428,21 @@ class MtpProposer(Proposer):
             self._draft_chained(drafts, k, pos0, row, lasts[0], b)
             return out, 1
         timing, ctx, step = self.engine.timing, self.ctx, 0
+        defer = defer and self.defers and b is self.mbatch
         while live:
             n0 = b.n
-            timing.draft(step, self._decode(b) if b is self.mbatch else self.engine.decode(ctx, b))
+            # a lone sequence's last draft: the host need not wait for it when its id can stay on the device
+            last = defer and len(live) == 1 and step + 1 == live[0][2]
+            timing.draft(step, self._decode(b, wait=not last) if b is self.mbatch else self.engine.decode(ctx, b))
             pad = b.n - n0  # rows the padding put in front
             b.clear()
             step += 1
             going = []
             for h, o, k, pos0, i in live:
+                if last and ctx.keep_sampled_token(i + pad):
+                    self._deferred = i + pad
+                    o.append(lasts[0])  # a placeholder (any valid id) until resolve()
+                    continue
                 d = h.pick(i + pad)
                 if d is None:
                     continue
@@ -432,6 +456,21 @@ class MtpProposer(Proposer):
             if o and k > 1:  # a decode ran at pos0 + 1 or later
                 h._forget_drafts(pos0)
         return out, 1
+
+    def device_row(self, tgt: Context, batch: Batch, row: int, drafts: list[int]) -> None:
+        if self._deferred is None or tgt.take_tokens_from(self.ctx, [row]):
+            return
+        self.resolve(drafts)
+        batch.tok_np[row] = drafts[-1]
+
+    def resolve(self, drafts: list[int]) -> None:
+        i, self._deferred = self._deferred, None
+        if i is None:
+            return
+        d = self.pick(i)  # waits for the head's last decode, which the verify waited for on the device already
+        if d is None:  # cannot happen: a device sampler's pick has no p_min
+            raise GgufMtpError("internal: the deferred draft has no token")
+        drafts[-1] = d
 
     def _draft_chained(self, o: list[int], k: int, pos0: int, i: int, last: int, b: Batch) -> None:
         """This sequence's k drafts, into ``o``, in one decode: ``last`` (row ``i`` of ``b``, after its queue) and

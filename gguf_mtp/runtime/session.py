@@ -285,6 +285,10 @@ class MTPSession:
         mctx = None
         #: a step's drafts chained in one decode of the MTP context (the mtp-draft-chain patch)
         self.chained = False
+        #: a verify takes its last draft's id on the device (the device-draft-tokens patch, drafts sampled on the
+        #: device)
+        self.device_tokens = False
+        self._device_tokens_asked = False
         if mtp_on:
             draft_model = target
             if p.source == HeadSource.SELF_CONTAINED:
@@ -302,6 +306,7 @@ class MTPSession:
             # k drafts come back as k outputs of one sequence; otherwise one draft per sequence and decode
             self.chained = draft_model.n_nextn <= 1 and c.p_min <= 0 and patches.chains_drafts(p.model.arch)
             per_mtp = max(k if self.chained else 1, checks)
+            self._device_tokens_asked = patches.device_tokens()
             mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, mtp=True,
                            flash_attn=c.flash_attn,
                            n_seq_max=n_seq, n_outputs_max=max(n_seq, per_mtp), n_outputs_per_seq=per_mtp)
@@ -309,6 +314,7 @@ class MTPSession:
         #: one engine per sequence; ``engine`` (sequence 0) is the one generate() and chat() use
         self.engines = [self._engine(tctx, mctx, k, c.adaptive, seq=i, rollback=rollbacks[i]) for i in range(n_seq)]
         self.engine = self.engines[0]
+        self.device_tokens = self.engine.head.defers
 
     def _engine(self, tctx: Context, mctx: Context | None, k: int, adaptive: bool, *, seq: int = 0,
                 rollback: Rollback | None = None) -> Engine:
@@ -321,7 +327,8 @@ class MTPSession:
             stable = (c.n_gpu_layers if ngl is None else ngl) != 0
         return Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=adaptive, prompt_window=c.prompt_window,
                       seq=seq, rollback=rollback, timings=c.timings, device_sampling=c.device_sampling,
-                      stable_shapes=stable, chained_drafts=self.chained)
+                      stable_shapes=stable, chained_drafts=self.chained,
+                      device_tokens=self._device_tokens_asked)
 
     def set_draft(self, n_draft: int, *, adaptive: bool = False) -> None:
         """Change the draft length for the next turn: 1 up to the length the session was opened with (a longer one

@@ -58,7 +58,7 @@ class Engine:
     def __init__(self, target: Context, mtp: Context | None, *, n_draft: int = DEFAULT_DRAFT, p_min: float = 0.0,
                  adaptive: bool = False, prompt_window: int = 0, seq: int = 0, rollback: Rollback | None = None,
                  timings: bool | None = None, device_sampling: bool = True, stable_shapes: bool = False,
-                 chained_drafts: bool = False) -> None:
+                 chained_drafts: bool = False, device_tokens: bool = False) -> None:
         self.tgt = target
         # the llama.cpp sequence this conversation lives in (one per server slot); both contexts use the same id
         self.seq = seq
@@ -73,7 +73,8 @@ class Engine:
         self.id_last: int | None = None
         #: who drafts: the MTP head, or (none) a proposer of plain steps only
         self.head: Proposer = (MtpProposer(self, mtp, n_draft, p_min, device_sampling=device_sampling,
-                                           stable_shapes=stable_shapes, chained=chained_drafts)
+                                           stable_shapes=stable_shapes, chained=chained_drafts,
+                                           device_tokens=device_tokens)
                                if mtp is not None else Proposer())
         head = self.head
         # the head's parts, by the names callers read
@@ -426,9 +427,11 @@ def batch_step(engines: Sequence[Engine], samplers: Sequence[Sampler | None], *,
     held = 0  # how many of a drafting sequence's tokens the MTP context holds at n_past (id_last: 1)
     shadows: list[int | None] = [None] * n
     drafts: list[list[int]] = [[]] * n  # read only: a list per sequence only where it drafts
+    # one sequence, no shadow draft: the last draft's id may stay on the device for the verify (proposer.py)
+    defer = n == 1 and asks == ks
     if ask_any:
         drafts, held = e0.head.propose([e.head for e in engines], [e.id_last for e in engines],  # type: ignore[misc]
-                                       [len(e.tokens) for e in engines], asks, mbatch)
+                                       [len(e.tokens) for e in engines], asks, mbatch, defer=defer)
         if asks != ks:
             for s, k in enumerate(ks):
                 if len(drafts[s]) > k:  # the target's token after k accepted drafts tells whether it would have been
@@ -439,7 +442,11 @@ def batch_step(engines: Sequence[Engine], samplers: Sequence[Sampler | None], *,
     rows: list[int] = []
     for e, d in zip(engines, drafts):
         rows.append(e.add_verify(b, d))
+    if defer and drafts[0]:
+        e0.head.device_row(e0.tgt, b, rows[0] + len(drafts[0]), drafts[0])
     timing.verify(e0.decode(e0.tgt, b))
+    if defer:
+        e0.head.resolve(drafts[0])
     t = _clock()
     emitted: list[list[int]] = []
     hidden: list[np.ndarray | None] = []

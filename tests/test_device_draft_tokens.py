@@ -1,0 +1,97 @@
+"""The runtime's side of the device-draft-tokens patch: where the loaded library has it and the head drafts
+greedily on the device, a step's last draft is not read back before the verify starts; the verify's row for it takes
+the token id from the MTP context's sampler on the device (``Context.keep_sampled_token``, ``take_tokens_from``).
+Output is plain decoding's and the drafts are the ones the host path reads; a verify that used the placeholder
+instead would change the bonus token after a fully accepted step (checked: the test below with a verify that skips
+the device copy fails). ``GGUF_MTP_DEVICE_TOKENS=0`` or ``--spec-draft-p-min`` keep the host path. Skipped where the
+library lacks the patch (``LLAMA_CPP_LIB_PATH`` at a build with ``GGUF_MTP_PATCHES=proposed`` runs it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gguf_mtp import convert
+from gguf_mtp.runtime import MTPSession, patches
+from gguf_mtp.runtime.llama import Context
+from tests.lossless import Reference
+
+TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
+PROMPTS = json.loads((TINY / "reference.json").read_text())["prompts"][:4]
+
+pytestmark = pytest.mark.skipif("device-draft-tokens" not in patches.names(),
+                                reason="the loaded libllama lacks the device-draft-tokens patch (proposed: "
+                                       "LLAMA_CPP_LIB_PATH at a build with GGUF_MTP_PATCHES=proposed runs this)")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return convert(TINY, outfile=tmp_path_factory.mktemp("devtok") / "tiny.gguf", progress=False).path
+
+
+@pytest.fixture(scope="module")
+def reference(model: Path) -> Reference:
+    return Reference(lambda: MTPSession(model, mtp=False, n_ctx=512),
+                     lambda s: [s.generate(p, max_tokens=40) for p in PROMPTS])
+
+
+def answers(model: Path, monkeypatch: pytest.MonkeyPatch, on: bool, take=None, **kw):  # type: ignore[no-untyped-def]
+    """Each prompt's answer, the acceptance by position, and how many verifies took a token on the device."""
+    monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1" if on else "0")
+    taken = [0]
+    real = Context.take_tokens_from
+
+    def counting(self, src, rows):  # type: ignore[no-untyped-def]
+        ok = (take or real)(self, src, rows)
+        taken[0] += ok
+        return ok
+
+    monkeypatch.setattr(Context, "take_tokens_from", counting)
+    try:
+        with MTPSession(model, n_ctx=512, **kw) as s:
+            assert s.device_tokens is on
+            gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
+            st = s.stats
+    finally:
+        monkeypatch.setattr(Context, "take_tokens_from", real)
+    return gens, st.drafted_at, st.accepted_at, taken[0]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_the_last_draft_stays_on_the_device_and_output_is_plain_decodings(
+        model: Path, reference: Reference, monkeypatch: pytest.MonkeyPatch, k: int) -> None:
+    on = answers(model, monkeypatch, True, n_draft=k)
+    off = answers(model, monkeypatch, False, n_draft=k)
+    reference.check(on[0], f"k={k}, the last draft on the device")
+    reference.check(off[0], f"k={k}, every draft read back")
+    assert on[3] > 0 and off[3] == 0  # verifies that took their last draft on the device
+    # the same drafts: the same decodes, only read later
+    assert (on[1], on[2]) == (off[1], off[2])
+    assert sum(on[2]) > 0
+
+
+def test_a_verify_that_reads_the_placeholder_is_caught(model: Path, reference: Reference,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the test above guards against: a verify that claims the device copy but reads the batch's placeholder
+    gets the bonus token after a fully accepted step wrong."""
+    gens, _, accepted, taken = answers(model, monkeypatch, True, take=lambda self, src, rows: True, n_draft=1)
+    assert taken > 0 and sum(accepted) > 0
+    with pytest.raises(AssertionError):
+        reference.check(gens, "placeholder read")
+
+
+def test_where_the_target_cannot_take_it_the_id_is_read_first(model: Path, reference: Reference,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    gens, _, accepted, taken = answers(model, monkeypatch, True, take=lambda self, src, rows: False, n_draft=2)
+    assert taken == 0 and sum(accepted) > 0
+    reference.check(gens, "target could not take it")
+
+
+def test_p_min_and_the_switch_keep_the_host_path(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with MTPSession(model, n_ctx=512, n_draft=2, p_min=0.1) as s:
+        assert not s.engine.head.defers  # p_min reads each draft's probability on the host
+    monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "0")
+    with MTPSession(model, n_ctx=512, n_draft=2) as s:
+        assert not s.device_tokens and not s.engine.head.defers
