@@ -37,15 +37,18 @@ def reference(model: Path) -> Reference:
                      lambda s: [s.generate(p, max_tokens=40) for p in PROMPTS])
 
 
-def answers(model: Path, monkeypatch: pytest.MonkeyPatch, on: bool, take=None, **kw):  # type: ignore[no-untyped-def]
-    """Each prompt's answer, the acceptance by position, and how many verifies took a token on the device."""
+def answers(model: Path, monkeypatch: pytest.MonkeyPatch, on: bool, take=None, chain: bool = False,
+            **kw):  # type: ignore[no-untyped-def]
+    """Each prompt's answer, the acceptance by position, and the rows each verify took on the device."""
     monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1" if on else "0")
-    taken = [0]
+    monkeypatch.setenv(patches.CHAIN_ENV, "1" if chain else "0")
+    taken: list[int] = []
     real = Context.take_tokens_from
 
     def counting(self, src, rows):  # type: ignore[no-untyped-def]
         ok = (take or real)(self, src, rows)
-        taken[0] += ok
+        if ok:
+            taken.append(len(rows))
         return ok
 
     monkeypatch.setattr(Context, "take_tokens_from", counting)
@@ -56,7 +59,7 @@ def answers(model: Path, monkeypatch: pytest.MonkeyPatch, on: bool, take=None, *
             st = s.stats
     finally:
         monkeypatch.setattr(Context, "take_tokens_from", real)
-    return gens, st.drafted_at, st.accepted_at, taken[0]
+    return gens, st.drafted_at, st.accepted_at, taken
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -66,7 +69,7 @@ def test_the_last_draft_stays_on_the_device_and_output_is_plain_decodings(
     off = answers(model, monkeypatch, False, n_draft=k)
     reference.check(on[0], f"k={k}, the last draft on the device")
     reference.check(off[0], f"k={k}, every draft read back")
-    assert on[3] > 0 and off[3] == 0  # verifies that took their last draft on the device
+    assert set(on[3]) == {1} and not off[3]  # verifies took their last draft on the device
     # the same drafts: the same decodes, only read later
     assert (on[1], on[2]) == (off[1], off[2])
     assert sum(on[2]) > 0
@@ -77,7 +80,7 @@ def test_a_verify_that_reads_the_placeholder_is_caught(model: Path, reference: R
     """What the test above guards against: a verify that claims the device copy but reads the batch's placeholder
     gets the bonus token after a fully accepted step wrong."""
     gens, _, accepted, taken = answers(model, monkeypatch, True, take=lambda self, src, rows: True, n_draft=1)
-    assert taken > 0 and sum(accepted) > 0
+    assert taken and sum(accepted) > 0
     with pytest.raises(AssertionError):
         reference.check(gens, "placeholder read")
 
@@ -85,8 +88,22 @@ def test_a_verify_that_reads_the_placeholder_is_caught(model: Path, reference: R
 def test_where_the_target_cannot_take_it_the_id_is_read_first(model: Path, reference: Reference,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     gens, _, accepted, taken = answers(model, monkeypatch, True, take=lambda self, src, rows: False, n_draft=2)
-    assert taken == 0 and sum(accepted) > 0
+    assert not taken and sum(accepted) > 0
     reference.check(gens, "target could not take it")
+
+
+@pytest.mark.skipif("mtp-draft-chain" not in patches.names(),
+                    reason="the loaded libllama lacks the mtp-draft-chain patch (proposed)")
+@pytest.mark.parametrize("k", [2, 3])
+def test_chained_drafts_all_stay_on_the_device(model: Path, reference: Reference, monkeypatch: pytest.MonkeyPatch,
+                                               k: int) -> None:
+    """With the proposed mtp-draft-chain patch a step's k drafts are one decode: the verify takes all k ids on the
+    device, and the host waits once a step, for the verify."""
+    on = answers(model, monkeypatch, True, chain=True, n_draft=k)
+    off = answers(model, monkeypatch, False, chain=True, n_draft=k)
+    reference.check(on[0], f"k={k}, chained drafts on the device")
+    assert set(on[3]) == {k} and not off[3]
+    assert (on[1], on[2]) == (off[1], off[2]) and sum(on[2]) > 0
 
 
 def test_p_min_and_the_switch_keep_the_host_path(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:

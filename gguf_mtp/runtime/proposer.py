@@ -92,13 +92,15 @@ class Proposer:
         """Drafts for the sequences of ``heads`` (this one first, all on one MTP context): up to ``ks[s]`` after
         ``lasts[s]`` at ``pos0s[s]`` (0: none); several sequences draft in ``shared``. Also returns how many of a
         drafting sequence's tokens the MTP context holds at ``pos0`` afterwards (1: ``last``; 0: none).
-        ``defer``: the last draft of a lone sequence may stay on the device (its place in the list holds a
-        placeholder until :meth:`resolve`; :meth:`device_row` hands it to the verify)."""
+        ``defer``: a lone sequence's last draft (all of them where they are chained in one decode) may stay on the
+        device (their places in the list hold placeholders until :meth:`resolve`; :meth:`device_rows` hands them to
+        the verify)."""
         return [[] for _ in heads], 0
 
-    def device_row(self, tgt: Context, batch: Batch, row: int, drafts: list[int]) -> None:
-        """The verify ``batch``'s entry ``row`` holds the deferred draft: ``tgt``'s next decode takes its token id on
-        the device, or, where it cannot, the id is read now and written into ``batch`` and ``drafts``."""
+    def device_rows(self, tgt: Context, batch: Batch, row: int, drafts: list[int]) -> None:
+        """``drafts`` follow ``batch``'s entry ``row`` (``id_last``'s): ``tgt``'s next decode takes the deferred ones'
+        token ids on the device, or, where it cannot, the ids are read now and written into ``batch`` and
+        ``drafts``."""
 
     def resolve(self, drafts: list[int]) -> None:
         """After the verify decode was started: the deferred draft's id replaces its placeholder in ``drafts``."""
@@ -152,7 +154,7 @@ class MtpProposer(Proposer):
         # the last draft's id may stay on the device, for the verify to take there (the device-draft-tokens patch):
         # the host starts the verify without waiting for that draft
         self.defers = device_tokens and not self.chain and self.msampler.on_device
-        self._deferred: int | None = None  # the MTP batch entry of the draft whose id is still on the device
+        self._deferred: list[int] = []  # the MTP batch entries of the last drafts, whose ids are still on the device
 
     def graphs_reused(self) -> int:
         return self.ctx.graphs_reused()
@@ -392,7 +394,7 @@ class MtpProposer(Proposer):
     def propose(self, heads: Sequence[Proposer], lasts: Sequence[int], pos0s: Sequence[int], ks: Sequence[int],
                 shared: Batch | None = None, *, defer: bool = False) -> tuple[list[list[int]], int]:
         mtps: list[MtpProposer] = heads  # type: ignore[assignment]  # a session's proposers all have a head
-        self._deferred = None
+        self._deferred = []
         if self.chain:
             b = self.mbatch if len(heads) == 1 else shared
             assert b is not None
@@ -425,7 +427,7 @@ class MtpProposer(Proposer):
         if self.chained and len(live) == 1 and b is self.mbatch and live[0][2] > 1 and \
                 b.n + live[0][2] - 1 <= b.capacity:
             _, drafts, k, pos0, row = live[0]
-            self._draft_chained(drafts, k, pos0, row, lasts[0], b)
+            self._draft_chained(drafts, k, pos0, row, lasts[0], b, defer=defer and self.defers)
             return out, 1
         timing, ctx, step = self.engine.timing, self.ctx, 0
         defer = defer and self.defers and b is self.mbatch
@@ -440,7 +442,7 @@ class MtpProposer(Proposer):
             going = []
             for h, o, k, pos0, i in live:
                 if last and ctx.keep_sampled_token(i + pad):
-                    self._deferred = i + pad
+                    self._deferred = [i + pad]
                     o.append(lasts[0])  # a placeholder (any valid id) until resolve()
                     continue
                 d = h.pick(i + pad)
@@ -457,42 +459,50 @@ class MtpProposer(Proposer):
                 h._forget_drafts(pos0)
         return out, 1
 
-    def device_row(self, tgt: Context, batch: Batch, row: int, drafts: list[int]) -> None:
-        if self._deferred is None or tgt.take_tokens_from(self.ctx, [row]):
+    def device_rows(self, tgt: Context, batch: Batch, row: int, drafts: list[int]) -> None:
+        n = len(self._deferred)  # the last n drafts, kept in slots 0..n-1
+        first = row + len(drafts) - n + 1
+        if not n or tgt.take_tokens_from(self.ctx, range(first, first + n)):
             return
         self.resolve(drafts)
-        batch.tok_np[row] = drafts[-1]
+        batch.tok_np[first:first + n] = drafts[-n:]
 
     def resolve(self, drafts: list[int]) -> None:
-        i, self._deferred = self._deferred, None
-        if i is None:
-            return
-        d = self.pick(i)  # waits for the head's last decode, which the verify waited for on the device already
-        if d is None:  # cannot happen: a device sampler's pick has no p_min
-            raise GgufMtpError("internal: the deferred draft has no token")
-        drafts[-1] = d
+        entries, self._deferred = self._deferred, []
+        for j, i in enumerate(entries, start=len(drafts) - len(entries)):
+            d = self.pick(i)  # waits for the head's decode, which the verify waited for on the device already
+            if d is None:  # cannot happen: a device sampler's pick has no p_min
+                raise GgufMtpError("internal: a draft left on the device has no token")
+            drafts[j] = d
 
-    def _draft_chained(self, o: list[int], k: int, pos0: int, i: int, last: int, b: Batch) -> None:
+    def _draft_chained(self, o: list[int], k: int, pos0: int, i: int, last: int, b: Batch, *,
+                       defer: bool = False) -> None:
         """This sequence's k drafts, into ``o``, in one decode: ``last`` (row ``i`` of ``b``, after its queue) and
         k - 1 chained rows, whose token and hidden row llama.cpp takes on the device from the row before (argmax,
-        h_nextn); what this side puts in them is only there for the batch's checks."""
+        h_nextn); what this side puts in them is only there for the batch's checks. ``defer``: all k ids may stay
+        on the device for the verify (placeholders in ``o`` until :meth:`resolve`)."""
         for j in range(1, k):
             b.add(last, pos0 + j, logits=True, embd=self.pending_h, seq=self.seq)
         self._chain_rows = k - 1
         self.ctx.set_mtp_chain(k - 1)
         try:
             n0 = b.n
-            self.engine.timing.draft(0, self._decode(b))
+            self.engine.timing.draft(0, self._decode(b, wait=not defer))
             pad = b.n - n0
         finally:
             self.ctx.set_mtp_chain(0)  # any other decode of this context (a flush, a prompt) is not chained
             self._chain_rows = 0
         b.clear()
-        for j in range(k):
-            d = self.pick(i + pad + j)
-            if d is None:
-                break
-            o.append(d)
+        entries = [i + pad + j for j in range(k)]
+        if defer and all(self.ctx.keep_sampled_token(e, slot) for slot, e in enumerate(entries)):
+            self._deferred = entries
+            o.extend([last] * k)  # placeholders (any valid id) until resolve()
+        else:
+            for e in entries:
+                d = self.pick(e)
+                if d is None:
+                    break
+                o.append(d)
         self._forget_drafts(pos0)
 
     def _forget_drafts(self, pos0: int) -> None:

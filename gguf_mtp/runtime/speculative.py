@@ -443,7 +443,7 @@ def batch_step(engines: Sequence[Engine], samplers: Sequence[Sampler | None], *,
     for e, d in zip(engines, drafts):
         rows.append(e.add_verify(b, d))
     if defer and drafts[0]:
-        e0.head.device_row(e0.tgt, b, rows[0] + len(drafts[0]), drafts[0])
+        e0.head.device_rows(e0.tgt, b, rows[0], drafts[0])
     timing.verify(e0.decode(e0.tgt, b))
     if defer:
         e0.head.resolve(drafts[0])
