@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from gguf_mtp import convert
+from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.runtime import MTPSession, patches
-from gguf_mtp.runtime.llama import Context
+from gguf_mtp.runtime.llama import Batch, Context
 from tests.lossless import Reference
 
 TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
@@ -112,3 +113,19 @@ def test_p_min_and_the_switch_keep_the_host_path(model: Path, monkeypatch: pytes
     monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "0")
     with MTPSession(model, n_ctx=512, n_draft=2) as s:
         assert not s.device_tokens and not s.engine.head.defers
+
+
+def test_a_refused_decode_clears_the_request(model: Path, reference: Reference) -> None:
+    """``take_tokens_from`` applies to the next decode whatever it returns: a decode llama.cpp refuses at its first
+    checks (a token id outside the vocabulary) must not leave the request for the decode after it, which would then
+    read a prompt's first token from the device."""
+    with MTPSession(model, n_ctx=512, n_draft=2) as s:
+        s.generate(PROMPTS[0], max_tokens=8)  # the MTP context keeps drafts: its slots exist
+        tgt, mtp = s.engine.tgt, s.engine.mtp
+        assert mtp is not None and tgt.take_tokens_from(mtp, [0])
+        bad = Batch(4)
+        bad.add(tgt.model.n_vocab + 5, 0, logits=True)
+        with pytest.raises(GgufMtpError, match="llama_decode failed"):
+            tgt.decode_batch(bad)
+        gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
+    reference.check(gens, "after a refused decode")
