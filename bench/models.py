@@ -257,20 +257,19 @@ def emitted_ids(model: Path, prompt: str, n: int, ngl: int = 99, *, drafts: int 
     every token its head drafts at k (the wrong ones too)."""
     from gguf_mtp.runtime import MTPSession, proposer
 
-    seen: list[int] = []
+    lists: list[list[int]] = []  # read after the answer: a draft left on the device (patch 0010) is read in place
     orig = proposer.MtpProposer.propose
 
     def propose(self, *args, **kw):  # type: ignore[no-untyped-def]
         out = orig(self, *args, **kw)
-        for d in out[0]:
-            seen.extend(d)
+        lists.extend(out[0])
         return out
 
     proposer.MtpProposer.propose = propose  # type: ignore[method-assign]
     try:
         with MTPSession(model, mtp="auto" if drafts else False, n_draft=max(1, drafts), n_gpu_layers=ngl,
                         n_ctx=n + 1024) as s:
-            return list(s.generate(prompt, max_tokens=n).tokens) + seen
+            return list(s.generate(prompt, max_tokens=n).tokens) + [t for d in lists for t in d]
     finally:
         proposer.MtpProposer.propose = orig  # type: ignore[method-assign]
 

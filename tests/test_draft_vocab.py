@@ -226,19 +226,18 @@ def test_bad_draft_vocab_is_refused_in_one_line(tiny: dict[str, Path], tmp_path:
 # --- the library ----------------------------------------------------------------------------------------------
 
 def _record_drafts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every token the MTP proposer drafts (the engine's propose hook)."""
-    from gguf_mtp.runtime import proposer
+    """Every token the MTP head drafts that the target checks (the engine's accept hook: by then a draft whose id
+    stayed on the device for the verify, patch 0010, has been read)."""
+    from gguf_mtp.runtime import speculative
 
     seen: list[int] = []
-    orig = proposer.MtpProposer.propose
+    orig = speculative.Engine.accept
 
-    def propose(self, heads, lasts, pos0s, ks, shared=None):  # type: ignore[no-untyped-def]
-        out = orig(self, heads, lasts, pos0s, ks, shared)
-        for drafts in out[0]:  # a batch of sequences (one conversation: a batch of one)
-            seen.extend(drafts)
-        return out
+    def accept(self, row, drafts):  # type: ignore[no-untyped-def]
+        seen.extend(drafts)
+        return orig(self, row, drafts)
 
-    monkeypatch.setattr(proposer.MtpProposer, "propose", propose)
+    monkeypatch.setattr(speculative.Engine, "accept", accept)
     return seen
 
 

@@ -70,23 +70,22 @@ def test_a_rollback_that_keeps_rejected_drafts_fails(model: Path) -> None:
 
 def test_a_verify_that_accepts_every_draft_fails(model: Path, plain: References) -> None:
     def accept_all(engine) -> None:  # type: ignore[no-untyped-def]
-        step, propose, sample = engine.step, engine.head.propose, engine.tsampler.sample
+        step, accept, sample = engine.step, engine.accept, engine.tsampler.sample
         pending: list[int] = []
 
         def stepping():  # type: ignore[no-untyped-def]
             pending.clear()
             return step()
 
-        def proposing(*a):  # type: ignore[no-untyped-def]
-            drafts, held = propose(*a)
-            pending[:] = drafts[0]
-            return drafts, held
+        def accepting(row, drafts):  # type: ignore[no-untyped-def]
+            pending[:] = drafts  # the drafts as the target checks them (a last draft left on the device: read)
+            return accept(row, drafts)
 
         def sampling(i: int) -> int:  # the target's pick is replaced by the draft it should have been checked against
             t = sample(i)
             return pending.pop(0) if pending else t
 
-        engine.step, engine.head.propose, engine.tsampler.sample = stepping, proposing, sampling
+        engine.step, engine.accept, engine.tsampler.sample = stepping, accepting, sampling
 
     n = len(TIES)
     with pytest.raises(AssertionError, match="not rounding, a bug"):
