@@ -103,7 +103,8 @@ class Proposer:
         ``drafts``."""
 
     def resolve(self, drafts: list[int]) -> None:
-        """After the verify decode was started: the deferred draft's id replaces its placeholder in ``drafts``."""
+        """After the verify decode was started: the ids of the drafts left on the device replace their placeholders in
+        ``drafts``."""
 
     def verify_rows(self, tgt: Context, row: int, n: int, copy: bool = False) -> tuple[np.ndarray | None, int]:
         """The target's hidden rows of the ``n`` verify rows from ``row`` (a view unless ``copy``: a later target
