@@ -76,6 +76,32 @@ def test_the_last_draft_stays_on_the_device_and_output_is_plain_decodings(
     assert sum(on[2]) > 0
 
 
+def test_a_file_llama_cpps_converter_wrote(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same on a file llama.cpp's own converter wrote (tests/data/ref, a synthetic Qwen3.5 MoE with its MTP
+    layer): the drafts its random head gets right are enough to check the verify's ids (a placeholder read shows
+    after a fully accepted step)."""
+    ref = Path(__file__).parent / "data" / "ref" / "qwen35moe.gguf"
+    prompts = ["Hello world", "The quick brown fox", "1 2 3 4 5"]
+    with MTPSession(ref, mtp=False, n_ctx=256) as s:
+        plain = [s.generate(p, max_tokens=40).text for p in prompts]
+    runs = []
+    for on in (True, False):
+        monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1" if on else "0")
+        taken: list[int] = []
+        real = Context.take_tokens_from
+        monkeypatch.setattr(Context, "take_tokens_from",
+                            lambda self, src, rows: bool(taken.append(len(rows))) or real(self, src, rows))
+        with MTPSession(ref, n_ctx=256, n_draft=2) as s:
+            assert s.device_tokens is on
+            texts = [s.generate(p, max_tokens=40).text for p in prompts]
+            runs.append((texts, s.stats.drafted_at, s.stats.accepted_at, taken))
+        monkeypatch.setattr(Context, "take_tokens_from", real)
+    (texts_on, drafted_on, accepted_on, taken_on), (texts_off, drafted_off, accepted_off, taken_off) = runs
+    assert texts_on == texts_off == plain
+    assert (drafted_on, accepted_on) == (drafted_off, accepted_off) and accepted_on[1] > 0
+    assert taken_on and set(taken_on) == {1} and not taken_off
+
+
 def test_a_verify_that_reads_the_placeholder_is_caught(model: Path, reference: Reference,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """What the test above guards against: a verify that claims the device copy but reads the batch's placeholder

@@ -90,11 +90,29 @@ def hunks(patch: Path) -> dict[str, list[tuple[list[str], list[str]]]]:
     return files
 
 
+def end_anchored(patch: Path) -> set[str]:
+    """The files where ``patch`` has a hunk without trailing context: patch(1) then applies it at the end of the file
+    only, so nothing may follow it there."""
+    out: set[str] = set()
+    name, last = "", ""
+    for ln in [*patch.read_text().splitlines(), "@@"]:
+        if ln.startswith(("@@", "--- a/", "diff ")):
+            if name and last[:1] in ("+", "-") and not last.startswith(("+++", "---")):
+                out.add(name)
+            last = ""
+            if ln.startswith("--- a/"):
+                name = ln[6:]
+        elif ln[:1] in (" ", "+", "-"):
+            last = ln
+    return out
+
+
 def stacked_pre_images(files: list[Path]) -> dict[str, str]:
     """What the sdist must hold for ``files`` to apply in order. A file an earlier patch touched too: where the later
     patch's pre-image holds the earlier patch's hunks (they nest), it replaces what the file held, with those hunks
     undone in it; where it holds none of them (they are apart), it goes after what the file held. A later hunk whose
-    context takes in part of an earlier hunk's added lines is neither, and stops the test: write the patches apart."""
+    context takes in part of an earlier hunk's added lines is neither, and stops the test: write the patches apart.
+    (It goes before what the file held where an earlier patch's hunk there is anchored at the end of the file.)"""
     out: dict[str, str] = {}
     for i, f in enumerate(files):
         for name, text in pre_images(f).items():
@@ -112,7 +130,9 @@ def stacked_pre_images(files: list[Path]) -> dict[str, str]:
                     assert not shared, (earlier.name, f.name, name, shared[:3])  # partly inside the later hunk
                     apart = True
             if apart and name in out:
-                lines = out[name].splitlines() + ["// (elided)"] + lines
+                held = out[name].splitlines()
+                at_end = any(name in end_anchored(earlier) for earlier in files[:i])
+                lines = lines + ["// (elided)"] + held if at_end else held + ["// (elided)"] + lines
             out[name] = "\n".join(lines) + "\n"
     return out
 

@@ -23,7 +23,7 @@ import pytest
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.ggufio.model import GGUFModel
 from gguf_mtp.backends import Device
-from gguf_mtp.runtime import placement, rpc
+from gguf_mtp.runtime import patches, placement, rpc
 from gguf_mtp_cli import device_options
 from gguf_mtp_cli.main import main
 
@@ -344,6 +344,8 @@ def test_rpc_round_trip_gives_the_local_text(converted, rpc_servers) -> None:
     # every layer on one RPC server
     out, st, err = _generate(bundled, "-ngl", "99", "--rpc", rpc_servers[0], log=True)
     assert out == local and st["drafted"] > 0
+    # patch 0010's path too, where loaded: the embedding on the CPU, its device ids' rows looked up from the server
+    assert ("last draft verified from the device" in err) == patches.device_tokens(), err[-2000:]
     assert st["placement"]["target"].startswith("RPC0, -ngl 99") and _buffer_mib(err, rpc_servers[0]) > 0
     # the trunk split over both servers by layer
     out, st, err = _generate(bundled, "-ngl", "99", "--rpc", ",".join(rpc_servers), "--tensor-split", "1,1", log=True)

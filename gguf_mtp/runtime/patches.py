@@ -41,8 +41,10 @@ KNOWN: tuple[Patch, ...] = (
     # ggml-cuda skips re-checking a reused graph's nodes
     Patch("cuda-graph-reuse-fast-path", "gguf_mtp_patch_cuda_graph_reuse_fast_path",
           switch="GGML_CUDA_GRAPH_REUSE_FAST_PATH"),
-    # a verify takes its last draft's token id on the device (llama_keep_sampled_token, llama_set_tokens_from)
-    Patch("device-draft-tokens", "gguf_mtp_patch_device_draft_tokens"),
+    # a verify takes its last draft's token id on the device (llama_keep_sampled_token, llama_set_tokens_from); the
+    # marker names the revision whose lookup is a gather (the first one's in-place write broke a split between the
+    # embedding's backend and the layers', as over RPC), so a library of the first one counts as without the patch
+    Patch("device-draft-tokens", "gguf_mtp_patch_device_draft_tokens_2"),
 )
 
 

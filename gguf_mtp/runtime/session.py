@@ -306,8 +306,7 @@ class MTPSession:
             # k drafts come back as k outputs of one sequence; otherwise one draft per sequence and decode
             self.chained = draft_model.n_nextn <= 1 and c.p_min <= 0 and patches.chains_drafts(p.model.arch)
             per_mtp = max(k if self.chained else 1, checks)
-            # not through RPC servers: ggml's RPC server drops the connection on the slot copy (patch 0010's write-up)
-            self._device_tokens_asked = patches.device_tokens() and not c.rpc
+            self._device_tokens_asked = patches.device_tokens()
             mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, mtp=True,
                            flash_attn=c.flash_attn,
                            n_seq_max=n_seq, n_outputs_max=max(n_seq, per_mtp), n_outputs_per_seq=per_mtp)
