@@ -211,6 +211,7 @@ def run(
                 + (f", rollback {session.engine.rollback.name}" if session.engine.rollback.name != "kv" else "")
                 + (", drafts chained in one decode" if session.chained else "")
                 + (", last draft verified from the device" if session.device_tokens else "")
+                + (", first draft decoded behind the verify" if session.device_feed else "")
                 + (f", draft vocabulary {cfg.draft_vocab} (this session's)" if session.draft_vocab is not None else ""))
         if draft_profile is not None and session.mtp_enabled:
             note = draft_profile_mod.use(session, draft_profile)

@@ -15,7 +15,7 @@ import pytest
 
 from gguf_mtp import convert
 from gguf_mtp.errors import GgufMtpError
-from gguf_mtp.runtime import MTPSession, patches
+from gguf_mtp.runtime import MTPSession, llama, patches
 from gguf_mtp.runtime.llama import Batch, Context
 from tests.lossless import Reference
 
@@ -155,3 +155,76 @@ def test_a_refused_decode_clears_the_request(model: Path, reference: Reference) 
             tgt.decode_batch(bad)
         gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
     reference.check(gens, "after a refused decode")
+
+
+def fed_answers(model: Path, monkeypatch: pytest.MonkeyPatch, on: bool, take_h=None,
+                **kw):  # type: ignore[no-untyped-def]
+    """Each prompt's answer, the acceptance by position, and how many steps decoded the head behind the verify
+    (``GGUF_MTP_DEVICE_FEED``)."""
+    from gguf_mtp.runtime.proposer import MtpProposer
+    monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1")
+    monkeypatch.setenv(patches.CHAIN_ENV, "0")
+    monkeypatch.setenv(patches.DEVICE_FEED_ENV, "1" if on else "0")
+    fed: list[bool] = []
+    real, real_take = MtpProposer.feed_from_device, Context.take_nextn_from
+    monkeypatch.setattr(MtpProposer, "feed_from_device", lambda self, *a: fed.append(real(self, *a)) or fed[-1])
+    if take_h is not None:
+        monkeypatch.setattr(Context, "take_nextn_from", take_h)
+    try:
+        with MTPSession(model, n_ctx=512, **kw) as s:
+            assert s.device_feed is on
+            gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
+            st = s.stats
+    finally:
+        monkeypatch.setattr(MtpProposer, "feed_from_device", real)
+        monkeypatch.setattr(Context, "take_nextn_from", real_take)
+    return gens, st.drafted_at, st.accepted_at, fed
+
+
+needs_feed = pytest.mark.skipif(not llama.has_device_feed(),
+                                reason="the loaded libllama lacks llama_keep_nextn_rows / llama_set_nextn_from")
+
+
+@needs_feed
+@pytest.mark.parametrize("kw", [{"n_draft": 1}, {"n_draft": 2}, {"n_draft": 3}, {"n_draft": 3, "adaptive": True}],
+                         ids=["k=1", "k=2", "k=3", "auto"])
+def test_the_first_draft_decoded_behind_the_verify(model: Path, reference: Reference,
+                                                   monkeypatch: pytest.MonkeyPatch, kw: dict) -> None:
+    """GGUF_MTP_DEVICE_FEED=1: the head's next decode goes right behind the verify, over every verify row with the
+    target's pick and hidden row taken on the device; the drafts are the host path's (the same acceptance, which
+    a decode over the placeholders would not give), the output plain decoding's, over several prompts in one
+    session (a first draft no step takes leaves the head's cache as the host path leaves it)."""
+    on = fed_answers(model, monkeypatch, True, **kw)
+    off = fed_answers(model, monkeypatch, False, **kw)
+    reference.check(on[0], f"{kw}, the head fed on the device")
+    if not kw.get("adaptive"):  # auto's lengths follow the steps' wall time, so only fixed lengths compare
+        assert (on[1], on[2]) == (off[1], off[2])
+    assert sum(on[2]) > 0
+    assert sum(on[3]) >= len(on[3]) // 2 and not off[3]  # most steps fed the head behind the verify
+
+
+@needs_feed
+def test_a_head_fed_placeholders_is_caught(model: Path, reference: Reference, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the acceptance comparison above guards against: hidden rows not taken from the target (the batch's
+    placeholders) give other drafts."""
+    on = fed_answers(model, monkeypatch, True, take_h=lambda self, src, rows: True, n_draft=2)
+    off = fed_answers(model, monkeypatch, False, n_draft=2)
+    reference.check(on[0], "placeholders fed")  # still lossless: the target verifies every draft
+    assert on[2] != off[2]
+
+
+@needs_feed
+def test_with_stable_shapes_the_fed_and_the_drafting_decodes_share_a_graph(model: Path, reference: Reference,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """At k=3 a step makes the fed decode (device inputs, k + 1 outputs) and two drafting decodes: padded to its
+    shape, with an output a row and the target's slots read into no row, they are one graph for llama.cpp, which
+    then builds as few as on the host path (8 here; without that, 142 in 280 decodes)."""
+    monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1")
+    monkeypatch.setenv(patches.DEVICE_FEED_ENV, "1")
+    with MTPSession(model, n_ctx=512, n_draft=3, stable_shapes=True, timings=True) as s:
+        assert s.device_feed
+        gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
+        bd = s.stats.breakdown
+    reference.check(gens, "stable shapes, the head fed on the device")
+    assert bd is not None and bd.decodes > 40
+    assert bd.decodes - bd.reused <= 3 * len(PROMPTS), bd  # each prompt's, its first verify's and head decode's

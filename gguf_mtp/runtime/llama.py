@@ -146,6 +146,26 @@ def _device_token_fns():  # type: ignore[no-untyped-def]
     return keep, take
 
 
+@functools.cache
+def _device_feed_fns():  # type: ignore[no-untyped-def]
+    """``llama_keep_nextn_rows`` and ``llama_set_nextn_from`` of the device-draft-tokens patch (hidden rows for an
+    MTP context's decode), or None where the loaded library lacks them."""
+    lib = ctypes.CDLL(_ll.llama_cpp._lib._name)
+    if not (hasattr(lib, "llama_keep_nextn_rows") and hasattr(lib, "llama_set_nextn_from")):
+        return None
+    keep, take = lib.llama_keep_nextn_rows, lib.llama_set_nextn_from
+    keep.argtypes, keep.restype = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32], ctypes.c_bool
+    take.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)]
+    take.restype = ctypes.c_bool
+    return keep, take
+
+
+def has_device_feed() -> bool:
+    """Whether the loaded library lets an MTP context's decode take its token ids and hidden rows from the target's
+    outputs on the device (:meth:`Context.keep_nextn_rows`, :meth:`Context.take_nextn_from`)."""
+    return _device_feed_fns() is not None
+
+
 #: GGUF_MTP_AMX=1 keeps ggml's AMX weight buffers on a CPU that has them (see ``amx_off``)
 AMX_ENV = "GGUF_MTP_AMX"
 
@@ -582,6 +602,21 @@ class Context:
         cannot read): the batch's own ids are used."""
         arr = (ctypes.c_int32 * len(rows))(*rows)
         return bool(_device_token_fns()[1](self.ptr, src.ptr, len(rows), arr))
+
+    def keep_nextn_rows(self, i0: int, n: int, slot0: int = 0) -> bool:
+        """After a decode (not waited for) of a context that outputs every token's hidden row: copy, on the device,
+        the rows of batch entries ``i0 .. i0 + n - 1`` into its row slots ``slot0 ..``, for an MTP context's next
+        decode (:meth:`take_nextn_from`). False where it cannot (several ubatches; a library without it)."""
+        fns = _device_feed_fns()
+        return fns is not None and bool(fns[0](self.ptr, i0, n, slot0))
+
+    def take_nextn_from(self, src: Context, rows: Sequence[int]) -> bool:
+        """The next decode of this MTP context (that one only) takes the hidden-row input of batch entry ``rows[j]``
+        from ``src``'s row slot ``j``, on the device; the batch's rows there are placeholders. With
+        :meth:`take_tokens_from` both name the same ``src``. False where it cannot."""
+        fns = _device_feed_fns()
+        arr = (ctypes.c_int32 * len(rows))(*rows)
+        return fns is not None and bool(fns[1](self.ptr, src.ptr, len(rows), arr))
 
     def synchronize(self) -> None:
         _ll.llama_synchronize(self.ptr)

@@ -23,6 +23,8 @@ class Patch:
     chain_archs: frozenset[str] = frozenset()
     #: archs whose MTP graph reads a draft vocabulary (``gguf_mtp.draft_vocab``)
     draft_vocab_archs: frozenset[str] = frozenset()
+    #: archs whose MTP graph takes its token ids and hidden rows from another context's device tensors
+    feed_archs: frozenset[str] = frozenset()
     #: the environment variable that switches the patch on (read by ggml; the patch leaves it off so that llama.cpp's
     #: own tools built from the same source behave as stock unless it is set): set by :func:`enable_switches`
     switch: str = ""
@@ -41,10 +43,11 @@ KNOWN: tuple[Patch, ...] = (
     # ggml-cuda skips re-checking a reused graph's nodes
     Patch("cuda-graph-reuse-fast-path", "gguf_mtp_patch_cuda_graph_reuse_fast_path",
           switch="GGML_CUDA_GRAPH_REUSE_FAST_PATH"),
-    # a verify takes its last draft's token id on the device (llama_keep_sampled_token, llama_set_tokens_from); the
+    # a verify takes its last draft's token id on the device (llama_keep_sampled_token, llama_set_tokens_from), and
+    # the head's decode its ids and hidden rows (llama_keep_nextn_rows, llama_set_nextn_from: feed_archs); the
     # marker names the revision whose lookup is a gather (the first one's in-place write broke a split between the
     # embedding's backend and the layers', as over RPC), so a library of the first one counts as without the patch
-    Patch("device-draft-tokens", "gguf_mtp_patch_device_draft_tokens_2"),
+    Patch("device-draft-tokens", "gguf_mtp_patch_device_draft_tokens_2", feed_archs=frozenset({"qwen35", "qwen35moe"})),
 )
 
 
@@ -167,6 +170,9 @@ def chains_drafts(arch: str) -> bool:
 #: GGUF_MTP_DEVICE_TOKENS=0 reads every draft back before the verify where the library could leave the last one on
 #: the device (A/B on one build)
 DEVICE_TOKENS_ENV = "GGUF_MTP_DEVICE_TOKENS"
+#: GGUF_MTP_DEVICE_FEED=1: the head's next decode queued behind the verify, fed from the verify's rows on the device
+#: (off by default: not yet measured on a GPU)
+DEVICE_FEED_ENV = "GGUF_MTP_DEVICE_FEED"
 
 
 def device_tokens() -> bool:
@@ -176,3 +182,12 @@ def device_tokens() -> bool:
     if os.environ.get(DEVICE_TOKENS_ENV, "1") == "0":
         return False
     return "device-draft-tokens" in names()
+
+
+def device_feed(arch: str) -> bool:
+    """Whether the head of an ``arch`` model may decode right behind the verify, its inputs the verify's rows taken
+    on the device (``GGUF_MTP_DEVICE_FEED=1``; off by default until measured on a GPU), where the verify may take its
+    last draft there too (:func:`device_tokens`). The library must also have the functions
+    (``llama.has_device_feed``)."""
+    return (os.environ.get(DEVICE_FEED_ENV, "0") == "1" and device_tokens()
+            and any(arch in p.feed_archs for p in loaded()))

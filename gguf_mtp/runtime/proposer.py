@@ -106,14 +106,22 @@ class Proposer:
         """After the verify decode was started: the ids of the drafts left on the device replace their placeholders in
         ``drafts``."""
 
+    #: whether :meth:`feed_from_device` may queue the head's next decode behind the verify
+    feeds = False
+
+    def feed_from_device(self, tgt: Context, row: int, n: int, n_past: int) -> bool:
+        """Right after the verify's decode: the head's next decode from the verify's rows on the device."""
+        return False
+
     def verify_rows(self, tgt: Context, row: int, n: int, copy: bool = False) -> tuple[np.ndarray | None, int]:
         """The target's hidden rows of the ``n`` verify rows from ``row`` (a view unless ``copy``: a later target
         decode overwrites it), and how many rows came back in all."""
         return None, 0
 
     def commit(self, stats: Stats, last: int, drafts: list[int], j: int, rows: np.ndarray | None, n_past: int,
-               *, k: int, held: int) -> None:
-        """Take a step's outcome (``j`` accepted drafts): see :meth:`Engine.commit`."""
+               *, k: int, held: int, bonus: int = -1) -> None:
+        """Take a step's outcome (``j`` accepted drafts, then the target's ``bonus`` token): see
+        :meth:`Engine.commit`."""
 
 
 class MtpProposer(Proposer):
@@ -124,7 +132,8 @@ class MtpProposer(Proposer):
     msampler: ContextSampler
 
     def __init__(self, engine: Engine, mtp: Context, n_draft: int, p_min: float, *, device_sampling: bool,
-                 stable_shapes: bool, chained: bool = False, device_tokens: bool = False) -> None:
+                 stable_shapes: bool, chained: bool = False, device_tokens: bool = False,
+                 device_feed: bool = False) -> None:
         self.engine, self.ctx, self.seq = engine, mtp, engine.seq
         # several trained heads (mimo2, step35): one head per draft step, chained through their own outputs
         self.n_heads = max(1, mtp.model.n_nextn)
@@ -156,6 +165,12 @@ class MtpProposer(Proposer):
         # the host starts the verify without waiting for that draft
         self.defers = device_tokens and not self.chain and self.msampler.on_device
         self._deferred: list[int] = []  # the MTP batch entries of the last drafts, whose ids are still on the device
+        # the head's next decode queued right behind the verify, before the host reads it: every verify row's
+        # (target pick, target hidden row) on the device, the feed and the next first draft for whichever row the
+        # verify accepts up to (the device-draft-tokens patch's row slots; GGUF_MTP_DEVICE_FEED=1, proposed)
+        self.feeds = device_feed and self.defers and not self.chained
+        self._fed: tuple[int, int] | None = None  # (position of its first row, rows): queued, not yet committed
+        self._ready: tuple[int, int] | None = None  # (its output row, position): the next first draft, decoded
 
     def graphs_reused(self) -> int:
         return self.ctx.graphs_reused()
@@ -165,6 +180,7 @@ class MtpProposer(Proposer):
         """Queue tokens at pos0.. for the MTP context, paired with the target's hidden row of the previous
         position (``h_before`` for the first token, ``rows[i - 1]`` for the others). They go out with the next
         MTP decode (normally the next draft's)."""
+        self._drop_ready()
         b, n = self.mbatch, len(toks)
         if b.n and int(b.pos_np[b.n - 1]) + 1 != pos0:
             raise GgufMtpError(f"internal: MTP queue gap at position {pos0}")
@@ -212,12 +228,21 @@ class MtpProposer(Proposer):
         adaptive = self.lengths if self.lengths is not None else self.engine.adaptive
         return max(1, adaptive.k if adaptive is not None else self.n_draft_max) + 1 + self._chain_rows
 
+    def _drop_ready(self) -> None:
+        """A first draft decoded behind the last verify that no step takes: its row leaves the cache, which ends
+        before ``n_past`` again, as the host path leaves it."""
+        if self._ready is not None:
+            self.ctx.seq_rm(self._ready[1], seq=self.seq)
+            self._ready = None
+
     def _decode(self, b: Batch, *, wait: bool = True, in_step: bool = True) -> float:
         """Decode ``b`` on the (single-head) MTP context. With stable shapes, pad it first to k + 1 tokens with the
         positions just before it, taken from the cache's tail: they are dropped and decoded again from the same
         inputs, so the cache ends up the same and every decode has one shape."""
         if self.stable and b.n < self._shape:
             self._pad(b)
+        if self.feeds and b.n == self._shape:
+            self._same_graph_as_fed(b)
         dt = self.engine.decode(self.ctx, b, wait=wait, in_step=in_step)
         if self.stable:
             p0 = int(b.pos_np[0])
@@ -254,6 +279,7 @@ class MtpProposer(Proposer):
 
     # -- the conversation -----------------------------------------------------------------------
     def reset(self) -> None:
+        self._ready = self._fed = None
         self.ctx.clear(self.seq)
         self.mbatch.clear()
         self._held.clear()
@@ -261,6 +287,7 @@ class MtpProposer(Proposer):
         self.pending_h[:] = 0
 
     def prompt_start(self, n_tokens: int, end: int, window: int) -> int:
+        self._drop_ready()
         start = max(n_tokens, end - window) if window else n_tokens
         if start > n_tokens:
             self.mbatch.clear()  # the queue ends where the gap starts
@@ -312,6 +339,7 @@ class MtpProposer(Proposer):
         return (n_keep - 1) in self.h_hist
 
     def rewind(self, n_keep: int, n_tokens: int) -> None:
+        self._drop_ready()
         b = self.mbatch
         q0 = int(b.pos_np[0]) if b.n else n_tokens
         if n_keep <= q0:
@@ -396,6 +424,10 @@ class MtpProposer(Proposer):
                 shared: Batch | None = None, *, defer: bool = False) -> tuple[list[list[int]], int]:
         mtps: list[MtpProposer] = heads  # type: ignore[assignment]  # a session's proposers all have a head
         self._deferred = []
+        if self._ready is not None and len(heads) == 1 and ks[0] > 0 and not self.chain:
+            return self._propose_from_ready(lasts[0], pos0s[0], ks[0], defer=defer and self.defers), 1
+        for h in mtps:
+            h._drop_ready()
         if self.chain:
             b = self.mbatch if len(heads) == 1 else shared
             assert b is not None
@@ -460,6 +492,76 @@ class MtpProposer(Proposer):
                 h._forget_drafts(pos0)
         return out, 1
 
+    def _propose_from_ready(self, last: int, pos0: int, k: int, *, defer: bool) -> list[list[int]]:
+        """A lone sequence's drafts when the first is decoded already (:meth:`feed_from_device`): its output row
+        gives it and the hidden row the second is drafted from."""
+        assert self._ready is not None
+        i, at = self._ready
+        self._ready = None
+        assert at == pos0, (at, pos0)
+        o: list[int] = []
+        if k == 1 and defer and self.ctx.keep_sampled_token(i):
+            self._deferred = [i]
+            return [[last]]  # a placeholder (any valid id) until resolve()
+        d = self.pick(i)
+        if d is None:
+            return [o]
+        o.append(d)
+        b, timing, step = self.mbatch, self.engine.timing, 1
+        row = b.add(d, pos0 + 1, logits=True, embd=self.ctx.h_row(i), seq=self.seq) if k > 1 else -1
+        while step < k:
+            n0 = b.n
+            last_one = defer and step + 1 == k
+            timing.draft(step, self._decode(b, wait=not last_one))
+            pad = b.n - n0
+            b.clear()
+            step += 1
+            if last_one and self.ctx.keep_sampled_token(row + pad):
+                self._deferred = [row + pad]
+                o.append(last)  # a placeholder until resolve()
+                break
+            d = self.pick(row + pad)
+            if d is None:
+                break
+            o.append(d)
+            if step < k:
+                row = b.add(d, pos0 + step, logits=True, embd=self.ctx.h_row(row + pad), seq=self.seq)
+        b.clear()
+        if k > 1:
+            self._forget_drafts(pos0)
+        return [o]
+
+    def _same_graph_as_fed(self, b: Batch) -> None:
+        """A draft decode of the fed decode's shape gets its graph too (an output a row, the target's slots read
+        into no row): llama.cpp then reuses one graph for both, and ggml-cuda its captured one."""
+        b.logits_np[:b.n] = 1
+        tgt, none = self.engine.tgt, [-1] * b.n
+        if self.ctx.take_tokens_from(tgt, none) and not self.ctx.take_nextn_from(tgt, none):
+            self.ctx.take_tokens_from(tgt, [])
+
+    def feed_from_device(self, tgt: Context, row: int, n: int, n_past: int) -> bool:
+        """Right after the verify's decode (queued, not read): decode the head over the ``n`` verify rows from
+        ``row`` on (positions ``n_past + 1 ..``), each row's token the target's pick there and its hidden row the
+        target's, both taken on the device. Whatever the verify accepts (j drafts), rows 0..j are the feed the host
+        would queue and row j's output is the next step's first draft; :meth:`commit` keeps those. False where it
+        cannot (nothing is decoded then)."""
+        b, ctx = self.mbatch, self.ctx
+        if b.n or self._ready is not None or (self.stable and n != self._shape) or n_past + 1 + n > self.engine.n_ctx:
+            return False
+        if not (all(tgt.keep_sampled_token(row + i, i) for i in range(n)) and tgt.keep_nextn_rows(row, n, 0)):
+            return False
+        assert b.embd is not None
+        for i in range(n):
+            b.add(0, n_past + 1 + i, logits=True, embd=b.embd[i], seq=self.seq)  # placeholders: taken on the device
+        if not (ctx.take_tokens_from(tgt, range(n)) and ctx.take_nextn_from(tgt, range(n))):
+            ctx.take_tokens_from(tgt, [])
+            b.clear()
+            return False
+        self.engine.timing.feed(self.engine.decode(ctx, b, wait=False))
+        b.clear()
+        self._fed = (n_past + 1, n)
+        return True
+
     def device_rows(self, tgt: Context, batch: Batch, row: int, drafts: list[int]) -> None:
         n = len(self._deferred)  # the last n drafts, kept in slots 0..n-1
         first = row + len(drafts) - n + 1
@@ -518,9 +620,25 @@ class MtpProposer(Proposer):
         return (rows.copy() if copy else rows), row + n
 
     def commit(self, stats: Stats, last: int, drafts: list[int], j: int, rows: np.ndarray | None, n_past: int,
-               *, k: int, held: int) -> None:
+               *, k: int, held: int, bonus: int = -1) -> None:
         assert rows is not None
         self._remember_h(n_past, rows[: j + 1])
+        if self._fed is not None:
+            p0, n = self._fed
+            self._fed = None
+            # rows 0..j are the feed; the rows after them leave, and row j's output is the next first draft
+            self.ctx.seq_rm(p0 + j + 1, seq=self.seq)
+            verified = drafts[:j]  # the token at p0 + i is the target's pick at row i: drafts[i], then the bonus
+            while self._held and self._held[-1][0] >= p0:
+                self._held.pop()
+            for i in range(j + 1):
+                tok = verified[i] if i < j else bonus
+                self._held.append((p0 + i, tok, rows[i].copy()))
+            self._ready = (j, p0 + j)
+            self.pending_h = rows[j].copy()
+            if drafts:
+                stats.record(len(drafts), j)
+            return
         if held > j + 1:
             self.ctx.seq_rm(n_past + j + 1, seq=self.seq)
         elif held < j + 1:

@@ -27,7 +27,7 @@ from . import devices, patches, placement, rpc, tokens, virtual
 from .adaptive import DraftLength
 from .chat import ChatTemplate
 from .config import SamplerConfig, SessionConfig
-from .llama import Context, Model
+from .llama import Context, Model, has_device_feed
 from .options import check_session
 from .pairing import HeadSource, Pairing, resolve
 from .rollback import Rollback, open_target
@@ -288,7 +288,7 @@ class MTPSession:
         #: a verify takes its last draft's id on the device (the device-draft-tokens patch, drafts sampled on the
         #: device)
         self.device_tokens = False
-        self._device_tokens_asked = False
+        self._device_tokens_asked = self._device_feed_asked = False
         if mtp_on:
             draft_model = target
             if p.source == HeadSource.SELF_CONTAINED:
@@ -305,8 +305,11 @@ class MTPSession:
             # greedy drafts of a single head, chained in one decode where the library can (patches.py): a step's
             # k drafts come back as k outputs of one sequence; otherwise one draft per sequence and decode
             self.chained = draft_model.n_nextn <= 1 and c.p_min <= 0 and patches.chains_drafts(p.model.arch)
-            per_mtp = max(k if self.chained else 1, checks)
             self._device_tokens_asked = patches.device_tokens()
+            # the head's next decode behind the verify: an output on each of a verify's k + 1 rows
+            self._device_feed_asked = (self._device_tokens_asked and not self.chained
+                                       and patches.device_feed(p.model.arch) and has_device_feed())
+            per_mtp = max(k if self.chained else 1, k + 1 if self._device_feed_asked else 1, checks)
             mctx = Context(draft_model, n_ctx=c.n_ctx, n_batch=n_batch, n_threads=c.n_threads, mtp=True,
                            flash_attn=c.flash_attn,
                            n_seq_max=n_seq, n_outputs_max=max(n_seq, per_mtp), n_outputs_per_seq=per_mtp)
@@ -315,6 +318,8 @@ class MTPSession:
         self.engines = [self._engine(tctx, mctx, k, c.adaptive, seq=i, rollback=rollbacks[i]) for i in range(n_seq)]
         self.engine = self.engines[0]
         self.device_tokens = self.engine.head.defers
+        #: the head's next decode queued behind the verify, fed from its rows on the device (GGUF_MTP_DEVICE_FEED=1)
+        self.device_feed = self.engine.head.feeds
 
     def _engine(self, tctx: Context, mctx: Context | None, k: int, adaptive: bool, *, seq: int = 0,
                 rollback: Rollback | None = None) -> Engine:
@@ -328,7 +333,7 @@ class MTPSession:
         return Engine(tctx, mctx, n_draft=k, p_min=c.p_min, adaptive=adaptive, prompt_window=c.prompt_window,
                       seq=seq, rollback=rollback, timings=c.timings, device_sampling=c.device_sampling,
                       stable_shapes=stable, chained_drafts=self.chained,
-                      device_tokens=self._device_tokens_asked)
+                      device_tokens=self._device_tokens_asked, device_feed=self._device_feed_asked)
 
     def set_draft(self, n_draft: int, *, adaptive: bool = False) -> None:
         """Change the draft length for the next turn: 1 up to the length the session was opened with (a longer one

@@ -58,7 +58,7 @@ class Engine:
     def __init__(self, target: Context, mtp: Context | None, *, n_draft: int = DEFAULT_DRAFT, p_min: float = 0.0,
                  adaptive: bool = False, prompt_window: int = 0, seq: int = 0, rollback: Rollback | None = None,
                  timings: bool | None = None, device_sampling: bool = True, stable_shapes: bool = False,
-                 chained_drafts: bool = False, device_tokens: bool = False) -> None:
+                 chained_drafts: bool = False, device_tokens: bool = False, device_feed: bool = False) -> None:
         self.tgt = target
         # the llama.cpp sequence this conversation lives in (one per server slot); both contexts use the same id
         self.seq = seq
@@ -74,7 +74,7 @@ class Engine:
         #: who drafts: the MTP head, or (none) a proposer of plain steps only
         self.head: Proposer = (MtpProposer(self, mtp, n_draft, p_min, device_sampling=device_sampling,
                                            stable_shapes=stable_shapes, chained=chained_drafts,
-                                           device_tokens=device_tokens)
+                                           device_tokens=device_tokens, device_feed=device_feed)
                                if mtp is not None else Proposer())
         head = self.head
         # the head's parts, by the names callers read
@@ -330,7 +330,7 @@ class Engine:
         last = self.id_last
         assert last is not None
         n_past, j = len(self.tokens), len(emitted) - 1
-        self.head.commit(self.stats, last, drafts, j, rows, n_past, k=k, held=held)
+        self.head.commit(self.stats, last, drafts, j, rows, n_past, k=k, held=held, bonus=emitted[-1])
         self.tokens.append(last)
         self.tokens.extend(drafts[:j])
         spent, replayed = self.rollback.settle(self.tokens, n_past + len(drafts) + 1)
@@ -447,6 +447,8 @@ def batch_step(engines: Sequence[Engine], samplers: Sequence[Sampler | None], *,
     timing.verify(e0.decode(e0.tgt, b))
     if defer:
         e0.head.resolve(drafts[0])
+        if drafts[0] and e0.head.feeds:  # the head's next decode, queued behind the verify (proposer.py)
+            e0.head.feed_from_device(e0.tgt, rows[0], len(drafts[0]) + 1, len(e0.tokens))
     t = _clock()
     emitted: list[list[int]] = []
     hidden: list[np.ndarray | None] = []
