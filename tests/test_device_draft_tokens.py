@@ -39,28 +39,39 @@ def reference(model: Path) -> Reference:
 
 
 def answers(model: Path, monkeypatch: pytest.MonkeyPatch, on: bool, take=None, chain: bool = False,
-            **kw):  # type: ignore[no-untyped-def]
-    """Each prompt's answer, the acceptance by position, and the rows each verify took on the device."""
-    monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1" if on else "0")
+            feed: bool = False, take_h=None, **kw):  # type: ignore[no-untyped-def]
+    """Each prompt's answer, the acceptance by position, the rows each verify took on the device, and for each step
+    that could, whether the head was decoded behind the verify (``feed``: GGUF_MTP_DEVICE_FEED=1). ``take`` and
+    ``take_h`` stand in for the library's take_tokens_from and take_nextn_from."""
+    from gguf_mtp.runtime.proposer import MtpProposer
+    monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1" if on or feed else "0")
     monkeypatch.setenv(patches.CHAIN_ENV, "1" if chain else "0")
+    monkeypatch.setenv(patches.DEVICE_FEED_ENV, "1" if feed else "0")
     taken: list[int] = []
-    real = Context.take_tokens_from
+    fed: list[bool] = []
+    heads: list[Context] = []  # the session's MTP context
+    real, real_h, real_feed = Context.take_tokens_from, Context.take_nextn_from, MtpProposer.feed_from_device
 
     def counting(self, src, rows):  # type: ignore[no-untyped-def]
         ok = (take or real)(self, src, rows)
-        if ok:
+        if ok and heads and src is heads[0]:  # a verify's, from the head (not the head's, from the target)
             taken.append(len(rows))
         return ok
 
     monkeypatch.setattr(Context, "take_tokens_from", counting)
+    monkeypatch.setattr(Context, "take_nextn_from", take_h or real_h)
+    monkeypatch.setattr(MtpProposer, "feed_from_device", lambda self, *a: fed.append(real_feed(self, *a)) or fed[-1])
     try:
         with MTPSession(model, n_ctx=512, **kw) as s:
-            assert s.device_tokens is on
+            assert s.device_tokens is (on or feed) and s.device_feed is feed and s.engine.mtp is not None
+            heads.append(s.engine.mtp)
             gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
             st = s.stats
     finally:
         monkeypatch.setattr(Context, "take_tokens_from", real)
-    return gens, st.drafted_at, st.accepted_at, taken
+        monkeypatch.setattr(Context, "take_nextn_from", real_h)
+        monkeypatch.setattr(MtpProposer, "feed_from_device", real_feed)
+    return gens, st.drafted_at, st.accepted_at, taken, fed
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -106,7 +117,7 @@ def test_a_verify_that_reads_the_placeholder_is_caught(model: Path, reference: R
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """What the test above guards against: a verify that claims the device copy but reads the batch's placeholder
     gets the bonus token after a fully accepted step wrong."""
-    gens, _, accepted, taken = answers(model, monkeypatch, True, take=lambda self, src, rows: True, n_draft=1)
+    gens, _, accepted, taken, _ = answers(model, monkeypatch, True, take=lambda self, src, rows: True, n_draft=1)
     assert taken and sum(accepted) > 0
     with pytest.raises(AssertionError):
         reference.check(gens, "placeholder read")
@@ -114,7 +125,7 @@ def test_a_verify_that_reads_the_placeholder_is_caught(model: Path, reference: R
 
 def test_where_the_target_cannot_take_it_the_id_is_read_first(model: Path, reference: Reference,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    gens, _, accepted, taken = answers(model, monkeypatch, True, take=lambda self, src, rows: False, n_draft=2)
+    gens, _, accepted, taken, _ = answers(model, monkeypatch, True, take=lambda self, src, rows: False, n_draft=2)
     assert not taken and sum(accepted) > 0
     reference.check(gens, "target could not take it")
 
@@ -157,30 +168,6 @@ def test_a_refused_decode_clears_the_request(model: Path, reference: Reference) 
     reference.check(gens, "after a refused decode")
 
 
-def fed_answers(model: Path, monkeypatch: pytest.MonkeyPatch, on: bool, take_h=None,
-                **kw):  # type: ignore[no-untyped-def]
-    """Each prompt's answer, the acceptance by position, and how many steps decoded the head behind the verify
-    (``GGUF_MTP_DEVICE_FEED``)."""
-    from gguf_mtp.runtime.proposer import MtpProposer
-    monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1")
-    monkeypatch.setenv(patches.CHAIN_ENV, "0")
-    monkeypatch.setenv(patches.DEVICE_FEED_ENV, "1" if on else "0")
-    fed: list[bool] = []
-    real, real_take = MtpProposer.feed_from_device, Context.take_nextn_from
-    monkeypatch.setattr(MtpProposer, "feed_from_device", lambda self, *a: fed.append(real(self, *a)) or fed[-1])
-    if take_h is not None:
-        monkeypatch.setattr(Context, "take_nextn_from", take_h)
-    try:
-        with MTPSession(model, n_ctx=512, **kw) as s:
-            assert s.device_feed is on
-            gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
-            st = s.stats
-    finally:
-        monkeypatch.setattr(MtpProposer, "feed_from_device", real)
-        monkeypatch.setattr(Context, "take_nextn_from", real_take)
-    return gens, st.drafted_at, st.accepted_at, fed
-
-
 needs_feed = pytest.mark.skipif(not llama.has_device_feed(),
                                 reason="the loaded libllama lacks llama_keep_nextn_rows / llama_set_nextn_from")
 
@@ -194,21 +181,21 @@ def test_the_first_draft_decoded_behind_the_verify(model: Path, reference: Refer
     target's pick and hidden row taken on the device; the drafts are the host path's (the same acceptance, which
     a decode over the placeholders would not give), the output plain decoding's, over several prompts in one
     session (a first draft no step takes leaves the head's cache as the host path leaves it)."""
-    on = fed_answers(model, monkeypatch, True, **kw)
-    off = fed_answers(model, monkeypatch, False, **kw)
+    on = answers(model, monkeypatch, True, feed=True, **kw)
+    off = answers(model, monkeypatch, True, **kw)
     reference.check(on[0], f"{kw}, the head fed on the device")
     if not kw.get("adaptive"):  # auto's lengths follow the steps' wall time, so only fixed lengths compare
         assert (on[1], on[2]) == (off[1], off[2])
     assert sum(on[2]) > 0
-    assert sum(on[3]) >= len(on[3]) // 2 and not off[3]  # most steps fed the head behind the verify
+    assert sum(on[4]) >= len(on[4]) // 2 and not off[4]  # most steps fed the head behind the verify
 
 
 @needs_feed
 def test_a_head_fed_placeholders_is_caught(model: Path, reference: Reference, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the acceptance comparison above guards against: hidden rows not taken from the target (the batch's
     placeholders) give other drafts."""
-    on = fed_answers(model, monkeypatch, True, take_h=lambda self, src, rows: True, n_draft=2)
-    off = fed_answers(model, monkeypatch, False, n_draft=2)
+    on = answers(model, monkeypatch, True, feed=True, take_h=lambda self, src, rows: True, n_draft=2)
+    off = answers(model, monkeypatch, True, n_draft=2)
     reference.check(on[0], "placeholders fed")  # still lossless: the target verifies every draft
     assert on[2] != off[2]
 
