@@ -30,7 +30,7 @@
 #                                                 # HEADS asked for are made; DV_ONLY=1: only the draft-
 #                                                 # vocabulary models (its rows "off" use GGUF_MTP_DRAFT_VOCAB=0)
 #
-# Needs .carry/llama_cpp_python-0.3.36-trim.tar.gz (the PyPI sdist; the trimmed copy must keep vendor/llama.cpp's
+# Needs .carry/ (`bash scripts/make-carry.sh` makes it): llama_cpp_python-0.3.36-trim.tar.gz (the PyPI sdist; the trimmed copy must keep vendor/llama.cpp's
 # CMakeLists.txt, cmake/, common/, ggml/, include/, src/, vendor/, licenses/, tools/ (CMakeLists.txt, completion/)
 # and examples/ (CMakeLists.txt, speculative-simple/), and the llama_cpp/ Python package) and .carry/whl/{gguf,
 # diskcache}-*.whl (`serve` also starlette, uvicorn, typer). Environment: OUT (results), CUDA=0 (a CPU build: how this script is tested without a GPU),
