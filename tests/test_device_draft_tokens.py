@@ -215,3 +215,39 @@ def test_with_stable_shapes_the_fed_and_the_drafting_decodes_share_a_graph(model
     reference.check(gens, "stable shapes, the head fed on the device")
     assert bd is not None and bd.decodes > 40
     assert bd.decodes - bd.reused <= 3 * len(PROMPTS), bd  # each prompt's, its first verify's and head decode's
+
+
+@needs_feed
+def test_an_answer_stopped_after_the_head_was_fed_leaves_the_next_one_lossless(
+        model: Path, reference: Reference, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer stopped in a step that fed the head behind its verify and never committed (Ctrl-C, a client gone):
+    the next answers are plain decoding's and draft exactly as a fresh session's (a head cache left with the fed
+    rows would move the drafts, not the output, so the acceptance is what is compared)."""
+    from gguf_mtp.runtime.speculative import Engine
+    monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1")
+    monkeypatch.setenv(patches.DEVICE_FEED_ENV, "1")
+
+    class Stop(Exception):
+        pass
+
+    real, calls = Engine.accept, []
+
+    def stopping(self, row, drafts):  # type: ignore[no-untyped-def]
+        calls.append(row)
+        if len(calls) == 5:
+            raise Stop
+        return real(self, row, drafts)
+
+    with MTPSession(model, n_ctx=512, n_draft=2) as s:
+        assert s.device_feed
+        monkeypatch.setattr(Engine, "accept", stopping)
+        with pytest.raises(Stop):
+            s.generate(PROMPTS[0], max_tokens=40)
+        assert s.engine.head._fed is not None  # type: ignore[attr-defined]  # what the stop left
+        monkeypatch.setattr(Engine, "accept", real)
+        gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
+    with MTPSession(model, n_ctx=512, n_draft=2) as s:
+        fresh = [s.generate(p, max_tokens=40) for p in PROMPTS]
+    reference.check(gens, "after an answer stopped with the head fed")
+    assert [g.stats.accepted_at for g in gens] == [g.stats.accepted_at for g in fresh]
+    assert sum(sum(g.stats.accepted_at) for g in gens) > 0

@@ -229,8 +229,12 @@ class MtpProposer(Proposer):
         return max(1, adaptive.k if adaptive is not None else self.n_draft_max) + 1 + self._chain_rows
 
     def _drop_ready(self) -> None:
-        """A first draft decoded behind the last verify that no step takes: its row leaves the cache, which ends
-        before ``n_past`` again, as the host path leaves it."""
+        """A first draft decoded behind the last verify that no step takes (or a decode behind a verify whose step
+        never committed: an interrupted answer): its rows leave the cache, which ends before ``n_past`` again, as the
+        host path leaves it."""
+        if self._fed is not None:
+            self.ctx.seq_rm(self._fed[0], seq=self.seq)
+            self._fed = None
         if self._ready is not None:
             self.ctx.seq_rm(self._ready[1], seq=self.seq)
             self._ready = None
