@@ -460,27 +460,34 @@ class MtpProposer(Proposer):
         for h, o, last, pos0, k in zip(mtps, out, lasts, pos0s, ks):
             if k > 0:
                 live.append((h, o, k, pos0, b.add(last, pos0, logits=True, embd=h.pending_h, seq=h.seq)))
-        started = live
         if self.chained and len(live) == 1 and b is self.mbatch and live[0][2] > 1 and \
                 b.n + live[0][2] - 1 <= b.capacity:
             _, drafts, k, pos0, row = live[0]
             self._draft_chained(drafts, k, pos0, row, lasts[0], b, defer=defer and self.defers)
             return out, 1
-        timing, ctx, step = self.engine.timing, self.ctx, 0
-        defer = defer and self.defers and b is self.mbatch
+        self._draft_steps(b, live, 0, lasts[0], defer=defer and self.defers and b is self.mbatch)
+        return out, 1
+
+    def _draft_steps(self, b: Batch, live: list[tuple[MtpProposer, list[int], int, int, int]], step: int, last: int,
+                     *, defer: bool) -> None:
+        """Decode ``b`` and draft on, from ``step``: each live sequence's (proposer, drafts, length, first position,
+        row in ``b``) next draft from its row, paired with the head's own hidden row, until its length. ``defer``: a
+        lone sequence's last draft may stay on the device (``last`` holds its place until :meth:`resolve`). Then the
+        drafts' positions leave the head's cache."""
+        started, timing, ctx = live, self.engine.timing, self.ctx
         while live:
             n0 = b.n
             # a lone sequence's last draft: the host need not wait for it when its id can stay on the device
-            last = defer and len(live) == 1 and step + 1 == live[0][2]
-            timing.draft(step, self._decode(b, wait=not last) if b is self.mbatch else self.engine.decode(ctx, b))
+            last_one = defer and len(live) == 1 and step + 1 == live[0][2]
+            timing.draft(step, self._decode(b, wait=not last_one) if b is self.mbatch else self.engine.decode(ctx, b))
             pad = b.n - n0  # rows the padding put in front
             b.clear()
             step += 1
             going = []
             for h, o, k, pos0, i in live:
-                if last and ctx.keep_sampled_token(i + pad):
+                if last_one and ctx.keep_sampled_token(i + pad):
                     self._deferred = [i + pad]
-                    o.append(lasts[0])  # a placeholder (any valid id) until resolve()
+                    o.append(last)  # a placeholder (any valid id) until resolve()
                     continue
                 d = h.pick(i + pad)
                 if d is None:
@@ -494,7 +501,6 @@ class MtpProposer(Proposer):
         for h, o, k, pos0, _ in started:
             if o and k > 1:  # a decode ran at pos0 + 1 or later
                 h._forget_drafts(pos0)
-        return out, 1
 
     def _propose_from_ready(self, last: int, pos0: int, k: int, *, defer: bool) -> list[list[int]]:
         """A lone sequence's drafts when the first is decoded already (:meth:`feed_from_device`): its output row
@@ -503,36 +509,17 @@ class MtpProposer(Proposer):
         i, at = self._ready
         self._ready = None
         assert at == pos0, (at, pos0)
-        o: list[int] = []
         if k == 1 and defer and self.ctx.keep_sampled_token(i):
             self._deferred = [i]
             return [[last]]  # a placeholder (any valid id) until resolve()
         d = self.pick(i)
         if d is None:
-            return [o]
-        o.append(d)
-        b, timing, step = self.mbatch, self.engine.timing, 1
-        row = b.add(d, pos0 + 1, logits=True, embd=self.ctx.h_row(i), seq=self.seq) if k > 1 else -1
-        while step < k:
-            n0 = b.n
-            last_one = defer and step + 1 == k
-            timing.draft(step, self._decode(b, wait=not last_one))
-            pad = b.n - n0
-            b.clear()
-            step += 1
-            if last_one and self.ctx.keep_sampled_token(row + pad):
-                self._deferred = [row + pad]
-                o.append(last)  # a placeholder until resolve()
-                break
-            d = self.pick(row + pad)
-            if d is None:
-                break
-            o.append(d)
-            if step < k:
-                row = b.add(d, pos0 + step, logits=True, embd=self.ctx.h_row(row + pad), seq=self.seq)
-        b.clear()
+            return [[]]
+        o = [d]
         if k > 1:
-            self._forget_drafts(pos0)
+            b = self.mbatch
+            row = b.add(d, pos0 + 1, logits=True, embd=self.ctx.h_row(i), seq=self.seq)
+            self._draft_steps(b, [(self, o, k, pos0, row)], 1, last, defer=defer)
         return [o]
 
     def _same_graph_as_fed(self, b: Batch) -> None:
