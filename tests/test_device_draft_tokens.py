@@ -96,6 +96,7 @@ def test_a_file_llama_cpps_converter_wrote(monkeypatch: pytest.MonkeyPatch) -> N
     with MTPSession(ref, mtp=False, n_ctx=256) as s:
         plain = [s.generate(p, max_tokens=40).text for p in prompts]
     runs = []
+    monkeypatch.setenv(patches.DEVICE_FEED_ENV, "0")  # the verify's takes only (whatever the caller's environment)
     for on in (True, False):
         monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1" if on else "0")
         taken: list[int] = []
