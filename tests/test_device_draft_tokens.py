@@ -169,6 +169,14 @@ def test_a_refused_decode_clears_the_request(model: Path, reference: Reference) 
     reference.check(gens, "after a refused decode")
 
 
+def close(a: list[int], b: list[int]) -> bool:
+    """The same drafts up to rounding: the decode behind the verify has k + 1 rows where the host path's has as many
+    as the step accepted, and a batch of other rows may take other kernels on some CPUs and break a near-tie in the
+    head's argmax the other way (as tests/test_runtime.py's stable shapes allow): at most 2 apart at every position.
+    A head cache or input left wrong moves these by far more."""
+    return len(a) == len(b) and all(abs(x - y) <= 2 for x, y in zip(a, b))
+
+
 needs_feed = pytest.mark.skipif(not llama.has_device_feed(),
                                 reason="the loaded libllama lacks llama_keep_nextn_rows / llama_set_nextn_from")
 
@@ -186,7 +194,7 @@ def test_the_first_draft_decoded_behind_the_verify(model: Path, reference: Refer
     off = answers(model, monkeypatch, True, **kw)
     reference.check(on[0], f"{kw}, the head fed on the device")
     if not kw.get("adaptive"):  # auto's lengths follow the steps' wall time, so only fixed lengths compare
-        assert (on[1], on[2]) == (off[1], off[2])
+        assert close(on[1], off[1]) and close(on[2], off[2]), (on[1:3], off[1:3])
     assert sum(on[2]) > 0
     assert sum(on[4]) >= len(on[4]) // 2 and not off[4]  # most steps fed the head behind the verify
 
@@ -198,7 +206,7 @@ def test_a_head_fed_placeholders_is_caught(model: Path, reference: Reference, mo
     on = answers(model, monkeypatch, True, feed=True, take_h=lambda self, src, rows: True, n_draft=2)
     off = answers(model, monkeypatch, True, n_draft=2)
     reference.check(on[0], "placeholders fed")  # still lossless: the target verifies every draft
-    assert on[2] != off[2]
+    assert not close(on[2], off[2]), (on[2], off[2])  # 37/17 against 55/32 accepted on the CPU this was written on
 
 
 @needs_feed
