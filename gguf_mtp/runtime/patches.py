@@ -171,7 +171,7 @@ def chains_drafts(arch: str) -> bool:
 #: the device (A/B on one build)
 DEVICE_TOKENS_ENV = "GGUF_MTP_DEVICE_TOKENS"
 #: GGUF_MTP_DEVICE_FEED=1: the head's next decode queued behind the verify, fed from the verify's rows on the device
-#: (off by default: not yet measured on a GPU)
+#: (off by default: slower on a GPU, docs/upstream/device-draft-tokens.md)
 DEVICE_FEED_ENV = "GGUF_MTP_DEVICE_FEED"
 
 
@@ -186,7 +186,7 @@ def device_tokens() -> bool:
 
 def device_feed(arch: str) -> bool:
     """Whether the head of an ``arch`` model may decode right behind the verify, its inputs the verify's rows taken
-    on the device (``GGUF_MTP_DEVICE_FEED=1``; off by default until measured on a GPU), where the verify may take its
+    on the device (``GGUF_MTP_DEVICE_FEED=1``; off by default, as it measured slower on a GPU), where the verify may take its
     last draft there too (:func:`device_tokens`). The library must also have the functions
     (``llama.has_device_feed``)."""
     return (os.environ.get(DEVICE_FEED_ENV, "0") == "1" and device_tokens()
