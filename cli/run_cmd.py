@@ -205,14 +205,7 @@ def run(
         if device or device_draft or tensor_split or rpc or split_mode != "layer":
             err("placement: " + "; ".join(f"{k} {v}" for k, v in session.placement.items()))
         if session.mtp_enabled:
-            err(f"MTP: {session.pairing.source.value}"
-                + (f" {session.pairing.sidecar.path.name}" if session.pairing.sidecar else "")
-                + f", draft {'auto (max ' + str(cfg.n_draft) + ')' if cfg.adaptive else cfg.n_draft}"
-                + (f", rollback {session.engine.rollback.name}" if session.engine.rollback.name != "kv" else "")
-                + (", drafts chained in one decode" if session.chained else "")
-                + (", last draft verified from the device" if session.device_tokens else "")
-                + (", first draft decoded behind the verify" if session.device_feed else "")
-                + (f", draft vocabulary {cfg.draft_vocab} (this session's)" if session.draft_vocab is not None else ""))
+            err(f"MTP: {session.describe_mtp()}")
         if draft_profile is not None and session.mtp_enabled:
             note = draft_profile_mod.use(session, draft_profile)
             err(f"note: {note}" if note else f"auto: starting from the draft profile {draft_profile}")

@@ -418,6 +418,7 @@ def test_sidecar_found_beside_the_model(converted, tmp_path: Path) -> None:
     trunk.write_bytes(converted("qwen35", "trunk-only", **ORACLE).read_bytes())
     with session(trunk, "auto") as s:
         assert s.pairing.source == HeadSource.NONE and "no MTP head" in s.notices[0]
+        assert s.describe_mtp() == "none"
     (tmp_path / "m-Q8_0-MTP.gguf").write_bytes(converted("qwen35", "head-only", **ORACLE).read_bytes())
     with session(trunk, "auto") as s:
         assert s.pairing.source == HeadSource.HEAD_ONLY and s.mtp_enabled
@@ -481,7 +482,8 @@ def test_cli_completion_chat_and_stats(pairings, tmp_path: Path, capsys, monkeyp
     d = json.loads(stats.read_text())
     assert d["mtp"] == "head-only sidecar" and d["n_draft_max"] == 2 and len(d["acceptance_at"]) == 2
     err = capsys.readouterr().err
-    assert "MTP: head-only sidecar" in err and "tok/step" in err
+    # the sidecar's name and the draft length, as MTPSession.describe_mtp gives them to run and serve
+    assert f"MTP: head-only sidecar {mtp.name}, draft 2" in err and "tok/step" in err
     monkeypatch.setattr("sys.stdin", io.StringIO("hello\n/reset\nagain\n"))  # then EOF
     assert main(["run", str(model), "--mtp", str(mtp), "-n", "6", "-c", "512"]) == 0
     err = capsys.readouterr().err

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
 import signal
 import socket
@@ -21,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gguf_mtp import convert
-from gguf_mtp.runtime import MTPSession, SamplerConfig, patches
+from gguf_mtp.runtime import MTPSession, patches
 from gguf_mtp_cli.main import app, main
 
 openai = pytest.importorskip("openai")
@@ -639,12 +638,13 @@ def test_library_serve_takes_a_loaded_session(model: Path) -> None:
     """gguf_mtp.server.serve with an MTPSession: the request defaults and the name it was given, exit 0 on
     SIGTERM as the command, and the session is its caller's (still open after serve returns)."""
     s = Server(model, cmd=[sys.executable, "-c", LIBRARY_SERVE, str(model)])
-    # ", drafts chained" follows the draft length where the library chains them (the proposed mtp-draft-chain patch),
-    # then ", last draft verified from the device" where it has the device-draft-tokens patch
+    # run's MTP: line (MTPSession.describe_mtp): the rollback, then ", drafts chained in one decode" where the library
+    # chains them (the proposed mtp-draft-chain patch), then ", last draft verified from the device" where it has the
+    # device-draft-tokens patch
     dev = ", last draft verified from the device" if patches.device_tokens() else ""
     feed = "(, first draft decoded behind the verify)?"  # GGUF_MTP_DEVICE_FEED=1 (experimental)
-    assert any(re.search(rf"gguf-mtp serve: lib \(MTP bundled, draft 2(, drafts chained)?{dev}{feed}\), 1 slot\(s\)",
-                         x) for x in s.log), s.log
+    line = rf"gguf-mtp serve: lib \(MTP bundled, draft 2, rollback [^,]+(, drafts chained in one decode)?{dev}{feed}\), "
+    assert any(re.search(line + r"1 slot\(s\)", x) for x in s.log), s.log
     code, r = s.http("POST", "/completion", {"prompt": PROMPTS[0]})
     assert code == 200 and r["tokens_predicted"] == 5 and r["model"] == "lib", r
     settings = r["generation_settings"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import io
-import os
 import shutil
 import signal
 import subprocess

@@ -186,8 +186,8 @@ def device_tokens() -> bool:
 
 def device_feed(arch: str) -> bool:
     """Whether the head of an ``arch`` model may decode right behind the verify, its inputs the verify's rows taken
-    on the device (``GGUF_MTP_DEVICE_FEED=1``; off by default, as it measured slower on a GPU), where the verify may take its
-    last draft there too (:func:`device_tokens`). The library must also have the functions
+    on the device (``GGUF_MTP_DEVICE_FEED=1``; off by default, as it measured slower on a GPU), where the verify may
+    take its last draft there too (:func:`device_tokens`). The library must also have the functions
     (``llama.has_device_feed``)."""
     return (os.environ.get(DEVICE_FEED_ENV, "0") == "1" and device_tokens()
             and any(arch in p.feed_archs for p in loaded()))

@@ -357,6 +357,24 @@ class MTPSession:
     def mtp_enabled(self) -> bool:
         return self.engine.mtp is not None
 
+    def describe_mtp(self) -> str:
+        """How this session drafts, in one line (``run``'s ``MTP:`` line, ``serve``'s start-up line).
+
+        Example: ``bundled, draft 2, rollback native (n_rs_seq=3), last draft verified from the device``.
+        """
+        if not self.mtp_enabled:
+            return "none"
+        sidecar = self.pairing.sidecar
+        rollback = self.engine.rollback.name
+        parts = [self.pairing.source.value + (f" {sidecar.path.name}" if sidecar else ""),
+                 f"draft auto (max {self.cfg.n_draft})" if self.cfg.adaptive else f"draft {self.cfg.n_draft}"]
+        parts += [f"rollback {rollback}"] if rollback != "kv" else []
+        parts += ["drafts chained in one decode"] if self.chained else []
+        parts += ["last draft verified from the device"] if self.device_tokens else []
+        parts += ["first draft decoded behind the verify"] if self.device_feed else []
+        parts += [f"draft vocabulary {self.cfg.draft_vocab} (this session's)"] if self.draft_vocab is not None else []
+        return ", ".join(parts)
+
     # -- generation ----------------------------------------------------------------------------
     def _run(self, new_tokens: list[int], max_tokens: int, sampling: SamplerConfig | None,
              on_text: Callable[[str], None] | None, reuse: bool, stop: Sequence[str] = ()) -> Generation:

@@ -144,12 +144,7 @@ def serve(session: MTPSession | SessionLoad, host: str = "127.0.0.1", port: int 
             server.should_exit = True
             return
         s = st.session
-        draft = "auto" if s.cfg.adaptive else s.cfg.n_draft
-        mtp_desc = (f"MTP {s.pairing.source.value}, draft {draft}" + (", drafts chained" if s.chained else "")
-                    + (", last draft verified from the device" if s.device_tokens else "")
-                    + (", first draft decoded behind the verify" if s.device_feed else "")
-                    + (f", draft vocabulary {s.cfg.draft_vocab}" if s.draft_vocab is not None else "")
-                    if s.mtp_enabled else "no MTP")
+        mtp_desc = f"MTP {s.describe_mtp()}" if s.mtp_enabled else "no MTP"
         log(f"gguf-mtp serve: {name} ({mtp_desc}), {s.cfg.n_parallel} slot(s) of {st.scheduler.n_ctx_seq} tokens")
         log(f"listening on {url}")
 
