@@ -1,0 +1,277 @@
+"""Where a step's GPU time goes and where the GPU waits, kernel by kernel, on a real timeline: one answer of a session
+loaded as `gguf-mtp run` loads it (warm-up included, then a first answer), traced with PyTorch's profiler, whose
+CUPTI tracing records every kernel and copy the process launches, llama.cpp's included, with its real start and end
+(Nsight Compute, bench/gpu_kernels.py, runs kernels one at a time and cannot show the GPU's idle time).
+
+Each GPU event is attributed to the runtime call that launched it (``llama_decode``, a sampler read, a slot copy)
+through a profiler range around that call, then summarised per kind of call: how many, GPU time (its kernels'
+durations, overlaps counted once), span on the GPU, host time of the call; the kernel families of each; and the
+GPU's idle time by what ran before and what came after (``verify -> draft``: the GPU waited between the verify's
+last kernel and the draft's first, for the host to read, commit and launch).
+
+    python3 -m bench.gpu_timeline MODEL.gguf [-k 2] [-n 64] [-ngl 99] [--trace out.json.gz]
+    python3 -m bench.gpu_timeline --parse out.json.gz -k 2      # the report of a saved trace
+
+Needs PyTorch with CUDA (the GPU machine's python3 has it). ``GGUF_MTP_*`` switches apply as in ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import gzip
+import json
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp before numpy and torch)
+
+# isort: split
+from bench.common import exit_after
+from bench.gpu_kernels import family
+from bench.oneshot import PROMPT
+
+#: the trace categories of GPU work (kineto's names)
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+#: an idle gap shorter than this (us) is a kernel boundary inside a graph, not a wait
+GAP_US = 1.0
+
+
+@dataclass
+class Call:
+    """One annotated runtime call and the GPU events it launched."""
+
+    label: str
+    ts: float  # host start, us
+    dur: float  # host duration, us
+    gpu: list[tuple[float, float, str]] = field(default_factory=list)  # (start, end, kernel name)
+
+
+def _annotate(cls: type, name: str, label: Callable[..., str], record: Callable[[str], Any]) -> None:
+    """Wrap ``cls.name`` in a profiler range named ``label(self, *args)``."""
+    real = getattr(cls, name)
+
+    def wrapped(obj: Any, *a: Any, **kw: Any) -> Any:
+        with record(label(obj, *a)):
+            return real(obj, *a, **kw)
+
+    setattr(cls, name, wrapped)
+
+
+def instrument(record: Callable[[str], Any]) -> None:
+    """Profiler ranges around the runtime's calls that launch GPU work or wait for it."""
+    from gguf_mtp.runtime import llama, sampling
+
+    mtp: set[int] = set()
+
+    def role(ctx: llama.Context) -> str:
+        return "mtp" if id(ctx) in mtp else "tgt"
+
+    def decode_label(ctx: llama.Context, b: llama.Batch) -> str:
+        if b.embd is not None:
+            mtp.add(id(ctx))
+        return f"decode[{role(ctx)}] n={b.n}"
+
+    _annotate(llama.Context, "decode_batch", decode_label, record)
+    _annotate(llama.Context, "synchronize", lambda ctx: f"sync[{role(ctx)}]", record)
+    _annotate(llama.Context, "h_rows", lambda ctx, *a: f"h_rows[{role(ctx)}]", record)
+    _annotate(llama.Context, "seq_rm", lambda ctx, *a: f"seq_rm[{role(ctx)}]", record)
+    for name in ("keep_sampled_token", "keep_nextn_rows"):
+        if hasattr(llama.Context, name):
+            _annotate(llama.Context, name, lambda ctx, *a, n=name: f"{n}[{role(ctx)}]", record)
+    _annotate(sampling.ContextSampler, "sample", lambda smp, i: "sample", record)
+
+
+def calls_from_trace(events: Iterable[dict[str, Any]]) -> tuple[list[Call], list[tuple[float, float, str]]]:
+    """The annotated calls with their GPU events, and the GPU events no annotated call launched (each as
+    (start us, end us, name))."""
+    ranges: dict[tuple[Any, Any], list[Call]] = defaultdict(list)
+    launches: list[dict[str, Any]] = []
+    gpu: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat = e.get("cat", "")
+        if cat == "user_annotation":
+            ranges[(e.get("pid"), e.get("tid"))].append(Call(e["name"], float(e["ts"]), float(e.get("dur", 0))))
+        elif cat in ("cuda_runtime", "cuda_driver"):
+            launches.append(e)
+        elif cat in GPU_CATS:
+            corr = (e.get("args") or {}).get("correlation")
+            gpu[int(corr) if corr is not None else -1].append(e)
+    starts: dict[tuple[Any, Any], list[float]] = {}
+    for key, rs in ranges.items():
+        rs.sort(key=lambda c: c.ts)
+        starts[key] = [c.ts for c in rs]
+    every = sorted((c for rs in ranges.values() for c in rs), key=lambda c: c.ts)  # where thread ids do not match
+    every_starts = [c.ts for c in every]
+    stray: list[tuple[float, float, str]] = [_span(g) for g in gpu.pop(-1, [])]
+    for e in launches:
+        corr = (e.get("args") or {}).get("correlation")
+        kernels = gpu.pop(int(corr), []) if corr is not None else []
+        if not kernels:
+            continue
+        key = (e.get("pid"), e.get("tid"))
+        owner = (_enclosing(ranges[key], starts[key], float(e["ts"])) if key in ranges
+                 else _enclosing(every, every_starts, float(e["ts"])))
+        spans = [_span(g) for g in kernels]
+        if owner is None:
+            stray.extend(spans)
+        else:
+            owner.gpu.extend(spans)
+    for rest in gpu.values():
+        stray.extend(_span(g) for g in rest)
+    return every, stray
+
+
+def _span(e: dict[str, Any]) -> tuple[float, float, str]:
+    ts = float(e["ts"])
+    return ts, ts + float(e.get("dur", 0)), str(e.get("name", "?"))
+
+
+def _enclosing(calls: list[Call], starts: list[float], t: float) -> Call | None:
+    """The innermost call whose range holds host time ``t`` (the latest-starting one that has not ended)."""
+    i = bisect.bisect_right(starts, t) - 1
+    while i >= 0:
+        c = calls[i]
+        if c.ts + c.dur >= t:
+            return c
+        i -= 1
+    return None
+
+
+def _union(spans: list[tuple[float, float, str]]) -> float:
+    total, end = 0.0, float("-inf")
+    for s, e, _ in sorted(spans):
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total
+
+
+def _kind(label: str) -> str:
+    """A decode's kind for the idle table: the verify (target, several rows), a plain target decode, a head's."""
+    if label.startswith("decode[tgt]"):
+        return "verify" if not label.endswith(" n=1") else "target n=1"
+    if label.startswith("decode[mtp]"):
+        return "draft"
+    return label.split("[")[0]
+
+
+def report(calls: list[Call], stray: list[tuple[float, float, str]], steps: int, top: int = 6) -> str:
+    """The per-call table, each decode kind's kernel families, and the GPU's idle time by transition."""
+    steps = max(1, steps)
+    timed = [(s, e, n, c.label) for c in calls for s, e, n in c.gpu] + [(s, e, n, "(other)") for s, e, n in stray]
+    if not timed:
+        return "no GPU events in the trace (a CPU-only run, or the profiler saw no CUDA activity)"
+    timed.sort()
+    t0, t1 = timed[0][0], max(e for _, e, _, _ in timed)
+    busy = _union([(s, e, n) for s, e, n, _ in timed])
+    lines = [f"window {(t1 - t0) / 1e3:.3f} ms over {steps} steps: GPU busy {busy / 1e3:.3f} ms "
+             f"({busy / (t1 - t0):.1%}), idle {(t1 - t0 - busy) / steps / 1e3:.3f} ms a step"]
+    by: dict[str, list[Call]] = defaultdict(list)
+    for c in calls:
+        by[c.label].append(c)
+    lines.append(f"{'call':28s} {'calls/step':>10s} {'host us':>8s} {'GPU us':>8s} {'span us':>8s} {'kernels':>8s}")
+    for label, cs in sorted(by.items(), key=lambda kv: -sum(_union(c.gpu) for c in kv[1])):
+        gpu_us = sum(_union(c.gpu) for c in cs) / len(cs)
+        span = [max(e for _, e, _ in c.gpu) - min(s for s, _, _ in c.gpu) for c in cs if c.gpu]
+        lines.append(f"{label:28s} {len(cs) / steps:10.2f} {sum(c.dur for c in cs) / len(cs):8.1f} {gpu_us:8.1f} "
+                     f"{(sum(span) / len(span) if span else 0):8.1f} {sum(len(c.gpu) for c in cs) / len(cs):8.1f}")
+    if stray:
+        lines.append(f"{'(launched outside a range)':28s} {len(stray) / steps:10.2f} {'':8s} "
+                     f"{_union(stray) / steps:8.1f} (per step)")
+    for label, cs in sorted(by.items()):
+        if not label.startswith("decode") or not any(c.gpu for c in cs):
+            continue
+        fam: dict[str, float] = defaultdict(float)
+        count: dict[str, int] = defaultdict(int)
+        for c in cs:
+            for s, e, n in c.gpu:
+                fam[family(n)] += e - s
+                count[family(n)] += 1
+        lines.append(f"{label}: kernel families, us a call")
+        for f, us in sorted(fam.items(), key=lambda kv: -kv[1])[:top]:
+            lines.append(f"    {us / len(cs):8.1f}  x{count[f] / len(cs):<6.1f} {f}")
+    idle: dict[str, float] = defaultdict(float)
+    end, before = timed[0][1], _kind(timed[0][3])
+    for s, e, _, label in timed[1:]:
+        if s - end > GAP_US:
+            idle[f"{before} -> {_kind(label)}"] += s - end
+        if e > end:
+            end, before = e, _kind(label)
+    lines.append("GPU idle by transition (what ran last -> what ran next), us a step")
+    for k, us in sorted(idle.items(), key=lambda kv: -kv[1]):
+        lines.append(f"    {us / steps:8.1f}  {k}")
+    return "\n".join(lines)
+
+
+def load_trace(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        data = json.load(fh)
+    events = data.get("traceEvents", data) if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise SystemExit(f"error: {path} has no trace events (a chrome trace from torch.profiler, please)")
+    return events
+
+
+def profile_answer(model: str, k: int, n: int, ngl: int, trace_out: Path | None) -> tuple[list[dict[str, Any]], int]:
+    """One answer of ``n`` tokens at draft length ``k`` (0: plain decoding), traced after a warm answer; the trace's
+    events and the answer's steps."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from gguf_mtp.runtime.session import MTPSession
+
+    if not torch.cuda.is_available():
+        raise SystemExit("error: torch sees no CUDA device: run this on the GPU machine")
+    instrument(record_function)
+    with MTPSession(model, mtp=k > 0, n_draft=max(k, 1), n_gpu_layers=ngl, n_ctx=4096) as s:
+        s.generate(PROMPT, max_tokens=32)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            st = s.generate(PROMPT, max_tokens=n).stats
+    with tempfile.TemporaryDirectory() as d:
+        raw = Path(d) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        if trace_out is not None:
+            tmp = trace_out.with_name(trace_out.name + ".part")
+            with open(raw, "rb") as src, gzip.open(tmp, "wb") as dst:
+                dst.write(src.read())
+            os.replace(tmp, trace_out)
+        events = load_trace(raw)
+    print(f"k={k}: {st.emitted} tokens in {st.steps} steps, {st.decode_tps:.2f} t/s (traced: slower than untraced)")
+    return events, st.steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("-k", type=int, default=2, help="draft length; 0: plain decoding")
+    ap.add_argument("-n", type=int, default=64)
+    ap.add_argument("-ngl", type=int, default=99)
+    ap.add_argument("--trace", type=Path, help="also write the trace here (gzip, chrome trace format)")
+    ap.add_argument("--parse", type=Path, help="report on a saved trace instead of running")
+    ap.add_argument("--steps", type=int, help="with --parse: the answer's steps (default: the verifies counted)")
+    a = ap.parse_args()
+    if a.parse:
+        events, steps = load_trace(a.parse), a.steps or 0
+    elif a.model:
+        events, steps = profile_answer(a.model, a.k, a.n, a.ngl, a.trace)
+    else:
+        sys.exit("error: give a MODEL.gguf (or --parse TRACE)")
+    calls, stray = calls_from_trace(events)
+    if not steps:
+        steps = sum(1 for c in calls if c.label.startswith("decode[tgt]"))
+    print(report(calls, stray, steps))
+
+
+if __name__ == "__main__":
+    exit_after(main)

@@ -1,0 +1,92 @@
+"""bench/gpu_timeline.py's reading of a profiler trace: GPU events attributed to the runtime call that launched them
+(through the launch's correlation id and the range around the call), the per-call table, kernel families and the
+GPU's idle time by transition. The trace is written here in kineto's chrome-trace form, so the numbers are known."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from bench.gpu_timeline import calls_from_trace, load_trace, report
+
+PID, TID = 100, 100
+
+
+def _range(name: str, ts: float, dur: float) -> dict:
+    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": TID, "ts": ts, "dur": dur}
+
+
+def _launch(corr: int, ts: float, name: str = "cudaGraphLaunch") -> dict:
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": TID, "ts": ts, "dur": 5,
+            "args": {"correlation": corr}}
+
+
+def _kernel(corr: int | None, ts: float, dur: float, name: str, cat: str = "kernel") -> dict:
+    args = {"stream": 7} if corr is None else {"stream": 7, "correlation": corr}
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur, "args": args}
+
+
+def _step(t: float, corr: int) -> list[dict]:
+    """One k=1 step at host time t: the verify's decode (two kernels, 1000 us), its sync, the draft's decode
+    (one kernel, 100 us) launched 50 us after the verify ended on the GPU, and a sampler read with its copy."""
+    return [
+        _range("decode[tgt] n=2", t, 30), _launch(corr, t + 10),
+        _kernel(corr, t + 40, 600, "void mul_mat_vec_q<(ggml_type)8, 2>(const void *, float *)"),
+        _kernel(corr, t + 640, 400, "void rms_norm_f32<1024>(const float *, float *)"),
+        _range("sync[tgt]", t + 35, 1010),
+        _range("decode[mtp] n=2", t + 1060, 20), _launch(corr + 1, t + 1070),
+        _kernel(corr + 1, t + 1090, 100, "void mul_mat_vec_q<(ggml_type)8, 2>(const void *, float *)"),
+        _range("sample", t + 1195, 10), _launch(corr + 2, t + 1196, "cudaMemcpyAsync"),
+        _kernel(corr + 2, t + 1197, 2, "Memcpy DtoH", cat="gpu_memcpy"),
+    ]
+
+
+def trace(steps: int = 3) -> list[dict]:
+    events = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": "python"}}]
+    for i in range(steps):
+        events += _step(1300.0 * i, 10 * i + 1)
+    return events
+
+
+def test_each_kernel_goes_to_the_call_that_launched_it() -> None:
+    calls, stray = calls_from_trace(trace())
+    by = {c.label: c for c in calls}
+    assert not stray
+    assert sorted(by) == ["decode[mtp] n=2", "decode[tgt] n=2", "sample", "sync[tgt]"]
+    verify = [c for c in calls if c.label == "decode[tgt] n=2"]
+    assert [len(c.gpu) for c in verify] == [2, 2, 2] and all(not c.gpu for c in calls if c.label == "sync[tgt]")
+    assert [round(c.gpu[0][0]) for c in verify] == [40, 1340, 2640]
+
+
+def test_a_launch_outside_every_range_and_an_uncorrelated_kernel_are_kept_apart() -> None:
+    events = trace(1) + [_launch(99, 5000), _kernel(99, 5010, 30, "void k_other()"), _kernel(None, 5050, 5, "x")]
+    calls, stray = calls_from_trace(events)
+    assert sorted(n for _, _, n in stray) == ["void k_other()", "x"]
+    assert sum(len(c.gpu) for c in calls) == 4
+
+
+def test_report_gives_gpu_time_families_and_idle_by_transition(tmp_path: Path) -> None:
+    path = tmp_path / "t.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump({"traceEvents": trace()}, fh)
+    calls, stray = calls_from_trace(load_trace(path))
+    out = report(calls, stray, steps=3)
+    lines = out.splitlines()
+    verify = next(x for x in lines if x.startswith("decode[tgt] n=2 "))
+    assert verify.split()[2:7] == ["1.00", "30.0", "1000.0", "1000.0", "2.0"], verify
+    draft = next(x for x in lines if x.startswith("decode[mtp] n=2 "))
+    assert draft.split()[4] == "100.0", draft
+    fam = lines.index("decode[tgt] n=2: kernel families, us a call")
+    assert lines[fam + 1].split(None, 2) == ["600.0", "x1.0", "mul_mat_vec_q<(ggml_type)8, 2>"]
+    idle = {x.split(None, 1)[1]: float(x.split()[0]) for x in lines[lines.index(
+        "GPU idle by transition (what ran last -> what ran next), us a step") + 1:]}
+    # verify ends at t+1040, the draft runs t+1090..1190, the read's copy t+1197..1199, the next verify starts at t+1340
+    # (the last step has no next verify: 2 of those gaps over 3 steps)
+    assert idle["verify -> draft"] == 50.0 and idle["draft -> sample"] == 7.0
+    assert idle["sample -> verify"] == round(2 * 141 / 3, 1)
+
+
+def test_a_trace_without_gpu_events_says_so() -> None:
+    calls, stray = calls_from_trace([_range("decode[tgt] n=1", 0, 10)])
+    assert report(calls, stray, steps=1).startswith("no GPU events")
