@@ -26,7 +26,6 @@ import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +42,16 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 GAP_US = 1.0
 
 
-@dataclass
 class Call:
-    """One annotated runtime call and the GPU events it launched."""
+    """One annotated runtime call (host start and duration in us) and the GPU events it launched, each as
+    (start us, end us, kernel name). A plain class: tests/test_bench_imports.py runs this module without a
+    ``sys.modules`` entry, where a dataclass cannot be made."""
 
-    label: str
-    ts: float  # host start, us
-    dur: float  # host duration, us
-    gpu: list[tuple[float, float, str]] = field(default_factory=list)  # (start, end, kernel name)
+    __slots__ = ("dur", "gpu", "label", "ts")
+
+    def __init__(self, label: str, ts: float, dur: float) -> None:
+        self.label, self.ts, self.dur = label, ts, dur
+        self.gpu: list[tuple[float, float, str]] = []
 
 
 def _annotate(cls: type, name: str, label: Callable[..., str], record: Callable[[str], Any]) -> None:
