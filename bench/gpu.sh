@@ -14,6 +14,10 @@
 #   bash bench/gpu.sh multi [dense,moe,big]   # 2 GPUs: placements with and without MTP (bench/multi_gpu.py)
 #   bash bench/gpu.sh kernels [9b:q8_0]   # where a decode's GPU time goes, kernel by kernel, under ncu (PHASES,
 #                                         # DRAFT_VOCAB): bench/gpu_kernels.py
+#   bash bench/gpu.sh timeline [9b:q8_0]  # a traced answer a row, the GPU's idle time by transition and each
+#                                         # call's kernels (bench/gpu_timeline.py; TIMELINE_ROWS, default
+#                                         # "0 2 2:GGUF_MTP_DEVICE_FEED=1": k, then a row's environment;
+#                                         # TIMELINE_N tokens, default 64; DRAFT_VOCAB as for kernels)
 #   bash bench/gpu.sh serve-shaped   # serve vs llama-server (draft-mtp, plain) at 1 and 4 clients, same model
 #   bash bench/gpu.sh oneshot ["noisy perfect"]   # every row its own process, one answer (bench/oneshot.py), on
 #                                                 # models of LAYERS (default 32) at WIDTHS
@@ -258,7 +262,7 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     fi
     log "done"
     ;;
-kernels)  # $2: SHAPE:TRUNK (one model); where a decode's GPU time goes, kernel by kernel (bench/gpu_kernels.py, ncu)
+kernels|timeline)  # $2: SHAPE:TRUNK (one model); where a decode's GPU time goes, kernel by kernel
     deps
     SP="${2:-9b:q8_0}"
     PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 -m bench.models --workdir "$WORK" --shape "${SP%%:*}" \
@@ -274,6 +278,21 @@ kernels)  # $2: SHAPE:TRUNK (one model); where a decode's GPU time goes, kernel 
         M="$(grep -m1 -i "^${SP%%:*} ${SP#*:}, noisy head.*, draft vocab $DRAFT_VOCAB=" "$WORK/models-${SP%%:*}.txt" | cut -d= -f2-)"
     else
         M="$(grep -m1 -i "^${SP%%:*} ${SP#*:}, noisy head" "$WORK/models-${SP%%:*}.txt" | cut -d= -f2-)"
+    fi
+    if [ "$1" = timeline ]; then  # one traced answer a row (bench/gpu_timeline.py: PyTorch's profiler)
+        mkdir -p "$OUT/timeline"
+        for row in ${TIMELINE_ROWS:-0 2 2:GGUF_MTP_DEVICE_FEED=1}; do
+            k="${row%%:*}"; envs=(); [ "$row" = "$k" ] || read -r -a envs <<< "${row#*:}"
+            name="k$k$(printf -- '-%s' "${envs[@]}" | tr -c 'A-Za-z0-9_-' '_' | sed 's/-$//')"
+            log "timeline $name"
+            env "${envs[@]}" PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout 300 python3 -m bench.gpu_timeline \
+                "$M" -k "$k" -n "${TIMELINE_N:-64}" -ngl $NGL --trace "$OUT/timeline/$name.json.gz" 2>&1 \
+                | grep -v "^USDT\|^llama\|^load\|^print_info" | tee "$OUT/timeline/$name.txt" | tail -60 \
+                || log "timeline $name failed (above)"
+        done
+        tar czf "$OUT/timeline.tgz" -C "$OUT" timeline && rm -rf "$OUT/timeline"  # one file: the device returns a few
+        log "done"
+        exit 0
     fi
     NCU="$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)"
     [ -n "$NCU" ] || { echo "ncu (Nsight Compute) not found" >&2; exit 1; }
@@ -307,5 +326,5 @@ serve-shaped)  # serve vs llama-server (draft-mtp and plain) at 1 and 4 clients 
         --workdir "$WORK" --out "$OUT/serve-shaped.json" --plot "$OUT/serve-shaped.png" 2>&1 | tee "$OUT/serve-shaped.txt"
     log "done"
     ;;
-*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|serve-shaped|kernels|qwen3next|multi|oneshot|shapes [ARGS]" >&2; exit 2 ;;
+*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|serve-shaped|kernels|timeline|qwen3next|multi|oneshot|shapes [ARGS]" >&2; exit 2 ;;
 esac
