@@ -18,6 +18,8 @@
 #                                         # call's kernels (bench/gpu_timeline.py; TIMELINE_ROWS, default
 #                                         # "0 2 2:GGUF_MTP_DEVICE_FEED=1": k, then a row's environment;
 #                                         # TIMELINE_N tokens, default 64; DRAFT_VOCAB as for kernels)
+#   bash bench/gpu.sh backend-ops    # llama.cpp's test-backend-ops against this build: OPS (default ARGMAX)
+#                                    # checked against the CPU, then timed (needs tests/test-backend-ops.cpp: .carry)
 #   bash bench/gpu.sh serve-shaped   # serve vs llama-server (draft-mtp, plain) at 1 and 4 clients, same model
 #   bash bench/gpu.sh oneshot ["noisy perfect"]   # every row its own process, one answer (bench/oneshot.py), on
 #                                                 # models of LAYERS (default 32) at WIDTHS
@@ -310,6 +312,17 @@ kernels|timeline)  # $2: SHAPE:TRUNK (one model); where a decode's GPU time goes
     tar czf "$OUT/kernels.tgz" -C "$OUT" kernels && rm -rf "$OUT/kernels"  # one file: the device returns a few
     log "done"
     ;;
+backend-ops)  # llama.cpp's test-backend-ops, built alone against this build: OPS (default ARGMAX) against the CPU, then timed
+    build
+    g++ -O2 -std=c++17 "$SRC/vendor/llama.cpp/tests/test-backend-ops.cpp" -I"$SRC/vendor/llama.cpp/ggml/include" \
+        -L"$LCPP/bin" -lggml -lggml-base -Wl,-rpath,"$LCPP/bin" -lpthread -o "$LCPP/bin/test-backend-ops" \
+        || { echo "test-backend-ops did not build (is tests/test-backend-ops.cpp in .carry's sdist?)" >&2; exit 1; }
+    for op in ${OPS:-ARGMAX}; do
+        "$LCPP/bin/test-backend-ops" test -o "$op" 2>&1 | tail -25 | tee -a "$OUT/backend-ops.txt"
+        "$LCPP/bin/test-backend-ops" perf -o "$op" 2>&1 | grep -v "^ggml_\|^load_backend" | tail -25 | tee -a "$OUT/backend-ops.txt"
+    done
+    log "done"
+    ;;
 serve-shaped)  # serve vs llama-server (draft-mtp and plain) at 1 and 4 clients on the oneshot's ~70% head model
     deps
     PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 -m bench.models --workdir "$WORK" \
@@ -326,5 +339,5 @@ serve-shaped)  # serve vs llama-server (draft-mtp and plain) at 1 and 4 clients 
         --workdir "$WORK" --out "$OUT/serve-shaped.json" --plot "$OUT/serve-shaped.png" 2>&1 | tee "$OUT/serve-shaped.txt"
     log "done"
     ;;
-*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|serve-shaped|kernels|timeline|qwen3next|multi|oneshot|shapes [ARGS]" >&2; exit 2 ;;
+*) echo "usage: bash bench/gpu.sh all|build|test|bench|lcpp-server|serve|serve-shaped|kernels|timeline|backend-ops|qwen3next|multi|oneshot|shapes [ARGS]" >&2; exit 2 ;;
 esac

@@ -48,6 +48,8 @@ KNOWN: tuple[Patch, ...] = (
     # marker names the revision whose lookup is a gather (the first one's in-place write broke a split between the
     # embedding's backend and the layers', as over RPC), so a library of the first one counts as without the patch
     Patch("device-draft-tokens", "gguf_mtp_patch_device_draft_tokens_2", feed_archs=frozenset({"qwen35", "qwen35moe"})),
+    # ggml-cuda's argmax (a backend sampler's greedy pick) over a few long rows split across blocks; CUDA builds only
+    Patch("cuda-argmax-split", "gguf_mtp_patch_cuda_argmax_split"),
 )
 
 
