@@ -8,7 +8,11 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.gpu_timeline import calls_from_trace, load_trace, report
+
+pytestmark = pytest.mark.fast  # reads a written trace: no llama.cpp needed to run
 
 PID, TID = 100, 100
 
