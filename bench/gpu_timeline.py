@@ -25,13 +25,14 @@ import os
 import sys
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp before numpy and torch)
 
 # isort: split
+from bench import runtime_calls
 from bench.common import exit_after
 from bench.gpu_kernels import family
 from bench.oneshot import PROMPT
@@ -52,41 +53,6 @@ class Call:
     def __init__(self, label: str, ts: float, dur: float) -> None:
         self.label, self.ts, self.dur = label, ts, dur
         self.gpu: list[tuple[float, float, str]] = []
-
-
-def _annotate(cls: type, name: str, label: Callable[..., str], record: Callable[[str], Any]) -> None:
-    """Wrap ``cls.name`` in a profiler range named ``label(self, *args)``."""
-    real = getattr(cls, name)
-
-    def wrapped(obj: Any, *a: Any, **kw: Any) -> Any:
-        with record(label(obj, *a)):
-            return real(obj, *a, **kw)
-
-    setattr(cls, name, wrapped)
-
-
-def instrument(record: Callable[[str], Any]) -> None:
-    """Profiler ranges around the runtime's calls that launch GPU work or wait for it."""
-    from gguf_mtp.runtime import llama, sampling
-
-    mtp: set[int] = set()
-
-    def role(ctx: llama.Context) -> str:
-        return "mtp" if id(ctx) in mtp else "tgt"
-
-    def decode_label(ctx: llama.Context, b: llama.Batch) -> str:
-        if b.embd is not None:
-            mtp.add(id(ctx))
-        return f"decode[{role(ctx)}] n={b.n}"
-
-    _annotate(llama.Context, "decode_batch", decode_label, record)
-    _annotate(llama.Context, "synchronize", lambda ctx: f"sync[{role(ctx)}]", record)
-    _annotate(llama.Context, "h_rows", lambda ctx, *a: f"h_rows[{role(ctx)}]", record)
-    _annotate(llama.Context, "seq_rm", lambda ctx, *a: f"seq_rm[{role(ctx)}]", record)
-    for name in ("keep_sampled_token", "keep_nextn_rows"):
-        if hasattr(llama.Context, name):
-            _annotate(llama.Context, name, lambda ctx, *a, n=name: f"{n}[{role(ctx)}]", record)
-    _annotate(sampling.ContextSampler, "sample", lambda smp, i: "sample", record)
 
 
 def calls_from_trace(events: Iterable[dict[str, Any]]) -> tuple[list[Call], list[tuple[float, float, str]]]:
@@ -234,7 +200,7 @@ def profile_answer(model: str, k: int, n: int, ngl: int, trace_out: Path | None)
 
     if not torch.cuda.is_available():
         raise SystemExit("error: torch sees no CUDA device: run this on the GPU machine")
-    instrument(record_function)
+    runtime_calls.wrap_runtime_calls(record_function)
     with MTPSession(model, mtp=k > 0, n_draft=max(k, 1), n_gpu_layers=ngl, n_ctx=4096) as s:
         s.generate(PROMPT, max_tokens=32)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

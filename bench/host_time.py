@@ -15,13 +15,31 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import time
-from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp before numpy)
+from bench import runtime_calls
 from bench.oneshot import PROMPT
-from gguf_mtp.runtime import llama, proposer, rollback, sampling
+from gguf_mtp.runtime import proposer, rollback, sampling
+
+
+class _Timed:
+    """One timed call: its seconds and count go to ``timers`` under ``label``."""
+
+    __slots__ = ("label", "t0", "timers")
+
+    def __init__(self, timers: Timers, label: str) -> None:
+        self.timers, self.label, self.t0 = timers, label, 0.0
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.timers.seconds[self.label] += time.perf_counter() - self.t0
+        self.timers.calls[self.label] += 1
 
 
 class Timers:
@@ -32,41 +50,20 @@ class Timers:
         self.seconds: dict[str, float] = collections.defaultdict(float)
         self.calls: collections.Counter[str] = collections.Counter()
 
-    def wrap(self, cls: type, name: str, label: Callable[..., str]) -> None:
-        """Time ``cls.name`` under the label ``label(self, *args)`` gives."""
-        real = getattr(cls, name)
+    def around(self, label: str) -> AbstractContextManager[Any]:
+        """What a wrapped call runs inside (``bench.runtime_calls``): timed under ``label`` while on."""
+        return _Timed(self, label) if self.on else _OFF
 
-        def timed(obj: Any, *a: Any, **kw: Any) -> Any:
-            if not self.on:
-                return real(obj, *a, **kw)
-            t = time.perf_counter()
-            try:
-                return real(obj, *a, **kw)
-            finally:
-                key = label(obj, *a)
-                self.seconds[key] += time.perf_counter() - t
-                self.calls[key] += 1
 
-        setattr(cls, name, timed)
+_OFF = contextlib.nullcontext()
 
 
 def instrument(variant: str) -> Timers:
     t = Timers()
-    mtp: set[int] = set()  # the contexts given hidden rows (batch.embd): the MTP context
-
-    def decode_label(ctx: llama.Context, b: llama.Batch) -> str:
-        if b.embd is not None:
-            mtp.add(id(ctx))
-        return f"decode[{'mtp' if b.embd is not None else 'tgt'}] n={b.n}"
-
-    t.wrap(llama.Context, "decode_batch", decode_label)
-    t.wrap(llama.Context, "synchronize", lambda ctx: f"sync[{'mtp' if id(ctx) in mtp else 'tgt'}]")
-    t.wrap(llama.Context, "seq_rm", lambda ctx, *a: "seq_rm")
-    t.wrap(llama.Context, "h_rows", lambda ctx, *a: "h_rows")
-    t.wrap(sampling.ContextSampler, "sample", lambda smp, i: "sample")
-    t.wrap(proposer.MtpProposer, "commit", lambda p, *a: "proposer.commit (incl.)")
-    t.wrap(proposer.MtpProposer, "propose", lambda p, *a: "proposer.propose (incl.)")
-    t.wrap(rollback.Rollback, "settle", lambda r, *a: "rollback.settle (incl.)")
+    runtime_calls.wrap_runtime_calls(t.around)
+    runtime_calls.wrap(proposer.MtpProposer, "commit", lambda p, *a: "proposer.commit (incl.)", t.around)
+    runtime_calls.wrap(proposer.MtpProposer, "propose", lambda p, *a: "proposer.propose (incl.)", t.around)
+    runtime_calls.wrap(rollback.Rollback, "settle", lambda r, *a: "rollback.settle (incl.)", t.around)
     if variant == "ro0":
         use = sampling.ContextSampler.use
 

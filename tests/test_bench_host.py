@@ -60,7 +60,7 @@ def test_host_time_lists_the_steps_calls(tmp_path: Path) -> None:
     steps = int(head.split(" tokens in ")[1].split()[0])
     assert 0 < steps <= 24
     rows = {line.split()[0] for line in out if line.startswith("  ")}
-    assert {"decode[tgt]", "decode[mtp]", "sample", "seq_rm"} <= rows, rows
+    assert {"decode[tgt]", "decode[mtp]", "sample", "seq_rm[mtp]", "sync[tgt]"} <= rows, rows
     plain = bench("bench.host_time", str(model), "-k", "0", "-n", "8", "-ngl", "0")
     assert not any("decode[mtp]" in line for line in plain)
 
