@@ -91,6 +91,26 @@ patch_llama() {  # our patches (patches/llama.cpp, as scripts/setup.sh applies t
     done
 }
 
+one_model() {  # $1: SHAPE:TRUNK; the shape's model with a noisy head (DRAFT_VOCAB: with that draft vocabulary) into M,
+              # made while llama.cpp builds
+    deps
+    SP="${1:-9b:q8_0}"
+    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 -m bench.models --workdir "$WORK" --shape "${SP%%:*}" \
+        --trunks "${SP#*:}" --vocab "${VOCAB:-248320}" ${NOISE:+--noise "$NOISE"} --threads "$(nproc)" \
+        --manifest "$WORK/models-${SP%%:*}.txt" > "$OUT/models.log" 2>&1 &
+    MODELS=$!
+    build
+    wait "$MODELS" || { tail -20 "$OUT/models.log"; exit 1; }
+    if [ -n "${DRAFT_VOCAB:-}" ]; then
+        py -m bench.models --workdir "$WORK" --shape "${SP%%:*}" --trunks "${SP#*:}" --vocab "${VOCAB:-248320}" \
+            ${NOISE:+--noise "$NOISE"} --draft-vocab "$DRAFT_VOCAB" --manifest "$WORK/models-${SP%%:*}.txt" \
+            >> "$OUT/models.log" 2>&1 || { tail -20 "$OUT/models.log"; exit 1; }
+        M="$(grep -m1 -i "^${SP%%:*} ${SP#*:}, noisy head.*, draft vocab $DRAFT_VOCAB=" "$WORK/models-${SP%%:*}.txt" | cut -d= -f2-)"
+    else
+        M="$(grep -m1 -i "^${SP%%:*} ${SP#*:}, noisy head" "$WORK/models-${SP%%:*}.txt" | cut -d= -f2-)"
+    fi
+}
+
 deps() {  # llama-cpp-python's Python package (its libraries come from the llama.cpp build), gguf-mtp from here
     [ -d "$SRC" ] || { rm -rf "$BDIR" && mkdir -p "$BDIR" && tar xzf .carry/llama_cpp_python-0.3.36-trim.tar.gz -C "$BDIR" && patch_llama; }
     if [ ! -d "$SITE/llama_cpp" ]; then
@@ -264,38 +284,23 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
     fi
     log "done"
     ;;
-kernels|timeline)  # $2: SHAPE:TRUNK (one model); where a decode's GPU time goes, kernel by kernel
-    deps
-    SP="${2:-9b:q8_0}"
-    PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 -m bench.models --workdir "$WORK" --shape "${SP%%:*}" \
-        --trunks "${SP#*:}" --vocab "${VOCAB:-248320}" ${NOISE:+--noise "$NOISE"} --threads "$(nproc)" \
-        --manifest "$WORK/models-${SP%%:*}.txt" > "$OUT/models.log" 2>&1 &
-    MODELS=$!
-    build
-    wait "$MODELS" || { tail -20 "$OUT/models.log"; exit 1; }
-    if [ -n "${DRAFT_VOCAB:-}" ]; then
-        py -m bench.models --workdir "$WORK" --shape "${SP%%:*}" --trunks "${SP#*:}" --vocab "${VOCAB:-248320}" \
-            ${NOISE:+--noise "$NOISE"} --draft-vocab "$DRAFT_VOCAB" --manifest "$WORK/models-${SP%%:*}.txt" \
-            >> "$OUT/models.log" 2>&1 || { tail -20 "$OUT/models.log"; exit 1; }
-        M="$(grep -m1 -i "^${SP%%:*} ${SP#*:}, noisy head.*, draft vocab $DRAFT_VOCAB=" "$WORK/models-${SP%%:*}.txt" | cut -d= -f2-)"
-    else
-        M="$(grep -m1 -i "^${SP%%:*} ${SP#*:}, noisy head" "$WORK/models-${SP%%:*}.txt" | cut -d= -f2-)"
-    fi
-    if [ "$1" = timeline ]; then  # one traced answer a row (bench/gpu_timeline.py: PyTorch's profiler)
-        mkdir -p "$OUT/timeline"
-        for row in ${TIMELINE_ROWS:-0 2 2:GGUF_MTP_DEVICE_FEED=1}; do
-            k="${row%%:*}"; envs=(); [ "$row" = "$k" ] || read -r -a envs <<< "${row#*:}"
-            name="k$k$(printf -- '-%s' "${envs[@]}" | tr -c 'A-Za-z0-9_-' '_' | sed 's/-$//')"
-            log "timeline $name"
-            env "${envs[@]}" PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout 300 python3 -m bench.gpu_timeline \
-                "$M" -k "$k" -n "${TIMELINE_N:-64}" -ngl $NGL --trace "$OUT/timeline/$name.json.gz" 2>&1 \
-                | grep -v "^USDT\|^llama\|^load\|^print_info" | tee "$OUT/timeline/$name.txt" | tail -60 \
-                || log "timeline $name failed (above)"
-        done
-        tar czf "$OUT/timeline.tgz" -C "$OUT" timeline && rm -rf "$OUT/timeline"  # one file: the device returns a few
-        log "done"
-        exit 0
-    fi
+timeline)  # $2: SHAPE:TRUNK (one model); one traced answer a row (bench/gpu_timeline.py: PyTorch's profiler)
+    one_model "${2:-}"
+    mkdir -p "$OUT/timeline"
+    for row in ${TIMELINE_ROWS:-0 2 2:GGUF_MTP_DEVICE_FEED=1}; do
+        k="${row%%:*}"; envs=(); [ "$row" = "$k" ] || read -r -a envs <<< "${row#*:}"
+        name="k$k$(printf -- '-%s' "${envs[@]}" | tr -c 'A-Za-z0-9_-' '_' | sed 's/-$//')"
+        log "timeline $name"
+        env "${envs[@]}" PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout 300 python3 -m bench.gpu_timeline \
+            "$M" -k "$k" -n "${TIMELINE_N:-64}" -ngl $NGL --trace "$OUT/timeline/$name.json.gz" 2>&1 \
+            | grep -v "^USDT\|^llama\|^load\|^print_info" | tee "$OUT/timeline/$name.txt" | tail -60 \
+            || log "timeline $name failed (above)"
+    done
+    tar czf "$OUT/timeline.tgz" -C "$OUT" timeline && rm -rf "$OUT/timeline"  # one file: the device returns a few
+    log "done"
+    ;;
+kernels)  # $2: SHAPE:TRUNK (one model); where a decode's GPU time goes, kernel by kernel (bench/gpu_kernels.py, ncu)
+    one_model "${2:-}"
     NCU="$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)"
     [ -n "$NCU" ] || { echo "ncu (Nsight Compute) not found" >&2; exit 1; }
     mkdir -p "$OUT/kernels"
