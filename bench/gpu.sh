@@ -16,7 +16,7 @@
 #                                         # DRAFT_VOCAB): bench/gpu_kernels.py
 #   bash bench/gpu.sh timeline [9b:q8_0]  # a traced answer a row, the GPU's idle time by transition and each
 #                                         # call's kernels (bench/gpu_timeline.py; TIMELINE_ROWS, default
-#                                         # "0 2 2:GGUF_MTP_DEVICE_FEED=1": k, then a row's environment;
+#                                         # "0 2 2:GGML_CUDA_ARGMAX_SPLIT=0": k, then a row's environment;
 #                                         # TIMELINE_N tokens, default 64; DRAFT_VOCAB as for kernels)
 #   bash bench/gpu.sh backend-ops    # llama.cpp's test-backend-ops against this build: OPS (default ARGMAX)
 #                                    # checked against the CPU, then timed (needs tests/test-backend-ops.cpp: .carry)
@@ -287,11 +287,14 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
 timeline)  # $2: SHAPE:TRUNK (one model); one traced answer a row (bench/gpu_timeline.py: PyTorch's profiler)
     one_model "${2:-}"
     mkdir -p "$OUT/timeline"
-    for row in ${TIMELINE_ROWS:-0 2 2:GGUF_MTP_DEVICE_FEED=1}; do
+    # torch's libraries after llama.cpp's abort the process (free(): invalid pointer: libggml-cuda's own copies of
+    # libstdc++ symbols, loaded globally, serve them) unless the system libstdc++ is loaded first
+    STDCXX="$(ldconfig -p | grep -m1 'libstdc++.so.6 ' | sed 's/.*=> //')"
+    for row in ${TIMELINE_ROWS:-0 2 2:GGML_CUDA_ARGMAX_SPLIT=0}; do
         k="${row%%:*}"; envs=(); [ "$row" = "$k" ] || read -r -a envs <<< "${row#*:}"
         name="k$k$(printf -- '-%s' "${envs[@]}" | tr -c 'A-Za-z0-9_-' '_' | sed 's/-$//')"
         log "timeline $name"
-        env "${envs[@]}" PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout 300 python3 -m bench.gpu_timeline \
+        env "${envs[@]}" LD_PRELOAD="$STDCXX" PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH="$LCPP/bin" timeout 300 python3 -m bench.gpu_timeline \
             "$M" -k "$k" -n "${TIMELINE_N:-64}" -ngl $NGL --trace "$OUT/timeline/$name.json.gz" 2>&1 \
             | grep -v "^USDT\|^llama\|^load\|^print_info" | tee "$OUT/timeline/$name.txt" | tail -60 \
             || log "timeline $name failed (above)"

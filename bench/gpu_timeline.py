@@ -12,7 +12,11 @@ last kernel and the draft's first, for the host to read, commit and launch).
     python3 -m bench.gpu_timeline MODEL.gguf [-k 2] [-n 64] [-ngl 99] [--trace out.json.gz]
     python3 -m bench.gpu_timeline --parse out.json.gz -k 2      # the report of a saved trace
 
-Needs PyTorch with CUDA (the GPU machine's python3 has it). ``GGUF_MTP_*`` switches apply as in ``run``.
+Needs PyTorch with CUDA (the GPU machine's python3 has it). ``GGUF_MTP_*`` switches apply as in ``run``. With a CUDA
+build, load the system libstdc++ first (``LD_PRELOAD=$(ldconfig -p | grep -m1 'libstdc++.so.6 ' | sed 's/.*=> //')``,
+as ``bench/gpu.sh timeline`` does): otherwise torch's libraries, loaded after llama.cpp's, abort the process
+(``free(): invalid pointer``). On Hopper ggml-cuda launches kernels before their predecessor ends (programmatic
+dependent launch), so the kernel families count each kernel's own time, after the one before it ended.
 """
 
 from __future__ import annotations
@@ -123,6 +127,17 @@ def _union(spans: list[tuple[float, float, str]]) -> float:
     return total
 
 
+def _exclusive(spans: list[tuple[float, float, str, str]]) -> list[float]:
+    """Each span's own time, the spans sorted by start: the part after every span that started before it has ended.
+    ggml-cuda launches kernels early on Hopper (programmatic dependent launch): a kernel's recorded start can come
+    before its predecessor's end, and that wait is not its work."""
+    out, end = [], float("-inf")
+    for s, e, _, _ in spans:
+        out.append(max(0.0, e - max(s, end)))
+        end = max(end, e)
+    return out
+
+
 def _kind(label: str) -> str:
     """A decode's kind for the idle table: the verify (target, several rows), a plain target decode, a head's."""
     if label.startswith("decode[tgt]"):
@@ -155,18 +170,18 @@ def report(calls: list[Call], stray: list[tuple[float, float, str]], steps: int,
     if stray:
         lines.append(f"{'(launched outside a range)':28s} {len(stray) / steps:10.2f} {'':8s} "
                      f"{_union(stray) / steps:8.1f} (per step)")
+    own: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    count: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for (_, _, n, label), us in zip(timed, _exclusive(timed)):
+        own[label][family(n)] += us
+        count[label][family(n)] += 1
     for label, cs in sorted(by.items()):
         if not label.startswith("decode") or not any(c.gpu for c in cs):
             continue
-        fam: dict[str, float] = defaultdict(float)
-        count: dict[str, int] = defaultdict(int)
-        for c in cs:
-            for s, e, n in c.gpu:
-                fam[family(n)] += e - s
-                count[family(n)] += 1
-        lines.append(f"{label}: kernel families, us a call")
+        fam = own[label]
+        lines.append(f"{label}: kernel families, own us a call (a kernel's wait for the one before it left out)")
         for f, us in sorted(fam.items(), key=lambda kv: -kv[1])[:top]:
-            lines.append(f"    {us / len(cs):8.1f}  x{count[f] / len(cs):<6.1f} {f}")
+            lines.append(f"    {us / len(cs):8.1f}  x{count[label][f] / len(cs):<6.1f} {f}")
     idle: dict[str, float] = defaultdict(float)
     end, before = timed[0][1], _kind(timed[0][3])
     for s, e, _, label in timed[1:]:

@@ -15,6 +15,7 @@ from bench.gpu_timeline import calls_from_trace, load_trace, report
 pytestmark = pytest.mark.fast  # reads a written trace: no llama.cpp needed to run
 
 PID, TID = 100, 100
+FAMILIES = "decode[tgt] n=2: kernel families, own us a call (a kernel's wait for the one before it left out)"
 
 
 def _range(name: str, ts: float, dur: float) -> dict:
@@ -81,7 +82,7 @@ def test_report_gives_gpu_time_families_and_idle_by_transition(tmp_path: Path) -
     assert verify.split()[2:7] == ["1.00", "30.0", "1000.0", "1000.0", "2.0"], verify
     draft = next(x for x in lines if x.startswith("decode[mtp] n=2 "))
     assert draft.split()[4] == "100.0", draft
-    fam = lines.index("decode[tgt] n=2: kernel families, us a call")
+    fam = lines.index(FAMILIES)
     assert lines[fam + 1].split(None, 2) == ["600.0", "x1.0", "mul_mat_vec_q<(ggml_type)8, 2>"]
     idle = {x.split(None, 1)[1]: float(x.split()[0]) for x in lines[lines.index(
         "GPU idle by transition (what ran last -> what ran next), us a step") + 1:]}
@@ -89,6 +90,20 @@ def test_report_gives_gpu_time_families_and_idle_by_transition(tmp_path: Path) -
     # (the last step has no next verify: 2 of those gaps over 3 steps)
     assert idle["verify -> draft"] == 50.0 and idle["draft -> sample"] == 7.0
     assert idle["sample -> verify"] == round(2 * 141 / 3, 1)
+
+
+def test_a_kernel_launched_early_counts_only_its_own_time() -> None:
+    """Under programmatic dependent launch the norm's recorded start (t+600) comes before the mat-vec's end (t+640):
+    its family gets the 400 us after that end, and the verify's GPU time stays the union, 1000 us."""
+    events = []
+    for e in trace(1):
+        if e.get("name", "").startswith("void rms_norm"):
+            e = dict(e, ts=e["ts"] - 40, dur=e["dur"] + 40)
+        events.append(e)
+    lines = report(*calls_from_trace(events), steps=1).splitlines()
+    assert next(x for x in lines if x.startswith("decode[tgt] n=2 ")).split()[4] == "1000.0"
+    fam = lines.index(FAMILIES)
+    assert [x.split()[0] for x in lines[fam + 1:fam + 3]] == ["600.0", "400.0"], lines[fam + 1:fam + 3]
 
 
 def test_a_trace_without_gpu_events_says_so() -> None:
