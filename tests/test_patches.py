@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gguf_mtp.runtime import patches
+from gguf_mtp.runtime import llama, patches
 from gguf_mtp.runtime.llama import Context, Model
 from gguf_mtp.runtime.rollback import open_target
 from tests.test_setup_cache import CPU_ONLY, entries, n_calls, setup_sh
@@ -49,6 +49,23 @@ def test_every_patch_file_is_known_and_exports_its_marker() -> None:
         assert {"What", "Why", "Upstream"} <= h.keys(), f.name
         added = [ln[1:] for ln in f.read_text().splitlines() if ln.startswith("+") and not ln.startswith("+++")]
         assert any(re.search(rf"\bvoid {known.marker}\(void\) \{{\}}", ln) for ln in added), f.name
+        # a back-end's patch defines its marker in that back-end's sources (the library only its builds have)
+        where = {path for path, lines in added_by_file(f).items()
+                 if any(re.search(rf"\bvoid {known.marker}\(void\) \{{\}}", ln) for ln in lines)}
+        assert all(w.startswith(f"ggml/src/ggml-{known.backend.lower()}/") for w in where) if known.backend else \
+            not any(re.match(r"ggml/src/ggml-(cuda|vulkan|metal|sycl|opencl)/", w) for w in where), (f.name, where)
+
+
+def added_by_file(patch: Path) -> dict[str, list[str]]:
+    """Each file's added lines in a patch."""
+    out: dict[str, list[str]] = {}
+    cur: list[str] = []
+    for ln in patch.read_text().splitlines():
+        if ln.startswith("+++ b/"):
+            cur = out.setdefault(ln[6:], [])
+        elif ln.startswith("+") and not ln.startswith("+++"):
+            cur.append(ln[1:])
+    return out
 
 
 # --- setup.sh applies them -----------------------------------------------------------------------------------
@@ -234,6 +251,11 @@ def test_the_loaded_library_carries_what_setup_applied() -> None:
     want = expected_patches()
     if want is None:
         pytest.skip(f"no record of this library's patches ({EXPECT_ENV} unset, {RECORD} absent)")
+    # a patch of one back-end's code has its marker only in a library built with that back-end (a CPU wheel
+    # applied cuda-argmax-split but has no libggml-cuda)
+    built = set(llama.registry().registries())
+    by_name = {p.name: p for p in patches.KNOWN}
+    want = [n for n in want if not by_name[n].backend or by_name[n].backend in built]
     assert patches.names() == want
     line = patches.startup_line()
     assert line == "llama.cpp patches: " + (", ".join(want) if want else "none (stock)")

@@ -62,14 +62,55 @@ def test_every_pip_install_line_installs_what_exists() -> None:
                 assert e.strip() in extras, (target, extras)
 
 
-def test_the_headline_table_is_the_one_shot_reference() -> None:
-    """README's speed table (issue 24 item 6) is bench/reference/oneshot-h200-{9b,35b-a3b}-shipped/oneshot.txt:
+def _speed_tables() -> tuple[str, list[list[str]]]:
+    """README's speed section and its tables, each as its rows (separator rows left out), in order."""
+    section = README[README.index("\n## Speed\n") + 1:].split("\n## ", 1)[0]
+    tables: list[list[str]] = []
+    prev = ""
+    for ln in section.splitlines():
+        if ln.startswith("| ") and "---" not in ln:
+            if not prev.startswith("|"):
+                tables.append([])
+            tables[-1].append(ln)
+        prev = ln
+    return section, tables
+
+
+def test_the_speed_section_leads_with_the_same_call_reference() -> None:
+    """README's first speed table is bench/reference/same-call-h200-9b-s31 (calls 2 and 3, one process a row): each
+    row's process count, median t/s and ratio to llama-completion's median, to the printed rounding."""
+    import json
+    import statistics
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-9b-s31"
+    section, tables = _speed_tables()
+    assert str(ref.relative_to(ROOT)) in section
+    runs: dict[str, list[float]] = {}
+    for name in ("ab-call2.jsonl", "ab-call3.jsonl"):
+        for line in (ref / name).read_text().splitlines():
+            row = json.loads(line)
+            runs.setdefault(row["row"], []).append(float(row["tps"]))
+    base = statistics.median(runs["lc"])
+    header, *body = tables[0]
+    assert [c.strip() for c in header.strip("|").split("|")] == ["driver", "processes", "t/s", "x llama-completion"]
+    names = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run --no-mtp`": "plain",
+             "`gguf-mtp run` (k=2, the default)": "k2", "`gguf-mtp run --spec-draft-n-max 3`": "k3",
+             "`gguf-mtp run --spec-draft-n-max auto`": "auto"}
+    assert len(body) == len(names)
+    for line in body:
+        driver, count, tps, ratio = (c.strip().replace("**", "") for c in line.strip("|").split("|"))
+        key = next(v for k, v in names.items() if driver.startswith(k))
+        v = statistics.median(runs[key])
+        assert (count, tps, ratio) == (str(len(runs[key])), f"{v:.1f}", f"{v / base:.2f}x"), line
+
+
+def test_the_release_table_is_the_one_shot_reference() -> None:
+    """README's release table (issue 24 item 6) is bench/reference/oneshot-h200-{9b,35b-a3b}-shipped/oneshot.txt:
     every tokens/s and ratio to llama-completion, llama.cpp's MTP rows beside ours, to the printed rounding."""
     refs = [ROOT / "bench" / "reference" / f"oneshot-h200-{shape}-shipped" / "oneshot.txt"
             for shape in ("9b", "35b-a3b")]
-    section = README[README.index("\n## Speed\n") + 1:]
-    table = [ln for ln in section.split("\n## ", 1)[0].splitlines() if ln.startswith("| ") and "---" not in ln]
-    header, body = table[0], table[1:]
+    section, tables = _speed_tables()
+    header, *body = next(t for t in tables if "| plain |" in t[0])
     assert [c.strip() for c in header.strip("|").split("|")][2:] == ["plain", "k=1", "k=2", "k=3", "k=4", "auto"]
     lcpp = ["llama-completion", *(f"llama-speculative-simple k={k}" for k in range(1, 5)), None]
     ours = ["run --no-mtp", *(f"run k={k}" for k in range(1, 5)), "run auto"]

@@ -28,6 +28,9 @@ class Patch:
     #: the environment variable that switches the patch on (read by ggml; the patch leaves it off so that llama.cpp's
     #: own tools built from the same source behave as stock unless it is set): set by :func:`enable_switches`
     switch: str = ""
+    #: the ggml back-end (its registry's name) whose library alone holds the change and the marker, as ``CUDA``;
+    #: empty where every build has them. A library built without that back-end lacks the marker, whatever was applied
+    backend: str = ""
 
 
 #: every patch gguf-mtp knows, shipped (patches/llama.cpp) or still to be measured (patches/llama.cpp/proposed,
@@ -49,7 +52,7 @@ KNOWN: tuple[Patch, ...] = (
     # embedding's backend and the layers', as over RPC), so a library of the first one counts as without the patch
     Patch("device-draft-tokens", "gguf_mtp_patch_device_draft_tokens_2", feed_archs=frozenset({"qwen35", "qwen35moe"})),
     # ggml-cuda's argmax (a backend sampler's greedy pick) over a few long rows split across blocks; CUDA builds only
-    Patch("cuda-argmax-split", "gguf_mtp_patch_cuda_argmax_split"),
+    Patch("cuda-argmax-split", "gguf_mtp_patch_cuda_argmax_split", switch="GGML_CUDA_ARGMAX_SPLIT", backend="CUDA"),
 )
 
 
