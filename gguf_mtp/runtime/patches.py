@@ -53,6 +53,9 @@ KNOWN: tuple[Patch, ...] = (
     Patch("device-draft-tokens", "gguf_mtp_patch_device_draft_tokens_2", feed_archs=frozenset({"qwen35", "qwen35moe"})),
     # ggml-cuda's argmax (a backend sampler's greedy pick) over a few long rows split across blocks; CUDA builds only
     Patch("cuda-argmax-split", "gguf_mtp_patch_cuda_argmax_split", switch="GGML_CUDA_ARGMAX_SPLIT", backend="CUDA"),
+    # ggml-cuda's quantized mat-vec capped at one column where MMQ takes the type: a verify's few tokens run MMQ
+    Patch("cuda-mmvq-max-batch", "gguf_mtp_patch_cuda_mmvq_max_batch", switch="GGML_CUDA_MMVQ_MAX_BATCH",
+          backend="CUDA"),
 )
 
 
