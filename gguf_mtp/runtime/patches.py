@@ -39,6 +39,9 @@ KNOWN: tuple[Patch, ...] = (
     Patch("qwen3next-rs-rollback", "gguf_mtp_patch_qwen3next_rs_rollback", rs_rollback_archs=frozenset({"qwen3next"})),
     Patch("draft-vocab", "gguf_mtp_patch_draft_vocab", draft_vocab_archs=frozenset({"qwen35", "qwen35moe"})),
     Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain", chain_archs=frozenset({"qwen35", "qwen35moe"})),
+    # narrow rows share a block in ggml-cuda's non-contiguous concat (a verify's DeltaNet conv windows)
+    Patch("cuda-concat-narrow-rows", "gguf_mtp_patch_cuda_concat_narrow_rows", switch="GGML_CUDA_CONCAT_NARROW_ROWS",
+          backend="CUDA"),
     # fewer copy kernels a decode shorter than n_rs_seq + 1; nothing for the runtime to switch
     Patch("delta-net-conv-snapshots", "gguf_mtp_patch_delta_net_conv_snapshots"),
     # a split's user inputs as one batch of asynchronous copies

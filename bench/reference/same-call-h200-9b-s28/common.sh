@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What every session-28 call script shares (sourced; run from the repository root on the GPU machine): the machine's
-# facts, the build (the shipped patches plus EXTRA_PATCH, a proposed one copied beside them for this build only;
-# reused where the machine still holds it), the 9B shape (Q8_0, ~70% head, 32k draft vocabulary), and one function
-# per row kind, each one process and one 256-token greedy answer appending its t/s to $OUT/ab.jsonl:
+# facts, the build (the shipped patches plus EXTRA_PATCH, proposed ones by number, as "0012 0007", copied beside
+# them for this build only; reused where the machine still holds it), the 9B shape (Q8_0, ~70% head, 32k draft
+# vocabulary), and one function per row kind, each one process and one 256-token greedy answer appending its t/s
+# to $OUT/ab.jsonl:
 # lc (llama-completion), spec K (llama-speculative-simple --spec-type draft-mtp), run LABEL ARGS... (`gguf-mtp run`;
 # the environment a caller puts before it reaches the process). BUDGET_S: the seconds the call may take.
 set -uo pipefail
@@ -10,7 +11,7 @@ T0=$SECONDS
 left() { echo $(( BUDGET_S - (SECONDS - T0) )); }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; lscpu | grep -m1 "Model name"; nproc
 nvcc --version | tail -1; ldd --version | head -1
-cp "patches/llama.cpp/proposed/$EXTRA_PATCH"-*.patch patches/llama.cpp/
+for p in $EXTRA_PATCH; do [ "$p" = none ] || cp "patches/llama.cpp/proposed/$p"-*.patch patches/llama.cpp/; done
 GGUF_MTP_PATCHES=1 DRAFT_VOCAB=32768 DV_ONLY=1 BUDGET=1 bash bench/gpu.sh shapes 9b:q8_0 2>&1 \
   | grep -v "^llama\|^load\|^print_info\|^common" | grep "built\|models\|error\|patch" | tail -6
 M=$(grep -m1 -i "^9b q8_0, noisy head.*, draft vocab 32768=" /tmp/gguf-mtp-bench/models-9b.txt | cut -d= -f2-)
