@@ -59,6 +59,9 @@ KNOWN: tuple[Patch, ...] = (
     # ggml-cuda's quantized mat-vec capped at one column where MMQ takes the type: a verify's few tokens run MMQ
     Patch("cuda-mmvq-max-batch", "gguf_mtp_patch_cuda_mmvq_max_batch", switch="GGML_CUDA_MMVQ_MAX_BATCH",
           backend="CUDA"),
+    # ggml-cuda's Q8_0 mat-vec of 2-4 columns takes a whole block a thread (the scales' work once a block and column)
+    Patch("cuda-mmvq-q8-0-wide", "gguf_mtp_patch_cuda_mmvq_q8_0_wide", switch="GGML_CUDA_MMVQ_Q8_0_WIDE",
+          backend="CUDA"),
 )
 
 
