@@ -76,32 +76,73 @@ def _speed_tables() -> tuple[str, list[list[str]]]:
     return section, tables
 
 
-def test_the_speed_section_leads_with_the_same_call_reference() -> None:
-    """README's first speed table is bench/reference/same-call-h200-9b-s31 (calls 2 and 3, one process a row): each
-    row's process count, median t/s and ratio to llama-completion's median, to the printed rounding."""
+def _rounds(ref: Path, names: tuple[str, ...]) -> dict[str, list[float]]:
+    """Every process's t/s in ``ref``'s JSON-lines files, by row label."""
     import json
+
+    runs: dict[str, list[float]] = {}
+    for name in names:
+        for line in (ref / name).read_text().splitlines():
+            row = json.loads(line)
+            runs.setdefault(row["row"], []).append(float(row["tps"]))
+    return runs
+
+
+def _check_rows(body: list[str], names: dict[str, str], runs: dict[str, list[float]], base: float,
+                skip: int = 0) -> None:
+    """Each row's process count, median t/s and ratio to ``base``, to the printed rounding; ``names`` maps the
+    driver cell's start to the row label. ``skip``: leading cells (as the head) left out."""
+    import statistics
+
+    assert len(body) == len(names)
+    for line in body:
+        driver, count, tps, ratio = (c.strip().replace("**", "") for c in line.strip("|").split("|")[skip:])
+        key = next(v for k, v in names.items() if driver.startswith(k))
+        v = statistics.median(runs[key])
+        assert (count, tps, ratio) == (str(len(runs[key])), f"{v:.1f}", f"{v / base:.2f}x"), line
+
+
+def test_the_speed_section_leads_with_the_same_call_reference() -> None:
+    """README's first speed table is bench/reference/same-call-h200-9b-s32 (call 2: the ~70% head, call 3: a head
+    always right; one process a row), each head's rows against the llama-completion of its own call."""
+    import statistics
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-9b-s32"
+    section, tables = _speed_tables()
+    assert str(ref.relative_to(ROOT)) in section
+    header, *body = tables[0]
+    assert [c.strip() for c in header.strip("|").split("|")] == ["head", "driver", "processes", "t/s",
+                                                                  "x llama-completion"]
+    calls = {"~70%": ("ab-call2.jsonl", {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2",
+                                         "`gguf-mtp run` (k=2, the default)": "k2-mmvq"}),
+             "always right": ("ab-call3.jsonl", {"`llama-completion`": "lc", "llama.cpp's MTP, k=3": "spec3",
+                                                 "llama.cpp's MTP, k=4": "spec4",
+                                                 "`gguf-mtp run --spec-draft-n-max 3`": "p-k3",
+                                                 "`gguf-mtp run --spec-draft-n-max 4`": "p-k4",
+                                                 "`gguf-mtp run --spec-draft-n-max 6`": "p-k6"})}
+    heads = [line.strip("|").split("|")[0].strip() for line in body]
+    assert sorted(set(heads)) == sorted(calls)
+    for head, (name, names) in calls.items():
+        runs = _rounds(ref, (name,))
+        _check_rows([ln for ln, h in zip(body, heads, strict=True) if h == head], names, runs,
+                    statistics.median(runs["lc"]), skip=1)
+
+
+def test_the_previous_same_call_table() -> None:
+    """README's second speed table is bench/reference/same-call-h200-9b-s31 (calls 2 and 3): the plain and auto
+    rows the newest call did not repeat."""
     import statistics
 
     ref = ROOT / "bench" / "reference" / "same-call-h200-9b-s31"
     section, tables = _speed_tables()
     assert str(ref.relative_to(ROOT)) in section
-    runs: dict[str, list[float]] = {}
-    for name in ("ab-call2.jsonl", "ab-call3.jsonl"):
-        for line in (ref / name).read_text().splitlines():
-            row = json.loads(line)
-            runs.setdefault(row["row"], []).append(float(row["tps"]))
-    base = statistics.median(runs["lc"])
-    header, *body = tables[0]
+    runs = _rounds(ref, ("ab-call2.jsonl", "ab-call3.jsonl"))
+    header, *body = tables[1]
     assert [c.strip() for c in header.strip("|").split("|")] == ["driver", "processes", "t/s", "x llama-completion"]
     names = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run --no-mtp`": "plain",
              "`gguf-mtp run` (k=2, the default)": "k2", "`gguf-mtp run --spec-draft-n-max 3`": "k3",
              "`gguf-mtp run --spec-draft-n-max auto`": "auto"}
-    assert len(body) == len(names)
-    for line in body:
-        driver, count, tps, ratio = (c.strip().replace("**", "") for c in line.strip("|").split("|"))
-        key = next(v for k, v in names.items() if driver.startswith(k))
-        v = statistics.median(runs[key])
-        assert (count, tps, ratio) == (str(len(runs[key])), f"{v:.1f}", f"{v / base:.2f}x"), line
+    _check_rows(body, names, runs, statistics.median(runs["lc"]))
 
 
 def test_the_release_table_is_the_one_shot_reference() -> None:

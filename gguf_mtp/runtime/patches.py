@@ -56,12 +56,6 @@ KNOWN: tuple[Patch, ...] = (
     Patch("device-draft-tokens", "gguf_mtp_patch_device_draft_tokens_2", feed_archs=frozenset({"qwen35", "qwen35moe"})),
     # ggml-cuda's argmax (a backend sampler's greedy pick) over a few long rows split across blocks; CUDA builds only
     Patch("cuda-argmax-split", "gguf_mtp_patch_cuda_argmax_split", switch="GGML_CUDA_ARGMAX_SPLIT", backend="CUDA"),
-    # ggml-cuda's quantized mat-vec capped at one column where MMQ takes the type: a verify's few tokens run MMQ
-    Patch("cuda-mmvq-max-batch", "gguf_mtp_patch_cuda_mmvq_max_batch", switch="GGML_CUDA_MMVQ_MAX_BATCH",
-          backend="CUDA"),
-    # ggml-cuda's Q8_0 mat-vec of 2-4 columns takes a whole block a thread (the scales' work once a block and column)
-    Patch("cuda-mmvq-q8-0-wide", "gguf_mtp_patch_cuda_mmvq_q8_0_wide", switch="GGML_CUDA_MMVQ_Q8_0_WIDE",
-          backend="CUDA"),
 )
 
 
