@@ -28,10 +28,16 @@ CMAKE_ARGS="${CMAKE_ARGS:-}"
 # ggml's RPC backend is always built (gguf-mtp run --rpc, gguf-mtp rpc-server); -DGGML_RPC=OFF opts out
 case "$CMAKE_ARGS" in *-DGGML_RPC*) ;; *) CMAKE_ARGS="${CMAKE_ARGS:+$CMAKE_ARGS }-DGGML_RPC=ON" ;; esac
 WHEEL_ONLY=0
+SOURCE_ONLY=""
 case "${1:-}" in
     --wheel-only) WHEEL_ONLY=1 ;;
+    --source-only)
+        SOURCE_ONLY="${2:-}"
+        [ -n "$SOURCE_ONLY" ] || { echo "usage: bash scripts/setup.sh --source-only DIR" >&2; exit 2; }
+        [ ! -e "$SOURCE_ONLY" ] ||
+            { echo "setup: error: $SOURCE_ONLY exists: --source-only writes a new folder (remove it, or name another)" >&2; exit 1; } ;;
     "") ;;
-    *) echo "usage: bash scripts/setup.sh [--wheel-only]" >&2; exit 2 ;;
+    *) echo "usage: bash scripts/setup.sh [--wheel-only | --source-only DIR]" >&2; exit 2 ;;
 esac
 
 # Vulkan: llama.cpp's ggml-vulkan uses VK_EXT_layer_settings, which Vulkan-Headers
@@ -86,6 +92,46 @@ if [ ${#PATCHES[@]} -gt 0 ]; then
     PATCH_HASH="$(cd "$PATCH_DIR" && for p in "${PATCHES[@]}"; do sha1sum -- "${p#"$PATCH_DIR"/}"; done | sha1sum | cut -c1-12)"
     KEY_ARGS="$KEY_ARGS|llama.cpp-patches@$PATCH_HASH"
 fi
+# Unpacks the llama-cpp-python sdist (GGUF_MTP_SDIST, or downloaded with $1 -m pip) into $2/src and applies
+# $PATCHES to its vendor/llama.cpp; sets SRC to the unpacked llama_cpp_python folder. A failure exits with one line.
+unpack_patched() {
+    local py="$1" dest="$2"
+    command -v patch >/dev/null ||
+        { echo "setup: error: applying patches/llama.cpp needs GNU patch (apt-get install patch); GGUF_MTP_PATCHES=0 builds the stock library" >&2; exit 1; }
+    SDIST="${GGUF_MTP_SDIST:-}"
+    if [ -z "$SDIST" ]; then
+        "$py" -m pip download -q --no-deps --no-binary :all: \
+            "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$dest/sdist" ||
+            { echo "setup: error: cannot download the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist to patch (see above); GGUF_MTP_SDIST=FILE uses a local one, GGUF_MTP_PATCHES=0 builds the stock library" >&2; exit 1; }
+        SDIST="$dest/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+    fi
+    mkdir "$dest/src"
+    tar xzf "$SDIST" -C "$dest/src" ||
+        { echo "setup: error: cannot unpack the llama-cpp-python sdist $SDIST" >&2; exit 1; }
+    SRC="$dest/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
+    [ -d "$SRC/vendor/llama.cpp" ] ||
+        { echo "setup: error: $SDIST has no llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp" >&2; exit 1; }
+    for p in "${PATCHES[@]}"; do
+        if ! patch -d "$SRC/vendor/llama.cpp" -p1 --forward --batch --fuzz=0 --no-backup-if-mismatch \
+                --reject-file=- --quiet < "$p" >/dev/null 2>&1; then
+            echo "setup: error: patch patches/llama.cpp/${p#"$PATCH_DIR"/} does not apply to llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's vendor/llama.cpp: nothing was built or cached (update the patch, or GGUF_MTP_PATCHES=0 for the stock library)" >&2
+            exit 1
+        fi
+    done
+    [ ${#PATCHES[@]} = 0 ] || echo "setup: applied patches/llama.cpp: $PATCH_NAMES" >&2
+}
+
+# --source-only DIR: the patched vendor/llama.cpp alone (test-backend-ops is built from it: scripts/backend-ops-check.sh)
+if [ -n "$SOURCE_ONLY" ]; then
+    mkdir -p "$(dirname "$SOURCE_ONLY")"
+    BUILD="$(mktemp -d "$(dirname "$SOURCE_ONLY")/.llama-src.XXXXXX")"
+    trap 'rm -rf "$BUILD"' EXIT
+    trap 'exit 130' INT TERM
+    unpack_patched "$PY" "$BUILD"
+    mv -T "$SRC/vendor/llama.cpp" "$SOURCE_ONLY"
+    echo "setup: wrote $SOURCE_ONLY (llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's vendor/llama.cpp, patches: ${PATCH_NAMES:-none})" >&2
+    exit 0
+fi
 TAG="$(printf '%s|%s' "$LLAMA_CPP_PYTHON_VERSION" "$KEY_ARGS" | sha1sum | cut -c1-12)"
 WHEEL_DIR="$CACHE/$TAG"
 
@@ -134,29 +180,7 @@ if [ -z "$WHEEL" ]; then
     SRC=""  # the patched sdist folder; empty: pip builds the stock sdist
     if [ ${#PATCHES[@]} -gt 0 ]; then
         # patched in a copy inside $BUILD, which the EXIT trap removes: a failure leaves nothing half-applied
-        command -v patch >/dev/null ||
-            { echo "setup: error: applying patches/llama.cpp needs GNU patch (apt-get install patch); GGUF_MTP_PATCHES=0 builds the stock library" >&2; exit 1; }
-        SDIST="${GGUF_MTP_SDIST:-}"
-        if [ -z "$SDIST" ]; then
-            "$CHECK_PY" -m pip download -q --no-deps --no-binary :all: \
-                "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$BUILD/sdist" ||
-                { echo "setup: error: cannot download the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist to patch (see above); GGUF_MTP_SDIST=FILE uses a local one, GGUF_MTP_PATCHES=0 builds the stock library" >&2; exit 1; }
-            SDIST="$BUILD/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
-        fi
-        mkdir "$BUILD/src"
-        tar xzf "$SDIST" -C "$BUILD/src" ||
-            { echo "setup: error: cannot unpack the llama-cpp-python sdist $SDIST" >&2; exit 1; }
-        SRC="$BUILD/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
-        [ -d "$SRC/vendor/llama.cpp" ] ||
-            { echo "setup: error: $SDIST has no llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp" >&2; exit 1; }
-        for p in "${PATCHES[@]}"; do
-            if ! patch -d "$SRC/vendor/llama.cpp" -p1 --forward --batch --fuzz=0 --no-backup-if-mismatch \
-                    --reject-file=- --quiet < "$p" >/dev/null 2>&1; then
-                echo "setup: error: patch patches/llama.cpp/${p#"$PATCH_DIR"/} does not apply to llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's vendor/llama.cpp: nothing was built or cached (update the patch, or GGUF_MTP_PATCHES=0 for the stock library)" >&2
-                exit 1
-            fi
-        done
-        echo "setup: applied patches/llama.cpp: $PATCH_NAMES" >&2
+        unpack_patched "$CHECK_PY" "$BUILD"
     fi
     if [ -n "${GGUF_MTP_WHEEL_BUILD_CMD:-}" ]; then
         bash -c "$GGUF_MTP_WHEEL_BUILD_CMD" build "$BUILD/out" "$SRC"

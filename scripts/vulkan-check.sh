@@ -39,13 +39,8 @@ for m in $MODES; do
     case "$m" in plain|fixed|auto) ;; *) echo "vulkan-check: MODES: '$m' is not plain, fixed or auto" >&2; exit 2 ;; esac
 done
 
-if [ -z "${VK_ICD_FILENAMES:-}${VK_DRIVER_FILES:-}" ]; then
-    LVP="$(ls /usr/share/vulkan/icd.d/lvp_icd."$(uname -m)".json /usr/share/vulkan/icd.d/lvp_icd*.json 2>/dev/null | head -n 1 || true)"
-    [ -n "$LVP" ] || { echo "vulkan-check: lavapipe not found (apt-get install mesa-vulkan-drivers)" >&2; exit 2; }
-    export VK_ICD_FILENAMES="$LVP" VK_DRIVER_FILES="$LVP"  # old and new loader names
-    # ggml-vulkan skips CPU-type devices (lavapipe is one) unless they are named explicitly
-    export GGML_VK_VISIBLE_DEVICES="${GGML_VK_VISIBLE_DEVICES:-0}"
-fi
+# shellcheck source=scripts/lavapipe-env.sh
+source scripts/lavapipe-env.sh vulkan-check
 echo "vulkan-check: driver ${VK_DRIVER_FILES:-$VK_ICD_FILENAMES}; GGUF_MTP_DEVICE_SAMPLING=${GGUF_MTP_DEVICE_SAMPLING:-auto}; modes $MODES; work dir $WORK" >&2
 
 MODEL="$WORK/tiny.gguf"

@@ -10,6 +10,7 @@ import hashlib
 import io
 import os
 import re
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -212,6 +213,36 @@ def test_a_patch_that_does_not_apply_stops_setup_in_one_line(tmp_path: Path) -> 
     assert entries(cache) == []  # no half-patched tree, no build folder
 
 
+def source_only(dest: Path, sdist: Path, switch: str = "1") -> subprocess.CompletedProcess:
+    e = {**os.environ, "PYTHON": sys.executable, "GGUF_MTP_PATCHES": switch, "GGUF_MTP_SDIST": str(sdist)}
+    return subprocess.run(["bash", str(ROOT / "scripts/setup.sh"), "--source-only", str(dest)], env=e, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_source_only_writes_the_patched_tree_once(tmp_path: Path) -> None:
+    """``setup.sh --source-only DIR`` (scripts/backend-ops-check.sh builds test-backend-ops from it): the sdist's
+    vendor/llama.cpp with the shipped patches, every marker in it; never over an existing folder; a patch that
+    does not apply leaves nothing."""
+    sdist = fake_sdist(tmp_path / "sdist.tar.gz", stacked_pre_images(ALL))
+    before = sdist.read_bytes()
+    out = tmp_path / "out"
+    dest = out / "llama.cpp"
+    r = source_only(dest, sdist)
+    assert r.returncode == 0, r.stderr
+    text = "".join(f.read_text() for f in dest.rglob("*") if f.is_file())
+    shipped = {re.sub(r"^\d{4}-", "", f.stem) for f in FILES}
+    for p in patches.KNOWN:
+        assert (p.marker in text) == (p.name in shipped), p.marker
+    assert sorted(x.name for x in out.iterdir()) == ["llama.cpp"] and sdist.read_bytes() == before
+    r = source_only(dest, sdist)
+    assert r.returncode == 1 and f"setup: error: {dest} exists" in r.stderr, r.stderr
+
+    broken = fake_sdist(tmp_path / "broken.tar.gz", pre_images(FILES[0], break_context=True))
+    r = source_only(tmp_path / "out2" / "llama.cpp", broken)
+    assert r.returncode == 1 and f"patch patches/llama.cpp/{FILES[0].name} does not apply" in r.stderr, r.stderr
+    assert list((tmp_path / "out2").iterdir()) == []  # no half-patched tree, no scratch folder
+
+
 @pytest.mark.parametrize("content", [None, b"not a tarball", "no-vendor"])
 def test_an_unusable_sdist_stops_setup(tmp_path: Path, content: bytes | str | None) -> None:
     cache, calls, sdist = tmp_path / "cache", tmp_path / "calls", tmp_path / "sdist.tar.gz"
@@ -303,7 +334,6 @@ def test_switches_follow_the_markers(given: str | None) -> None:
     exactly where the loaded library carries it, leaves a value the user set alone, and never sets one for a patch
     the library lacks (a stock library: none); the whole suite then runs with them on wherever they are patched in."""
     import json
-    import subprocess
 
     switched = [p for p in patches.KNOWN if p.switch]
     assert patches.ASYNC_INPUTS_ENV in [p.switch for p in switched]

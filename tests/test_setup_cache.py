@@ -110,7 +110,7 @@ def test_build_without_a_wheel_leaves_nothing(tmp_path: Path) -> None:
     assert entries(cache) == []
 
 
-@pytest.mark.parametrize("arg", ["--bogus"])
+@pytest.mark.parametrize("arg", ["--bogus", "--source-only"])
 def test_usage(arg: str) -> None:
     r = subprocess.run(["bash", str(ROOT / "scripts/setup.sh"), arg], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "usage:" in r.stderr

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What every session-28 call script shares (sourced; run from the repository root on the GPU machine): the machine's
 # facts, the build (the shipped patches plus EXTRA_PATCH, proposed ones by number, as "0012 0007", copied beside
-# them for this build only; reused where the machine still holds it), the 9B shape (Q8_0, ~70% head, 32k draft
-# vocabulary), and one function per row kind, each one process and one 256-token greedy answer appending its t/s
+# them for this build only; reused where the machine still holds it), the SHAPE (default 9b; 27b, 35b-a3b: Q8_0,
+# ~70% head, 32k draft vocabulary), and one function per row kind, each one process and one 256-token greedy answer appending its t/s
 # to $OUT/ab.jsonl:
 # lc (llama-completion), spec K (llama-speculative-simple --spec-type draft-mtp), run LABEL ARGS... (`gguf-mtp run`;
 # the environment a caller puts before it reaches the process). BUDGET_S: the seconds the call may take.
@@ -12,9 +12,10 @@ left() { echo $(( BUDGET_S - (SECONDS - T0) )); }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; lscpu | grep -m1 "Model name"; nproc
 nvcc --version | tail -1; ldd --version | head -1
 for p in $EXTRA_PATCH; do [ "$p" = none ] || cp "patches/llama.cpp/proposed/$p"-*.patch patches/llama.cpp/; done
-GGUF_MTP_PATCHES=1 DRAFT_VOCAB=32768 DV_ONLY=1 BUDGET=1 bash bench/gpu.sh shapes 9b:q8_0 2>&1 \
+SHAPE=${SHAPE:-9b}
+GGUF_MTP_PATCHES=1 DRAFT_VOCAB=32768 DV_ONLY=1 BUDGET=1 bash bench/gpu.sh shapes "$SHAPE:${TRUNK:-q8_0}" 2>&1 \
   | grep -v "^llama\|^load\|^print_info\|^common" | grep "built\|models\|error\|patch" | tail -6
-M=$(grep -m1 -i "^9b q8_0, noisy head.*, draft vocab 32768=" /tmp/gguf-mtp-bench/models-9b.txt | cut -d= -f2-)
+M=$(grep -m1 -i "^$SHAPE ${TRUNK:-q8_0}, noisy head.*, draft vocab 32768=" "/tmp/gguf-mtp-bench/models-$SHAPE.txt" | cut -d= -f2-)
 echo "[$((SECONDS - T0))s] model: $M; $(left) s left"
 export PYTHONPATH=/tmp/site:$PWD LLAMA_CPP_LIB_PATH=/tmp/lcpp/bin PYTHONUNBUFFERED=1
 python3 -c "import bench.oneshot as o, bench.llamacpp as l, pathlib; l.write_prompt(pathlib.Path('/tmp/p.txt'), o.PROMPT)"
