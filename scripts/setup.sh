@@ -22,6 +22,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 LLAMA_CPP_PYTHON_VERSION="0.3.36"
+# its sdist, as PyPI serves it: a download (or a cached copy) with other bytes is refused
+LLAMA_CPP_PYTHON_SDIST_SHA256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 PY="${PYTHON:-python3}"
 CACHE="${GGUF_MTP_WHEEL_CACHE:-$HOME/.cache/gguf-mtp/wheels}"
 CMAKE_ARGS="${CMAKE_ARGS:-}"
@@ -92,18 +94,30 @@ if [ ${#PATCHES[@]} -gt 0 ]; then
     PATCH_HASH="$(cd "$PATCH_DIR" && for p in "${PATCHES[@]}"; do sha1sum -- "${p#"$PATCH_DIR"/}"; done | sha1sum | cut -c1-12)"
     KEY_ARGS="$KEY_ARGS|llama.cpp-patches@$PATCH_HASH"
 fi
-# Unpacks the llama-cpp-python sdist (GGUF_MTP_SDIST, or downloaded with $1 -m pip) into $2/src and applies
-# $PATCHES to its vendor/llama.cpp; sets SRC to the unpacked llama_cpp_python folder. A failure exits with one line.
+# Unpacks the llama-cpp-python sdist (GGUF_MTP_SDIST, else the cached one, else downloaded with $1 -m pip into $2
+# and cached once its hash is checked) into $2/src and applies $PATCHES to its vendor/llama.cpp; sets SRC to the
+# unpacked llama_cpp_python folder. A failure exits with one line.
 unpack_patched() {
-    local py="$1" dest="$2"
+    local py="$1" dest="$2" name="llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
     command -v patch >/dev/null ||
         { echo "setup: error: applying patches/llama.cpp needs GNU patch (apt-get install patch); GGUF_MTP_PATCHES=0 builds the stock library" >&2; exit 1; }
     SDIST="${GGUF_MTP_SDIST:-}"
     if [ -z "$SDIST" ]; then
-        "$py" -m pip download -q --no-deps --no-binary :all: \
-            "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$dest/sdist" ||
-            { echo "setup: error: cannot download the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist to patch (see above); GGUF_MTP_SDIST=FILE uses a local one, GGUF_MTP_PATCHES=0 builds the stock library" >&2; exit 1; }
-        SDIST="$dest/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+        SDIST="$CACHE/sdist/$name"
+        if [ ! -f "$SDIST" ]; then
+            "$py" -m pip download -q --no-deps --no-binary :all: \
+                "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$dest/sdist" ||
+                { echo "setup: error: cannot download the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist to patch (see above); GGUF_MTP_SDIST=FILE uses a local one, GGUF_MTP_PATCHES=0 builds the stock library" >&2; exit 1; }
+            [ "$(sha256sum < "$dest/sdist/$name" | cut -d' ' -f1)" = "$LLAMA_CPP_PYTHON_SDIST_SHA256" ] ||
+                { echo "setup: error: the downloaded $name is not the sdist PyPI published (sha256 differs): nothing was cached; retry, or GGUF_MTP_SDIST=FILE" >&2; exit 1; }
+            # a copy beside the cache entry, renamed into place: never a half-written entry (the EXIT trap removes it)
+            PARTIAL="$SDIST.$$"
+            mkdir -p "$CACHE/sdist" && mv "$dest/sdist/$name" "$PARTIAL" && mv -f "$PARTIAL" "$SDIST"
+            PARTIAL=""
+        elif [ "$(sha256sum < "$SDIST" | cut -d' ' -f1)" != "$LLAMA_CPP_PYTHON_SDIST_SHA256" ]; then
+            echo "setup: error: the cached $SDIST is not the sdist PyPI published (sha256 differs): remove it to download it again" >&2
+            exit 1
+        fi
     fi
     mkdir "$dest/src"
     tar xzf "$SDIST" -C "$dest/src" ||
@@ -125,7 +139,7 @@ unpack_patched() {
 if [ -n "$SOURCE_ONLY" ]; then
     mkdir -p "$(dirname "$SOURCE_ONLY")"
     BUILD="$(mktemp -d "$(dirname "$SOURCE_ONLY")/.llama-src.XXXXXX")"
-    trap 'rm -rf "$BUILD"' EXIT
+    trap 'rm -rf "$BUILD" ${PARTIAL:+"$PARTIAL"}' EXIT
     trap 'exit 130' INT TERM
     unpack_patched "$PY" "$BUILD"
     mv -T "$SRC/vendor/llama.cpp" "$SOURCE_ONLY"
@@ -173,7 +187,7 @@ if [ -z "$WHEEL" ]; then
     fi
     mkdir -p "$CACHE"
     BUILD="$(mktemp -d "$CACHE/.build-$TAG.XXXXXX")"
-    trap 'rm -rf "$BUILD"' EXIT
+    trap 'rm -rf "$BUILD" ${PARTIAL:+"$PARTIAL"}' EXIT
     trap 'exit 130' INT TERM  # the EXIT trap removes the half-built wheel
     echo "setup: building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from source (CMAKE_ARGS='$CMAKE_ARGS'); ~5 min, cached in $WHEEL_DIR" >&2
     mkdir "$BUILD/out"

@@ -243,6 +243,33 @@ def test_source_only_writes_the_patched_tree_once(tmp_path: Path) -> None:
     assert list((tmp_path / "out2").iterdir()) == []  # no half-patched tree, no scratch folder
 
 
+@pytest.mark.parametrize("where", ["cached", "downloaded"])
+def test_an_sdist_with_other_bytes_is_refused(tmp_path: Path, where: str) -> None:
+    """Without GGUF_MTP_SDIST the sdist comes from the cache, else from pip (a stub here, writing other bytes than
+    PyPI's): either way its sha256 is checked, and a download that fails the check is not cached."""
+    cache = tmp_path / "cache"
+    name = "llama_cpp_python-0.3.36.tar.gz"
+    if where == "cached":
+        (cache / "sdist").mkdir(parents=True)
+        (cache / "sdist" / name).write_bytes(b"not PyPI's bytes")
+    pip = tmp_path / "python"  # `python -m pip download ... -d DIR`: leaves other bytes under the sdist's name
+    pip.write_text('#!/usr/bin/env bash\nwhile [ $# -gt 0 ]; do [ "$1" = -d ] && d="$2"; shift; done\n'
+                   f'mkdir -p "$d" && echo other > "$d/{name}"\n')
+    pip.chmod(0o755)
+    e = {k: v for k, v in os.environ.items() if k != "GGUF_MTP_SDIST"}
+    e.update(PYTHON=str(pip), GGUF_MTP_WHEEL_CACHE=str(cache), GGUF_MTP_PATCHES="1")
+    dest = tmp_path / "out" / "llama.cpp"
+    r = subprocess.run(["bash", str(ROOT / "scripts/setup.sh"), "--source-only", str(dest)], env=e, cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    if where == "cached":
+        assert f"the cached {cache / 'sdist' / name} is not the sdist PyPI published" in r.stderr, r.stderr
+    else:
+        assert f"the downloaded {name} is not the sdist PyPI published" in r.stderr, r.stderr
+        assert not (cache / "sdist").exists() or list((cache / "sdist").iterdir()) == []  # nothing cached
+    assert list((tmp_path / "out").iterdir()) == []  # no scratch folder left
+
+
 @pytest.mark.parametrize("content", [None, b"not a tarball", "no-vendor"])
 def test_an_unusable_sdist_stops_setup(tmp_path: Path, content: bytes | str | None) -> None:
     cache, calls, sdist = tmp_path / "cache", tmp_path / "calls", tmp_path / "sdist.tar.gz"
