@@ -180,8 +180,9 @@ def _anchor(heading: str) -> str:
 
 
 def test_every_link_between_pages_resolves() -> None:
-    """Relative links in README.md and docs/*.md name files that exist, and #anchors headings of the page."""
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    """Relative links in README.md, docs/ (the upstream write-ups too) and the patch set's README name files that
+    exist, and #anchors headings of the page."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "patches/llama.cpp/README.md"]
     checked = 0
     for page in pages:
         text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
