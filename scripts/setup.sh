@@ -36,6 +36,7 @@ case "${1:-}" in
     --source-only)
         SOURCE_ONLY="${2:-}"
         [ -n "$SOURCE_ONLY" ] || { echo "usage: bash scripts/setup.sh --source-only DIR" >&2; exit 2; }
+        case "$SOURCE_ONLY" in /*) ;; *) SOURCE_ONLY="$OLDPWD/$SOURCE_ONLY" ;; esac  # the caller's folder, not ours
         [ ! -e "$SOURCE_ONLY" ] ||
             { echo "setup: error: $SOURCE_ONLY exists: --source-only writes a new folder (remove it, or name another)" >&2; exit 1; } ;;
     "") ;;

@@ -213,9 +213,9 @@ def test_a_patch_that_does_not_apply_stops_setup_in_one_line(tmp_path: Path) -> 
     assert entries(cache) == []  # no half-patched tree, no build folder
 
 
-def source_only(dest: Path, sdist: Path, switch: str = "1") -> subprocess.CompletedProcess:
+def source_only(dest: Path | str, sdist: Path, switch: str = "1", cwd: Path = ROOT) -> subprocess.CompletedProcess:
     e = {**os.environ, "PYTHON": sys.executable, "GGUF_MTP_PATCHES": switch, "GGUF_MTP_SDIST": str(sdist)}
-    return subprocess.run(["bash", str(ROOT / "scripts/setup.sh"), "--source-only", str(dest)], env=e, cwd=ROOT,
+    return subprocess.run(["bash", str(ROOT / "scripts/setup.sh"), "--source-only", str(dest)], env=e, cwd=cwd,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -236,6 +236,8 @@ def test_source_only_writes_the_patched_tree_once(tmp_path: Path) -> None:
     assert sorted(x.name for x in out.iterdir()) == ["llama.cpp"] and sdist.read_bytes() == before
     r = source_only(dest, sdist)
     assert r.returncode == 1 and f"setup: error: {dest} exists" in r.stderr, r.stderr
+    r = source_only("rel/llama.cpp", sdist, cwd=tmp_path)  # a relative DIR is the caller's, not the repository's
+    assert r.returncode == 0 and (tmp_path / "rel/llama.cpp").is_dir() and not (ROOT / "rel").exists(), r.stderr
 
     broken = fake_sdist(tmp_path / "broken.tar.gz", pre_images(FILES[0], break_context=True))
     r = source_only(tmp_path / "out2" / "llama.cpp", broken)
