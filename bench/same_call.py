@@ -61,7 +61,7 @@ def rounds(processes: Sequence[tuple[str, float]]) -> list[dict[str, float]]:
     start = next((lb for lb in labels if labels.count(lb) > 1), None)
     out: list[dict[str, float]] = [{}]
     for label, tps in processes:
-        if label == start and any(lb == start for lb in out[-1]):
+        if label == start and start in out[-1]:
             out.append({})
         out[-1].setdefault(label, tps)
     return [r for r in out if r]

@@ -22,17 +22,14 @@ LIB="$("$VK_VENV/bin/python" -c 'import pathlib, llama_cpp; print(pathlib.Path(l
     { echo "backend-ops-check: error: $VK_VENV has no llama_cpp (set VK_VENV to a venv made by scripts/setup.sh)" >&2; exit 1; }
 [ -e "$LIB/libggml-vulkan.so" ] ||
     { echo "backend-ops-check: error: $LIB has no libggml-vulkan.so: build it with CMAKE_ARGS=\"-DGGML_VULKAN=on\" VENV=$VK_VENV bash scripts/setup.sh" >&2; exit 1; }
-# the venv's library must carry the patch set the source gets, or the test's cases are not the library's
-want="$(for p in patches/llama.cpp/*.patch; do n="${p##*/}"; n="${n%.patch}"; echo "${n#[0-9][0-9][0-9][0-9]-}"; done)"
-have="$(cat "$VK_VENV/.gguf-mtp-llama-patches" 2>/dev/null || true)"
-[ "$want" = "$have" ] ||
-    { echo "backend-ops-check: error: $VK_VENV was built with patches [$(echo $have)], patches/llama.cpp holds [$(echo $want)]: run CMAKE_ARGS=\"-DGGML_VULKAN=on\" VENV=$VK_VENV bash scripts/setup.sh" >&2; exit 1; }
-
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 bash scripts/setup.sh --source-only "$WORK/llama.cpp"
 SRC="$WORK/llama.cpp"
+# the venv's library must carry the patch set the source got, or the test's cases are not the library's
+cmp -s "$SRC/.gguf-mtp-llama-patches" "$VK_VENV/.gguf-mtp-llama-patches" ||
+    { echo "backend-ops-check: error: $VK_VENV was built with patches [$(tr '\n' ' ' < "$VK_VENV/.gguf-mtp-llama-patches" 2>/dev/null)], patches/llama.cpp holds [$(tr '\n' ' ' < "$SRC/.gguf-mtp-llama-patches")]: run CMAKE_ARGS=\"-DGGML_VULKAN=on\" VENV=$VK_VENV bash scripts/setup.sh" >&2; exit 1; }
 echo "backend-ops-check: building test-backend-ops against $LIB" >&2
 "${CXX:-g++}" -O1 -std=c++17 "$SRC/tests/test-backend-ops.cpp" -I"$SRC/ggml/include" \
     -L"$LIB" -lggml -lggml-base -Wl,-rpath,"$LIB" -lpthread -o "$WORK/test-backend-ops"

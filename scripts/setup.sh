@@ -136,6 +136,9 @@ unpack_patched() {
     [ ${#PATCHES[@]} = 0 ] || echo "setup: applied patches/llama.cpp: $PATCH_NAMES" >&2
 }
 
+# the applied patches' names, one a line, into $1: what a venv's wheel and a --source-only tree were patched with
+record_patches() { printf '%s\n' ${PATCH_NAMES//,/} > "$1"; }
+
 # --source-only DIR: the patched vendor/llama.cpp alone (test-backend-ops is built from it: scripts/backend-ops-check.sh)
 if [ -n "$SOURCE_ONLY" ]; then
     mkdir -p "$(dirname "$SOURCE_ONLY")"
@@ -143,6 +146,7 @@ if [ -n "$SOURCE_ONLY" ]; then
     trap 'rm -rf "$BUILD" ${PARTIAL:+"$PARTIAL"}' EXIT
     trap 'exit 130' INT TERM
     unpack_patched "$PY" "$BUILD"
+    record_patches "$SRC/vendor/llama.cpp/.gguf-mtp-llama-patches"
     mv -T "$SRC/vendor/llama.cpp" "$SOURCE_ONLY"
     echo "setup: wrote $SOURCE_ONLY (llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's vendor/llama.cpp, patches: ${PATCH_NAMES:-none})" >&2
     exit 0
@@ -233,5 +237,5 @@ backends check-installed "$VENV/bin/python" --cmake-args="$CMAKE_ARGS" ||
 "$VENV/bin/python" -m pip install -q -e ".[test,serve,lint,plot]"
 touch "$VENV/.gguf-mtp-installed"
 # which patches this venv's wheel was built with (tests/test_patches.py checks the library's markers against it)
-printf '%s\n' ${PATCH_NAMES//,/} > "$VENV/.gguf-mtp-llama-patches"
+record_patches "$VENV/.gguf-mtp-llama-patches"
 echo "setup: ready ($VENV)" >&2

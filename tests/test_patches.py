@@ -234,6 +234,8 @@ def test_source_only_writes_the_patched_tree_once(tmp_path: Path) -> None:
     for p in patches.KNOWN:
         assert (p.marker in text) == (p.name in shipped), p.marker
     assert sorted(x.name for x in out.iterdir()) == ["llama.cpp"] and sdist.read_bytes() == before
+    # the applied set, as a venv records its wheel's (scripts/backend-ops-check.sh compares the two)
+    assert (dest / ".gguf-mtp-llama-patches").read_text().split() == [re.sub(r"^\d{4}-", "", f.stem) for f in FILES]
     r = source_only(dest, sdist)
     assert r.returncode == 1 and f"setup: error: {dest} exists" in r.stderr, r.stderr
     r = source_only("rel/llama.cpp", sdist, cwd=tmp_path)  # a relative DIR is the caller's, not the repository's

@@ -76,15 +76,14 @@ def _speed_tables() -> tuple[str, list[list[str]]]:
     return section, tables
 
 
-def _rounds(ref: Path, names: tuple[str, ...]) -> dict[str, list[float]]:
-    """Every process's t/s in ``ref``'s JSON-lines files, by row label."""
-    import json
+def _by_row(ref: Path, names: tuple[str, ...]) -> dict[str, list[float]]:
+    """Every process's t/s in ``ref``'s JSON-lines files (bench/same_call.py reads them), by row label."""
+    from bench.same_call import read_processes
 
     runs: dict[str, list[float]] = {}
     for name in names:
-        for line in (ref / name).read_text().splitlines():
-            row = json.loads(line)
-            runs.setdefault(row["row"], []).append(float(row["tps"]))
+        for label, tps in read_processes(ref / name):
+            runs.setdefault(label, []).append(tps)
     return runs
 
 
@@ -123,7 +122,7 @@ def test_the_speed_section_leads_with_the_same_call_reference() -> None:
     heads = [line.strip("|").split("|")[0].strip() for line in body]
     assert sorted(set(heads)) == sorted(calls)
     for head, (name, names) in calls.items():
-        runs = _rounds(ref, (name,))
+        runs = _by_row(ref, (name,))
         _check_rows([ln for ln, h in zip(body, heads, strict=True) if h == head], names, runs,
                     statistics.median(runs["lc"]), skip=1)
 
@@ -136,7 +135,7 @@ def test_the_previous_same_call_table() -> None:
     ref = ROOT / "bench" / "reference" / "same-call-h200-9b-s31"
     section, tables = _speed_tables()
     assert str(ref.relative_to(ROOT)) in section
-    runs = _rounds(ref, ("ab-call2.jsonl", "ab-call3.jsonl"))
+    runs = _by_row(ref, ("ab-call2.jsonl", "ab-call3.jsonl"))
     header, *body = tables[1]
     assert [c.strip() for c in header.strip("|").split("|")] == ["driver", "processes", "t/s", "x llama-completion"]
     names = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run --no-mtp`": "plain",
