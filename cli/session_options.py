@@ -63,18 +63,27 @@ def n_predict(default: int, help: str) -> Any:
 
 
 def draft_n(value: str) -> tuple[int, bool]:
-    """--spec-draft-n-max: (draft length, adaptive); ``auto`` adapts it up to 4."""
+    """--spec-draft-n-max: (draft length, adaptive). ``auto`` adapts it up to ``AUTO_DRAFT_MAX``, ``auto:N`` up to N.
+
+    >>> draft_n("3"), draft_n("auto:6")
+    ((3, False), (6, True))
+    """
+    from gguf_mtp.runtime.config import AUTO_DRAFT_MAX
     from gguf_mtp.runtime.options import MAX_DRAFT
 
-    if value.lower() == "auto":
-        return 4, True
+    text = value.strip().lower()
+    adaptive = text == "auto" or text.startswith("auto:")
+    if text == "auto":
+        return AUTO_DRAFT_MAX, True
     try:
-        n = int(value)
+        n = int(text[len("auto:"):] if adaptive else text)
     except ValueError:
-        raise typer.BadParameter(f"--spec-draft-n-max {value!r}: a number (1-{MAX_DRAFT}) or 'auto'") from None
+        raise typer.BadParameter(f"--spec-draft-n-max {value!r}: a number (1-{MAX_DRAFT}), 'auto' or 'auto:N' "
+                                 f"(adapt up to N)") from None
     if not 1 <= n <= MAX_DRAFT:
-        raise typer.BadParameter(f"--spec-draft-n-max must be between 1 and {MAX_DRAFT}")
-    return n, False
+        raise typer.BadParameter(f"--spec-draft-n-max must be between 1 and {MAX_DRAFT}"
+                                 + (f" (auto:{n})" if adaptive else ""))
+    return n, adaptive
 
 
 def session_config(*, draft_n_max: str, p_min: float, prompt_window: int, warmup: bool | None, require_mtp: bool,

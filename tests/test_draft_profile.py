@@ -53,6 +53,22 @@ def test_a_profile_is_saved_and_a_later_run_starts_from_it(pairings, tmp_path: P
     assert len(_lengths(warm)) <= 2 < len(_lengths(cold)), (warm["draft_lengths"], cold["draft_lengths"])
 
 
+
+def test_auto_n_bounds_the_lengths_auto_may_choose(pairings, tmp_path: Path, capsys) -> None:  # noqa: F811
+    """``auto:N`` explores and may choose lengths up to N (6 here, above auto's 4), still lossless; the profile it
+    saves is keyed by that bound."""
+    model, _ = pairings["qwen35"]["bundled"]
+    prof, st = tmp_path / "p.json", tmp_path / "s.json"
+    args = [a if a != "auto" else "auto:6" for a in ARGS]
+    rc, made = run_cli(["run", str(model), *args, "--spec-draft-profile-out", str(prof), "--stats-json", str(st)])
+    assert rc == 0
+    out, _ = capsys.readouterr()
+    check_cli_completion(model, out, made, 40, "run auto:6")
+    p = json.loads(prof.read_text())
+    assert p["key"]["n_draft_max"] == 6 and len(p["acceptance_at"]) == len(p["drafted_at"]) == 6
+    assert {int(k) for k in p["step_ms"]} >= {6, 1, 0}  # warmed up at every length, timed at these at least
+    assert max(_lengths(json.loads(st.read_text()))) <= 6
+
 def test_a_profile_for_another_model_is_not_used(pairings, tmp_path: Path, capsys) -> None:  # noqa: F811
     model, _ = pairings["qwen35"]["bundled"]
     prof, other, s = tmp_path / "p.json", tmp_path / "other.json", tmp_path / "s.json"

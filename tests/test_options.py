@@ -42,6 +42,11 @@ BAD = [
     (["--spec-draft-p-min", "nan"], "--spec-draft-p-min nan"),
     (["-ngl", "-2"], "--n-gpu-layers -2"),
     (["-ngld", "-5"], "--n-gpu-layers-draft -5"),
+    (["--spec-draft-n-max", "auto:0"], "--spec-draft-n-max must be between 1 and 16 (auto:0)"),
+    (["--spec-draft-n-max", "auto:17"], "between 1 and 16 (auto:17)"),
+    (["--spec-draft-n-max", "auto:"], "'auto:': a number (1-16), 'auto' or 'auto:N'"),
+    (["--spec-draft-n-max", "auto:six"], "'auto:six'"),
+    (["--spec-draft-n-max", "autox"], "'autox'"),
 ]
 
 
@@ -73,7 +78,8 @@ def test_draft_limit_is_the_runtimes(converted, no_llama, capsys, monkeypatch) -
     assert main(["run", model, "-p", "hi", "--spec-draft-n-max", "17"]) == 2
     assert "--spec-draft-n-max must be between 1 and 16" in capsys.readouterr().err
     monkeypatch.setattr(runtime_options, "MAX_DRAFT", 8)
-    for value, words in (("9", "between 1 and 8"), ("x", "'x': a number (1-8) or 'auto'")):
+    for value, words in (("9", "between 1 and 8"), ("x", "'x': a number (1-8), 'auto' or 'auto:N'"),
+                         ("auto:9", "between 1 and 8 (auto:9)")):
         assert main(["run", model, "-p", "hi", "--spec-draft-n-max", value]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err, err

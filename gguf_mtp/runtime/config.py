@@ -31,6 +31,9 @@ MIN_TEMP = 1e-30
 #: heads right about 70-85% of the time at the first position, k=2 was the fastest fixed length on the 9B and
 #: 35B-A3B shapes and within 2% of k=3 on the 27B (docs/benchmarks.md, "The default draft length")
 DEFAULT_DRAFT = 2
+#: longest draft ``--spec-draft-n-max auto`` tries (``auto:N`` sets another): every length it may choose is warmed up
+#: and explored, so a longer bound costs load time and exploration on heads that never reach it (docs/run.md)
+AUTO_DRAFT_MAX = 4
 
 
 @dataclass
@@ -134,5 +137,5 @@ def parse_rollback(spec: str) -> RollbackChoice:
     return choice
 
 
-__all__ = ["SessionConfig", "SamplerConfig", "RollbackChoice", "parse_rollback", "DEFAULT_DRAFT", "MAX_DRAFT",
-           "MAX_CTX", "MAX_THREADS", "SEED_RANDOM", "U32_MAX", "F32_MAX", "MIN_TEMP"]
+__all__ = ["SessionConfig", "SamplerConfig", "RollbackChoice", "parse_rollback", "DEFAULT_DRAFT", "AUTO_DRAFT_MAX",
+           "MAX_DRAFT", "MAX_CTX", "MAX_THREADS", "SEED_RANDOM", "U32_MAX", "F32_MAX", "MIN_TEMP"]
