@@ -145,6 +145,46 @@ def test_chained_drafts_all_stay_on_the_device(model: Path, reference: Reference
     assert (on[1], on[2]) == (off[1], off[2]) and sum(on[2]) > 0
 
 
+def test_a_shadow_step_keeps_the_verify_on_the_device(model: Path, reference: Reference,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto's shadow step drafts one token more than it verifies. Its verify still takes its last verified draft on
+    the device, as every other step's does: a verify that read it from the host instead is another graph, built
+    (and on a GPU captured) again on the shadow step and again on the step after it, which cost the 35B-A3B shape
+    6% at one fixed length under auto. Every third step a shadow step at k=2 (bound 4): the verify takes one row
+    on the device on every step, the target builds no more graphs than at a fixed k=2, the shadow drafts are the
+    host path's, and the output is plain decoding's."""
+    from gguf_mtp.runtime.adaptive import DraftLength
+
+    def shadowing(self: DraftLength, stats: object) -> int:
+        self.shadow = self.n % 3 == 2
+        self.k = 2
+        return 2
+
+    def run(on: bool, **kw: object) -> tuple[list, int, list[int], tuple[list[int], list[int]] | None]:
+        monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1" if on else "0")
+        monkeypatch.setenv(patches.DEVICE_FEED_ENV, "0")
+        taken: list[int] = []
+        real = Context.take_tokens_from
+        monkeypatch.setattr(Context, "take_tokens_from",
+                            lambda self, src, rows: bool(taken.append(len(rows))) or real(self, src, rows))
+        try:
+            with MTPSession(model, n_ctx=512, **kw) as s:  # type: ignore[arg-type]
+                gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
+                a = s.engine.adaptive
+                shadows = (list(a._shadow_d), list(a._shadow_a)) if a is not None else None
+                return gens, s.engine.tgt.graphs_reused(), taken, shadows
+        finally:
+            monkeypatch.setattr(Context, "take_tokens_from", real)
+
+    fixed = run(True, n_draft=2)
+    monkeypatch.setattr(DraftLength, "next", shadowing)
+    on, off = run(True, n_draft=4, adaptive=True), run(False, n_draft=4, adaptive=True)
+    reference.check(on[0], "shadow steps, the last verified draft on the device")
+    reference.check(off[0], "shadow steps, every draft read back")
+    assert on[3] is not None and on[3][0][2] > 0 and on[3] == off[3]  # shadow drafts at position 3, the same ones
+    assert set(on[2]) == {1} and len(on[2]) == len(fixed[2]) and not off[2]
+    assert on[1] == fixed[1], (on[1], fixed[1])  # target graphs reused as often as without shadows
+
 def test_p_min_and_the_switch_keep_the_host_path(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with MTPSession(model, n_ctx=512, n_draft=2, p_min=0.1) as s:
         assert not s.engine.head.defers  # p_min reads each draft's probability on the host

@@ -88,13 +88,17 @@ class Proposer:
         return None
 
     def propose(self, heads: Sequence[Proposer], lasts: Sequence[int], pos0s: Sequence[int], ks: Sequence[int],
-                shared: Batch | None = None, *, defer: bool = False) -> tuple[list[list[int]], int]:
+                shared: Batch | None = None, *, defer: bool = False,
+                verified: int | None = None) -> tuple[list[list[int]], int]:
         """Drafts for the sequences of ``heads`` (this one first, all on one MTP context): up to ``ks[s]`` after
         ``lasts[s]`` at ``pos0s[s]`` (0: none); several sequences draft in ``shared``. Also returns how many of a
         drafting sequence's tokens the MTP context holds at ``pos0`` afterwards (1: ``last``; 0: none).
         ``defer``: a lone sequence's last draft (all of them where they are chained in one decode) may stay on the
         device (their places in the list hold placeholders until :meth:`resolve`; :meth:`device_rows` hands them to
-        the verify)."""
+        the verify). ``verified``: of a lone sequence's ``ks[0]`` drafts, how many the verify takes (auto's shadow
+        step drafts one more): with ``defer``, the last of those stays on the device for the verify as on any other
+        step, so the verify's graph is the one every step reuses, and is read as well, since the shadow draft is
+        decoded from it."""
         return [[] for _ in heads], 0
 
     def device_rows(self, tgt: Context, batch: Batch, row: int, drafts: list[int]) -> None:
@@ -165,6 +169,7 @@ class MtpProposer(Proposer):
         # the host starts the verify without waiting for that draft
         self.defers = device_tokens and not self.chain and self.msampler.on_device
         self._deferred: list[int] = []  # the MTP batch entries of the last drafts, whose ids are still on the device
+        self._read = False  # ... and whose ids were read as well (a shadow draft came after them): resolve() has them
         # the head's next decode queued right behind the verify, before the host reads it: every verify row's
         # (target pick, target hidden row) on the device, the feed and the next first draft for whichever row the
         # verify accepts up to (the device-draft-tokens patch's row slots; GGUF_MTP_DEVICE_FEED=1, proposed)
@@ -425,11 +430,13 @@ class MtpProposer(Proposer):
         return out
 
     def propose(self, heads: Sequence[Proposer], lasts: Sequence[int], pos0s: Sequence[int], ks: Sequence[int],
-                shared: Batch | None = None, *, defer: bool = False) -> tuple[list[list[int]], int]:
+                shared: Batch | None = None, *, defer: bool = False,
+                verified: int | None = None) -> tuple[list[list[int]], int]:
         mtps: list[MtpProposer] = heads  # type: ignore[assignment]  # a session's proposers all have a head
-        self._deferred = []
+        self._deferred, self._read = [], False
+        keep = ks[0] if verified is None else verified  # the lone sequence's draft whose id may stay on the device
         if self._ready is not None and len(heads) == 1 and ks[0] > 0 and not self.chain:
-            return self._propose_from_ready(lasts[0], pos0s[0], ks[0], defer=defer and self.defers), 1
+            return self._propose_from_ready(lasts[0], pos0s[0], ks[0], defer=defer and self.defers, keep=keep), 1
         for h in mtps:
             h._drop_ready()
         if self.chain:
@@ -463,32 +470,36 @@ class MtpProposer(Proposer):
         if self.chained and len(live) == 1 and b is self.mbatch and live[0][2] > 1 and \
                 b.n + live[0][2] - 1 <= b.capacity:
             _, drafts, k, pos0, row = live[0]
-            self._draft_chained(drafts, k, pos0, row, lasts[0], b, defer=defer and self.defers)
+            self._draft_chained(drafts, k, pos0, row, lasts[0], b, defer=defer and self.defers and keep == k)
             return out, 1
-        self._draft_steps(b, live, 0, lasts[0], defer=defer and self.defers and b is self.mbatch)
+        self._draft_steps(b, live, 0, lasts[0], defer=defer and self.defers and b is self.mbatch, keep=keep)
         return out, 1
 
     def _draft_steps(self, b: Batch, live: list[tuple[MtpProposer, list[int], int, int, int]], step: int, last: int,
-                     *, defer: bool) -> None:
+                     *, defer: bool, keep: int = 0) -> None:
         """Decode ``b`` and draft on, from ``step``: each live sequence's (proposer, drafts, length, first position,
         row in ``b``) next draft from its row, paired with the head's own hidden row, until its length. ``defer``: a
-        lone sequence's last draft may stay on the device (``last`` holds its place until :meth:`resolve`). Then the
-        drafts' positions leave the head's cache."""
+        lone sequence's draft number ``keep`` (its last unless a shadow draft follows) may stay on the device: the
+        last one's id is not waited for (``last`` holds its place until :meth:`resolve`), an earlier one's is read
+        too. Then the drafts' positions leave the head's cache."""
         started, timing, ctx = live, self.engine.timing, self.ctx
         while live:
             n0 = b.n
+            kept = defer and len(live) == 1 and step + 1 == keep
             # a lone sequence's last draft: the host need not wait for it when its id can stay on the device
-            last_one = defer and len(live) == 1 and step + 1 == live[0][2]
+            last_one = kept and step + 1 == live[0][2]
             timing.draft(step, self._decode(b, wait=not last_one) if b is self.mbatch else self.engine.decode(ctx, b))
             pad = b.n - n0  # rows the padding put in front
             b.clear()
             step += 1
             going = []
             for h, o, k, pos0, i in live:
-                if last_one and ctx.keep_sampled_token(i + pad):
+                if kept and ctx.keep_sampled_token(i + pad):
                     self._deferred = [i + pad]
-                    o.append(last)  # a placeholder (any valid id) until resolve()
-                    continue
+                    if last_one:
+                        o.append(last)  # a placeholder (any valid id) until resolve()
+                        continue
+                    self._read = True  # the shadow draft is decoded from it: read now, before that decode
                 d = h.pick(i + pad)
                 if d is None:
                     continue
@@ -502,16 +513,18 @@ class MtpProposer(Proposer):
             if o and k > 1:  # a decode ran at pos0 + 1 or later
                 h._forget_drafts(pos0)
 
-    def _propose_from_ready(self, last: int, pos0: int, k: int, *, defer: bool) -> list[list[int]]:
+    def _propose_from_ready(self, last: int, pos0: int, k: int, *, defer: bool, keep: int) -> list[list[int]]:
         """A lone sequence's drafts when the first is decoded already (:meth:`feed_from_device`): its output row
-        gives it and the hidden row the second is drafted from."""
+        gives it and the hidden row the second is drafted from. ``defer``, ``keep``: as :meth:`_draft_steps`'."""
         assert self._ready is not None
         i, at = self._ready
         self._ready = None
         assert at == pos0, (at, pos0)
-        if k == 1 and defer and self.ctx.keep_sampled_token(i):
+        if keep == 1 and defer and self.ctx.keep_sampled_token(i):
             self._deferred = [i]
-            return [[last]]  # a placeholder (any valid id) until resolve()
+            if k == 1:
+                return [[last]]  # a placeholder (any valid id) until resolve()
+            self._read = True
         d = self.pick(i)
         if d is None:
             return [[]]
@@ -519,7 +532,7 @@ class MtpProposer(Proposer):
         if k > 1:
             b = self.mbatch
             row = b.add(d, pos0 + 1, logits=True, embd=self.ctx.h_row(i), seq=self.seq)
-            self._draft_steps(b, [(self, o, k, pos0, row)], 1, last, defer=defer)
+            self._draft_steps(b, [(self, o, k, pos0, row)], 1, last, defer=defer, keep=keep)
         return [o]
 
     def _same_graph_as_fed(self, b: Batch) -> None:
@@ -563,6 +576,9 @@ class MtpProposer(Proposer):
 
     def resolve(self, drafts: list[int]) -> None:
         entries, self._deferred = self._deferred, []
+        if self._read:  # the ids are in drafts already (and the head has decoded past those entries since)
+            self._read = False
+            return
         for j, i in enumerate(entries, start=len(drafts) - len(entries)):
             d = self.pick(i)  # waits for the head's decode, which the verify waited for on the device already
             if d is None:  # cannot happen: a device sampler's pick has no p_min

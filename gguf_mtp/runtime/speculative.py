@@ -427,11 +427,14 @@ def batch_step(engines: Sequence[Engine], samplers: Sequence[Sampler | None], *,
     held = 0  # how many of a drafting sequence's tokens the MTP context holds at n_past (id_last: 1)
     shadows: list[int | None] = [None] * n
     drafts: list[list[int]] = [[]] * n  # read only: a list per sequence only where it drafts
-    # one sequence, no shadow draft: the last draft's id may stay on the device for the verify (proposer.py)
-    defer = n == 1 and asks == ks
+    # one sequence: the last verified draft's id may stay on the device for the verify (proposer.py), also on a
+    # shadow step, so that the verify's graph is the one every other step reuses (a changed one is built and, on a
+    # GPU, captured again, there and back)
+    defer = n == 1
     if ask_any:
         drafts, held = e0.head.propose([e.head for e in engines], [e.id_last for e in engines],  # type: ignore[misc]
-                                       [len(e.tokens) for e in engines], asks, mbatch, defer=defer)
+                                       [len(e.tokens) for e in engines], asks, mbatch, defer=defer,
+                                       verified=ks[0] if n == 1 and asks != ks else None)
         if asks != ks:
             for s, k in enumerate(ks):
                 if len(drafts[s]) > k:  # the target's token after k accepted drafts tells whether it would have been
