@@ -51,7 +51,7 @@ NO_MTP = typer.Option(False, "--no-mtp", help="Plain decoding, no speculation.")
 REQUIRE_MTP = typer.Option(False, "--require-mtp", help="Fail instead of falling back to plain decoding.")
 # the default is gguf_mtp.runtime.config.DEFAULT_DRAFT, spelt out: importing the runtime loads llama.cpp
 DRAFT_N_MAX = typer.Option("2", "--spec-draft-n-max", "--draft-max", callback=text(16),
-                           help="Draft length, or 'auto' to adapt it to measured acceptance and cost (k up to 4, or "
+                           help="Draft length, or 'auto' to adapt it to measured acceptance and cost (k up to 6, or "
                                 "up to N with auto:N; it decodes plainly, with no drafts, where that is fastest).")
 P_MIN = typer.Option(0.0, "--spec-draft-p-min", "--draft-p-min",
                      help="Stop drafting when the head's top token is less likely than this.")

@@ -13,6 +13,7 @@ from gguf_mtp_cli.main import main
 
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.runtime import draft_profile
+from gguf_mtp.runtime.config import AUTO_DRAFT_MAX
 
 from .test_runtime import LONG, check_cli_completion, pairings, run_cli  # noqa: F401 - pairings is a fixture
 
@@ -36,9 +37,9 @@ def test_a_profile_is_saved_and_a_later_run_starts_from_it(pairings, tmp_path: P
     out, _ = capsys.readouterr()
     check_cli_completion(model, out, made, 40, "run auto --spec-draft-profile-out")
     p = json.loads(prof.read_text())
-    assert p["format"] == draft_profile.FORMAT and p["key"]["model"] == model.name and p["key"]["n_draft_max"] == 4
-    assert len(p["step_ms"]) >= 3 and all(t > 0 for t in p["step_ms"].values())  # k=4, 1 and 0 explored at least
-    assert len(p["acceptance_at"]) == len(p["drafted_at"]) == 4
+    assert p["format"] == draft_profile.FORMAT and p["key"]["model"] == model.name and p["key"]["n_draft_max"] == AUTO_DRAFT_MAX
+    assert len(p["step_ms"]) >= 3 and all(t > 0 for t in p["step_ms"].values())  # k_max, 1 and 0 explored at least
+    assert len(p["acceptance_at"]) == len(p["drafted_at"]) == AUTO_DRAFT_MAX
     cold = json.loads(s1.read_text())
     assert len(_lengths(cold)) >= 3  # the first answer explores
 
@@ -55,19 +56,20 @@ def test_a_profile_is_saved_and_a_later_run_starts_from_it(pairings, tmp_path: P
 
 
 def test_auto_n_bounds_the_lengths_auto_may_choose(pairings, tmp_path: Path, capsys) -> None:  # noqa: F811
-    """``auto:N`` explores and may choose lengths up to N (6 here, above auto's 4), still lossless; the profile it
-    saves is keyed by that bound."""
+    """``auto:N`` explores and may choose lengths up to N (8 here, above auto's bound), still lossless; the profile
+    it saves is keyed by that bound."""
+    assert AUTO_DRAFT_MAX < 8
     model, _ = pairings["qwen35"]["bundled"]
     prof, st = tmp_path / "p.json", tmp_path / "s.json"
-    args = [a if a != "auto" else "auto:6" for a in ARGS]
+    args = [a if a != "auto" else "auto:8" for a in ARGS]
     rc, made = run_cli(["run", str(model), *args, "--spec-draft-profile-out", str(prof), "--stats-json", str(st)])
     assert rc == 0
     out, _ = capsys.readouterr()
-    check_cli_completion(model, out, made, 40, "run auto:6")
+    check_cli_completion(model, out, made, 40, "run auto:8")
     p = json.loads(prof.read_text())
-    assert p["key"]["n_draft_max"] == 6 and len(p["acceptance_at"]) == len(p["drafted_at"]) == 6
-    assert {int(k) for k in p["step_ms"]} >= {6, 1, 0}  # warmed up at every length, timed at these at least
-    assert max(_lengths(json.loads(st.read_text()))) <= 6
+    assert p["key"]["n_draft_max"] == 8 and len(p["acceptance_at"]) == len(p["drafted_at"]) == 8
+    assert {int(k) for k in p["step_ms"]} >= {8, 1, 0}  # an opening block at the bound, then 1 and 0 at least
+    assert max(_lengths(json.loads(st.read_text()))) <= 8
 
 def test_a_profile_for_another_model_is_not_used(pairings, tmp_path: Path, capsys) -> None:  # noqa: F811
     model, _ = pairings["qwen35"]["bundled"]

@@ -16,6 +16,7 @@ from gguf_mtp.errors import CompatibilityError, FormatError, GgufMtpError
 from gguf_mtp.ggufio.model import GGUFModel
 from gguf_mtp.ggufio.writer import copy_tensor, write_gguf
 from gguf_mtp.runtime import MTPSession, SamplerConfig
+from gguf_mtp.runtime.config import AUTO_DRAFT_MAX
 from gguf_mtp.runtime.pairing import HeadSource
 from gguf_mtp.runtime.sampling import Sampler
 from gguf_mtp.runtime.session import Generation, SessionConfig
@@ -505,7 +506,7 @@ def test_cli_auto_counts_plain_steps_apart(pairings, tmp_path: Path, capsys) -> 
     out, err = capsys.readouterr()
     check_cli_completion(model, out, made, 40, "run --spec-draft-n-max auto")
     d = json.loads(stats.read_text())
-    assert d["n_draft_max"] == 4 and len(d["acceptance_at"]) == 4  # k=4 explored first
+    assert d["n_draft_max"] == AUTO_DRAFT_MAX and len(d["acceptance_at"]) == AUTO_DRAFT_MAX  # k_max explored first
     assert d["plain_steps"] >= 3 and d["plain_steps"] + sum(d["draft_lengths"].values()) == d["steps"]
     assert "0" not in d["draft_lengths"] and d["drafted_at"][0] == sum(d["draft_lengths"].values())
     assert f"{d['plain_steps']} of {d['steps']} steps plain" in err and "tok/step" in err

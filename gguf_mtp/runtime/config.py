@@ -31,9 +31,10 @@ MIN_TEMP = 1e-30
 #: heads right about 70-85% of the time at the first position, k=2 was the fastest fixed length on the 9B and
 #: 35B-A3B shapes and within 2% of k=3 on the 27B (docs/benchmarks.md, "The default draft length")
 DEFAULT_DRAFT = 2
-#: longest draft ``--spec-draft-n-max auto`` tries (``auto:N`` sets another): every length it may choose is warmed up
-#: and explored, so a longer bound costs load time and exploration on heads that never reach it (docs/run.md)
-AUTO_DRAFT_MAX = 4
+#: longest draft ``--spec-draft-n-max auto`` tries (``auto:N`` sets another). 6, not 4: a head that is nearly always
+#: right is fastest at k=6 on the 9B shape and a bound of 4 held auto well below it, while a ~70% head lost nothing to
+#: a bound of 8; every length up to the bound is warmed up at load (docs/benchmarks.md, "auto's bound")
+AUTO_DRAFT_MAX = 6
 
 
 @dataclass
