@@ -101,15 +101,57 @@ def _check_rows(body: list[str], names: dict[str, str], runs: dict[str, list[flo
         assert (count, tps, ratio) == (str(len(runs[key])), f"{v:.1f}", f"{v / base:.2f}x"), line
 
 
-def test_the_speed_section_leads_with_the_same_call_reference() -> None:
-    """README's first speed table is bench/reference/same-call-h200-9b-s32 (call 2: the ~70% head, call 3: a head
+def test_the_speed_section_leads_with_the_release_shapes() -> None:
+    """README's first speed table is bench/reference/same-call-h200-s33 (call 2: the 27B shape, call 1: the 35B-A3B
+    shape): each cell's median t/s and its per-round ratio to llama-completion (bench/same_call.py), llama.cpp's
+    best MTP row the fastest of its k, and `run`'s per-round ratio to that row, to the printed rounding."""
+    import re
+    import statistics
+
+    from bench.same_call import paired, read_processes, rounds
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-s33"
+    section, tables = _speed_tables()
+    assert str(ref.relative_to(ROOT)) in section
+    header, *body = tables[0]
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "model", "`llama-completion`", "llama.cpp's MTP, best k", "`gguf-mtp run --no-mtp`",
+        "`gguf-mtp run` (k=2, the default)"]
+    files = {"27B shape": "ab-call2.jsonl", "35B-A3B shape": "ab-call1.jsonl"}
+    assert [ln.strip("|").split("|")[0].strip() for ln in body] == list(files)
+
+    def ratio(cell: str, value: float) -> None:  # the cell's last "N.NNx" before any "; ", to its decimals
+        printed = re.findall(r"([0-9.]+)x", cell.split(";")[0])[-1]
+        assert printed == f"{value:.{len(printed.split('.')[1])}f}", (cell, value)
+
+    for line in body:
+        model, *cells = (c.strip().replace("**", "") for c in line.strip("|").split("|"))
+        procs = read_processes(ref / files[model])
+        runs = _by_row(ref, (files[model],))
+        rs = rounds(procs)
+        spec = max((k for k in runs if k.startswith("spec")), key=lambda k: statistics.median(runs[k]))
+        for cell, label in zip(cells, ["lc", spec, "plain", "k2"], strict=True):
+            assert cell.split(" ")[0] == f"{statistics.median(runs[label]):.2f}", (model, cell)
+            if label == "lc":
+                assert cell.endswith("(1.00x)")
+                continue
+            p = paired(rs, label, "lc")
+            assert p is not None
+            ratio(cell, p.median)
+        assert f"k={spec[len('spec'):]}," in cells[1]
+        over = paired(rs, "k2", spec)
+        assert over is not None and f"; {over.median:.2f}x llama.cpp's MTP" in cells[3], (cells[3], over)
+
+
+def test_the_session_32_table() -> None:
+    """README's second speed table is bench/reference/same-call-h200-9b-s32 (call 2: the ~70% head, call 3: a head
     always right; one process a row), each head's rows against the llama-completion of its own call."""
     import statistics
 
     ref = ROOT / "bench" / "reference" / "same-call-h200-9b-s32"
     section, tables = _speed_tables()
     assert str(ref.relative_to(ROOT)) in section
-    header, *body = tables[0]
+    header, *body = tables[1]
     assert [c.strip() for c in header.strip("|").split("|")] == ["head", "driver", "processes", "t/s",
                                                                   "x llama-completion"]
     calls = {"~70%": ("ab-call2.jsonl", {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2",
@@ -128,7 +170,7 @@ def test_the_speed_section_leads_with_the_same_call_reference() -> None:
 
 
 def test_the_previous_same_call_table() -> None:
-    """README's second speed table is bench/reference/same-call-h200-9b-s31 (calls 2 and 3): the plain and auto
+    """README's third speed table is bench/reference/same-call-h200-9b-s31 (calls 2 and 3): the plain and auto
     rows the newest call did not repeat."""
     import statistics
 
@@ -136,7 +178,7 @@ def test_the_previous_same_call_table() -> None:
     section, tables = _speed_tables()
     assert str(ref.relative_to(ROOT)) in section
     runs = _by_row(ref, ("ab-call2.jsonl", "ab-call3.jsonl"))
-    header, *body = tables[1]
+    header, *body = tables[2]
     assert [c.strip() for c in header.strip("|").split("|")] == ["driver", "processes", "t/s", "x llama-completion"]
     names = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run --no-mtp`": "plain",
              "`gguf-mtp run` (k=2, the default)": "k2", "`gguf-mtp run --spec-draft-n-max 3`": "k3",
