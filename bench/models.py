@@ -304,7 +304,8 @@ def with_draft_vocab(src: Path, out: Path, n: int, text: Path) -> Path:
 
 def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float | None, ...] = (None, 0.0),
            trunks: tuple[str, ...] = ("q8_0",), threads: int | None = None, draft_vocab: int | None = None,
-           draft_vocab_text: Path | None = None, draft_vocab_only: bool = False) -> dict[str, Path]:
+           draft_vocab_text: Path | None = None, draft_vocab_only: bool = False,
+           draft: str | None = None) -> dict[str, Path]:
     """label -> model at a release ``shape`` (SHAPES): each head noise (0: always right) x each trunk type
     (``q8_0``, ``q4_k_m``: llama.cpp's Q4_K/Q6_K rule for the trunk; embeddings, LM head and head stay Q8_0).
     A noise of None is the shape's ~70% one. With ``draft_vocab``, also each model with that draft vocabulary,
@@ -314,7 +315,9 @@ def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float |
     the right one, and raise acceptance above the full head's, which a real head's map (its wrong guesses are
     frequent tokens too) does not. ``draft_vocab_only``: no full-vocabulary copies (a draft-vocabulary model runs
     with its map off under GGUF_MTP_DRAFT_VOCAB=0, and two 27B copies would not fit the device's disk); without
-    ``draft_vocab`` it then makes the templates only."""
+    ``draft_vocab`` it then makes the templates only. ``draft``: every model with a draft LM head of that type
+    (``--draft-head-type``; with a draft vocabulary its N rows are read from it), labelled ``..., Q5_0 draft
+    head`` and named ``...-draft-q5_0``."""
     from bench.big_model import inflate
 
     work.mkdir(parents=True, exist_ok=True)
@@ -323,13 +326,16 @@ def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float |
     out: dict[str, Path] = {}
     for noise in dict.fromkeys(typical if n is None else n for n in noises):
         src = noisy_head(tpl, tpl.with_name(f"{tpl.stem}-noise{noise}.gguf"), noise) if noise > 0 else tpl
+        src = draft_head(src, draft) or src
+        tag = f"-draft-{draft}" if draft else ""
         for trunk in trunks:
-            path = work / f"{shape}-{layers}L-{trunk.upper()}{f'-noise{noise}' if noise > 0 else ''}.gguf"
+            path = work / f"{shape}-{layers}L-{trunk.upper()}{f'-noise{noise}' if noise > 0 else ''}{tag}.gguf"
             head = f"noisy head ({noise})" if noise > 0 else "perfect head"
+            dh = f", {draft.upper()} draft head" if draft else ""
             if not draft_vocab_only:
                 if not path.exists():
                     inflate(src, path, layers, experts=experts, experts_used=used, trunk=trunk)
-                out[f"{shape} {trunk.upper()}, {head}"] = path
+                out[f"{shape} {trunk.upper()}, {head}{dh}"] = path
             if draft_vocab:
                 text = draft_vocab_text
                 if text is None:  # what this head's model answers and drafts: its wrong drafts stay in the map
@@ -342,7 +348,7 @@ def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float |
                 vpath = path.with_name(f"{path.stem}-dv{draft_vocab}.gguf")
                 if not vpath.exists():
                     inflate(mapped, vpath, layers, experts=experts, experts_used=used, trunk=trunk)
-                out[f"{shape} {trunk.upper()}, {head}, draft vocab {draft_vocab}"] = vpath
+                out[f"{shape} {trunk.upper()}, {head}, draft vocab {draft_vocab}{dh}"] = vpath
     return out
 
 
@@ -384,7 +390,7 @@ def main() -> None:
         noises = ((a.noise,) if "noisy" in heads else ()) + ((0.0,) if "perfect" in heads else ())
         made = shaped(a.workdir, a.shape, vocab=a.vocab, noises=noises,
                       trunks=tuple(a.trunks.split(",")), threads=a.threads, draft_vocab=a.draft_vocab,
-                      draft_vocab_text=a.draft_vocab_text, draft_vocab_only=a.draft_vocab_only)
+                      draft_vocab_text=a.draft_vocab_text, draft_vocab_only=a.draft_vocab_only, draft=a.draft_head)
     else:
         made = make(a.workdir, widths=a.widths, layers=a.layers, vocab=a.vocab,
                     noise=0.06 if a.noise is None else a.noise, quant=a.quant or None,

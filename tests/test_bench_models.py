@@ -100,6 +100,8 @@ def test_release_shapes_are_inflated_templates_with_the_head_and_router_of_a_rea
     # the real widths, fewer layers and experts: small files even where a filesystem has no sparse holes
     monkeypatch.setitem(models.SHAPES, "35b-a3b", (family, widths, 6, 32, used, noise))
     made = models.shaped(tmp_path, "35b-a3b", vocab=4096, noises=(0.06, 0.0), trunks=("q8_0",), threads=2)
+    from gguf import GGMLQuantizationType
+
     from gguf_mtp.ggufio.model import GGUFModel
 
     assert sorted(made) == ["35b-a3b Q8_0, noisy head (0.06)", "35b-a3b Q8_0, perfect head"]
@@ -123,6 +125,14 @@ def test_release_shapes_are_inflated_templates_with_the_head_and_router_of_a_rea
     assert models.shaped(tmp_path, "35b-a3b", vocab=4096, noises=(0.06,), trunks=("q4_k_m",), threads=2,
                          draft_vocab_only=True) == {}
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+    # --draft-head: the same model with a lower-bit draft LM head in its MTP block, the trunk and LM head unchanged
+    dh = models.shaped(tmp_path, "35b-a3b", vocab=4096, noises=(0.06,), trunks=("q8_0",), threads=2, draft="q5_0")
+    assert list(dh) == ["35b-a3b Q8_0, noisy head (0.06), Q5_0 draft head"]
+    d = GGUFModel(dh[list(dh)[0]])
+    assert d.tensors[f"blk.{layers}.nextn.shared_head_head.weight"].info.ggml_type == GGMLQuantizationType.Q5_0
+    assert f"blk.{layers}.nextn.shared_head_head.weight" not in noisy.tensors
+    assert all(d.tensors[n].file.read_tensor_bytes(n) == noisy.tensors[n].file.read_tensor_bytes(n)
+               for n in ("output.weight", "blk.0.ffn_gate_inp.weight", f"blk.{layers}.attn_output.weight"))
 
 
 def test_an_env_row_sets_every_variable_it_names_and_a_malformed_one_stops_in_a_line() -> None:
