@@ -36,7 +36,8 @@
 #                                                 # HEADS asked for are made; DV_ONLY=1: only the draft-
 #                                                 # vocabulary models (its rows "off" use GGUF_MTP_DRAFT_VOCAB=0);
 #                                                 # DRAFT_HEAD=q5_0: each model with a draft LM head of that
-#                                                 # type (labels end ", Q5_0 draft head")
+#                                                 # type (labels end ", Q5_0 draft head"); MTP_TYPE=q4_0:
+#                                                 # each with its MTP block at that type (", Q4_0 MTP block")
 #
 # Needs .carry/ (`bash scripts/make-carry.sh` makes it): llama_cpp_python-0.3.36-trim.tar.gz (the PyPI sdist; the trimmed copy must keep vendor/llama.cpp's
 # CMakeLists.txt, cmake/, common/, ggml/, include/, src/, vendor/, licenses/, tools/ (CMakeLists.txt, completion/)
@@ -241,7 +242,8 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
         PYTHONPATH="$SITE" LLAMA_CPP_LIB_PATH=/nonexistent python3 -m bench.models --workdir "$WORK" \
             --shape "${sp%%:*}" --trunks "${sp#*:}" --vocab "${VOCAB:-248320}" ${NOISE:+--noise "$NOISE"} \
             --heads "$(echo ${HEADS:-noisy} | tr ' ' ',')" ${DV_ONLY:+--draft-vocab-only} \
-            ${DRAFT_HEAD:+--draft-head "$DRAFT_HEAD"} --threads "$(nproc)" --manifest "$WORK/models-${sp%%:*}.txt" || exit 1
+            ${DRAFT_HEAD:+--draft-head "$DRAFT_HEAD"} ${MTP_TYPE:+--mtp-type "$MTP_TYPE"} --threads "$(nproc)" \
+            --manifest "$WORK/models-${sp%%:*}.txt" || exit 1
      done) > "$OUT/models.log" 2>&1 &
     MODELS=$!
     build
@@ -253,7 +255,8 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
             py -m bench.models --workdir "$WORK" --shape "${sp%%:*}" --trunks "${sp#*:}" --vocab "${VOCAB:-248320}" \
                 ${NOISE:+--noise "$NOISE"} --draft-vocab "$DRAFT_VOCAB" --manifest "$WORK/models-${sp%%:*}.txt" \
                 --heads "$(echo ${HEADS:-noisy} | tr ' ' ',')" ${DV_ONLY:+--draft-vocab-only} \
-                ${DRAFT_HEAD:+--draft-head "$DRAFT_HEAD"} >> "$OUT/models.log" 2>&1 || { tail -20 "$OUT/models.log"; exit 1; }
+                ${DRAFT_HEAD:+--draft-head "$DRAFT_HEAD"} ${MTP_TYPE:+--mtp-type "$MTP_TYPE"} \
+                >> "$OUT/models.log" 2>&1 || { tail -20 "$OUT/models.log"; exit 1; }
         done
         log "draft-vocabulary models done"
     fi

@@ -206,6 +206,32 @@ def draft_head(src: Path, draft: str | None) -> Path | None:
     return out
 
 
+def mtp_typed(src: Path, mtp_type: str | None) -> Path | None:
+    """``src`` with its MTP block's matrices at ``mtp_type`` (``gguf-mtp convert --mtp-type``; a draft LM head keeps
+    its type), or None."""
+    from gguf_mtp.ggml_types import MTP_TYPES, parse_type
+    from gguf_mtp.ggufio.atomic import atomic_paths
+    from gguf_mtp.ggufio.model import GGUFModel
+    from gguf_mtp.ggufio.writer import copy_tensor, write_gguf
+    from gguf_mtp.head import head_tensor
+
+    if not mtp_type:
+        return None
+    out = src.with_name(f"{src.stem}-mtp-{mtp_type}.gguf")
+    if not out.exists():
+        t = parse_type(mtp_type, "--mtp-type", choices=MTP_TYPES)
+        m = GGUFModel(src)
+        n_trunk = int(m.arch_get("{arch}.block_count", 0)) - int(m.arch_get("{arch}.nextn_predict_layers", 0))
+
+        def in_head(name: str) -> bool:
+            return name.startswith("blk.") and int(name.split(".")[1]) >= n_trunk
+
+        tensors = [head_tensor(x, t) if in_head(n) else copy_tensor(x) for n, x in m.tensors.items()]
+        with atomic_paths([out]) as (tmp,):
+            write_gguf(tmp, m.model_kvs(), tensors)
+    return out
+
+
 def make(work: Path, *, widths: str = "9b", layers: int = 12, vocab: int = 248320, noise: float = 0.06,
          quant: str | None = "Q4_K_M", threads: int | None = None, stage: str = "all",
          draft: str | None = None) -> dict[str, Path]:
@@ -305,7 +331,7 @@ def with_draft_vocab(src: Path, out: Path, n: int, text: Path) -> Path:
 def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float | None, ...] = (None, 0.0),
            trunks: tuple[str, ...] = ("q8_0",), threads: int | None = None, draft_vocab: int | None = None,
            draft_vocab_text: Path | None = None, draft_vocab_only: bool = False,
-           draft: str | None = None) -> dict[str, Path]:
+           draft: str | None = None, mtp_type: str | None = None) -> dict[str, Path]:
     """label -> model at a release ``shape`` (SHAPES): each head noise (0: always right) x each trunk type
     (``q8_0``, ``q4_k_m``: llama.cpp's Q4_K/Q6_K rule for the trunk; embeddings, LM head and head stay Q8_0).
     A noise of None is the shape's ~70% one. With ``draft_vocab``, also each model with that draft vocabulary,
@@ -317,7 +343,8 @@ def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float |
     with its map off under GGUF_MTP_DRAFT_VOCAB=0, and two 27B copies would not fit the device's disk); without
     ``draft_vocab`` it then makes the templates only. ``draft``: every model with a draft LM head of that type
     (``--draft-head-type``; with a draft vocabulary its N rows are read from it), labelled ``..., Q5_0 draft
-    head`` and named ``...-draft-q5_0``."""
+    head`` and named ``...-draft-q5_0``. ``mtp_type``: every model with its MTP block's matrices at that type
+    (``--mtp-type``), labelled ``..., Q4_0 MTP block``."""
     from bench.big_model import inflate
 
     work.mkdir(parents=True, exist_ok=True)
@@ -327,11 +354,13 @@ def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float |
     for noise in dict.fromkeys(typical if n is None else n for n in noises):
         src = noisy_head(tpl, tpl.with_name(f"{tpl.stem}-noise{noise}.gguf"), noise) if noise > 0 else tpl
         src = draft_head(src, draft) or src
-        tag = f"-draft-{draft}" if draft else ""
+        src = mtp_typed(src, mtp_type) or src
+        tag = (f"-draft-{draft}" if draft else "") + (f"-mtp-{mtp_type}" if mtp_type else "")
         for trunk in trunks:
             path = work / f"{shape}-{layers}L-{trunk.upper()}{f'-noise{noise}' if noise > 0 else ''}{tag}.gguf"
             head = f"noisy head ({noise})" if noise > 0 else "perfect head"
-            dh = f", {draft.upper()} draft head" if draft else ""
+            dh = (f", {draft.upper()} draft head" if draft else "") + \
+                (f", {mtp_type.upper()} MTP block" if mtp_type else "")
             if not draft_vocab_only:
                 if not path.exists():
                     inflate(src, path, layers, experts=experts, experts_used=used, trunk=trunk)
@@ -364,6 +393,8 @@ def main() -> None:
     ap.add_argument("--stage", choices=["python", "llama", "all"], default="all")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--draft-head", help="also each model with a draft LM head of this type (e.g. q5_0)")
+    ap.add_argument("--mtp-type", help="with --shape: each model with its MTP block's matrices at this type (q4_0, "
+                    "q5_0, ...)")
     ap.add_argument("--manifest", type=Path, help="write LABEL=PATH lines (side_by_side.py --model arguments)")
     ap.add_argument("--shape", choices=sorted(SHAPES), help="a release shape instead (template + inflate): "
                     "--noise and --trunks choose the variants, --layers/--widths/--quant are ignored")
@@ -390,7 +421,8 @@ def main() -> None:
         noises = ((a.noise,) if "noisy" in heads else ()) + ((0.0,) if "perfect" in heads else ())
         made = shaped(a.workdir, a.shape, vocab=a.vocab, noises=noises,
                       trunks=tuple(a.trunks.split(",")), threads=a.threads, draft_vocab=a.draft_vocab,
-                      draft_vocab_text=a.draft_vocab_text, draft_vocab_only=a.draft_vocab_only, draft=a.draft_head)
+                      draft_vocab_text=a.draft_vocab_text, draft_vocab_only=a.draft_vocab_only, draft=a.draft_head,
+                      mtp_type=a.mtp_type)
     else:
         made = make(a.workdir, widths=a.widths, layers=a.layers, vocab=a.vocab,
                     noise=0.06 if a.noise is None else a.noise, quant=a.quant or None,

@@ -26,7 +26,9 @@ def convert(
                                    help="With --mtp: leave out token_embd/output (small sidecar that borrows the "
                                         "target's; needs `gguf-mtp run`)."),
     mtp_type: str = typer.Option("q8_0", "--mtp-type", callback=TYPE_NAME,
-                                 help="Type of the MTP block's matrices (default q8_0 whatever --outtype)."),
+                                 help="Type of the MTP block's matrices: f32, f16, bf16, q8_0 (the default, whatever "
+                                      "--outtype), or q5_1, q5_0, q4_1, q4_0 (fewer bytes a draft reads; check "
+                                      "the acceptance)."),
     draft_head_type: str | None = typer.Option(
         None, "--draft-head-type", callback=TYPE_NAME,
         help="Give the MTP layer its own copy of the LM head at this type (q4_0, q4_1, q5_0, q5_1, q8_0): drafts read "

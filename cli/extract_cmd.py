@@ -26,8 +26,8 @@ def extract(
     head_only: bool = typer.Option(False, "--head-only",
                                    help="Sidecar without token_embd/output (borrows the target's)."),
     mtp_type: str | None = typer.Option(None, "--mtp-type", callback=TYPE_NAME,
-                                        help="Re-encode the head's matrices (e.g. q8_0); default: copy bytes as they "
-                                             "are."),
+                                        help="Re-encode the head's matrices (f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, "
+                                             "q4_0); default: copy bytes as they are."),
     draft_head_type: str | None = typer.Option(
         None, "--draft-head-type", callback=TYPE_NAME,
         help="Give the head its own copy of the LM head at this type (q4_0, q4_1, q5_0, q5_1, q8_0); default: carry "

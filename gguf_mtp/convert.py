@@ -27,7 +27,7 @@ from .draft_head import check_rows, draft_head_name, draft_layers, parse_draft_t
 from .errors import MissingTensorError, UnsupportedError
 from .families import family_class
 from .families.base import Family, ModelPlan, PlannedTensor, Source
-from .ggml_types import FILE_TYPES, choose_type, encode, parse_type, type_name
+from .ggml_types import FILE_TYPES, MTP_TYPES, choose_type, encode, parse_type, type_name
 from .ggufio.atomic import atomic_paths, check_output
 from .ggufio.format import KV
 from .ggufio.keys import K_SHARED_TARGET_TENSORS, arch_key
@@ -174,7 +174,7 @@ def convert(
     layout = Layout(layout)
     if layout not in (Layout.BUNDLED, Layout.TRUNK_ONLY, Layout.MTP_ONLY, Layout.HEAD_ONLY):
         raise UnsupportedError(f"layout {layout.value!r} cannot be written")
-    trunk_t, mtp_t = parse_type(outtype), parse_type(mtp_type, "--mtp-type")
+    trunk_t, mtp_t = parse_type(outtype), parse_type(mtp_type, "--mtp-type", choices=MTP_TYPES)
     draft_t = parse_draft_type(draft_head_type) if draft_head_type is not None else None  # '' is refused
     if draft_t is not None and layout == Layout.TRUNK_ONLY:
         raise UnsupportedError(f"{DRAFT_OPTION} is for the MTP head, which --no-mtp leaves out")

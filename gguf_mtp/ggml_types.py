@@ -7,8 +7,9 @@ Type enums and block sizes come from the ``gguf`` package so that every ggml typ
 Policy (matches llama.cpp's converter so stock llama.cpp reads our files as it reads its own):
 1-D tensors, norms, routers, conv kernels and non-``.weight`` tensors stay F32; other matrices take
 the trunk's ``--outtype``; tensors of the MTP block take ``--mtp-type`` (Q8_0 by default), because
-low-bit heads collapse draft acceptance. The draft LM head (``--draft-head-type``) is the one MTP matrix
-written lower: drafts read it, the target verifies with the full LM head.
+very low-bit heads collapse draft acceptance; the legacy 4- and 5-bit block types are there on request (fewer bytes
+read per draft). The draft LM head (``--draft-head-type``) is an MTP matrix of its own type: drafts read it, the
+target verifies with the full LM head.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ OUTTYPES: dict[str, GGMLQuantizationType] = {"f32": T.F32, "f16": T.F16, "bf16":
 #: read by every llama.cpp back-end; fewer bytes per draft than the Q8_0/Q6_K LM head it copies
 DRAFT_HEAD_TYPES: dict[str, GGMLQuantizationType] = {"q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0,
                                                       "q5_1": T.Q5_1, "q8_0": T.Q8_0}
+#: the types of the MTP block's matrices (``--mtp-type`` of convert and extract): ours and the draft head's
+MTP_TYPES: dict[str, GGMLQuantizationType] = {**OUTTYPES, **DRAFT_HEAD_TYPES}
 FILE_TYPES: dict[GGMLQuantizationType, LlamaFileType] = {
     T.F32: LlamaFileType.ALL_F32,
     T.F16: LlamaFileType.MOSTLY_F16,

@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType, GGUFValueType, Keys
 from . import draft_vocab
 from .draft_head import draft_head_tensors, keeps_type, lm_head, parse_draft_type
 from .errors import CompatibilityError, GgufMtpError, MissingTensorError, UnsupportedError
-from .ggml_types import can_decode, choose_type, dequantize, encode, parse_type
+from .ggml_types import MTP_TYPES, can_decode, choose_type, dequantize, encode, parse_type
 from .ggufio.format import KV
 from .ggufio.keys import K_RECURRENT_LAYERS, K_SHARED_TARGET_TENSORS, arch_key
 from .ggufio.model import GGUFModel, Tensor
@@ -259,7 +259,7 @@ def plan_graft(source: str | os.PathLike[str] | GGUFModel, target: str | os.Path
     kvs = draft_vocab.apply(kvs, draft_vocab.of(src.model_kvs(), src.path), None, None, tgt.path)
     draft_vocab.of(kvs, tgt.path)
 
-    mt = parse_type(mtp_type, "--mtp-type") if mtp_type else None
+    mt = parse_type(mtp_type, "--mtp-type", choices=MTP_TYPES) if mtp_type else None
     dt = parse_draft_type(draft_head_type) if draft_head_type else None
     drop = {t.name for t in old.tensors} if old else set()
     groups = [[copy_tensor(Tensor(i, s)) for i in s.tensors.values() if i.name not in drop] for s in tgt.shards]

@@ -21,7 +21,7 @@ from gguf import GGUFValueType, Keys
 from . import draft_vocab as draft_vocab_mod
 from .draft_head import draft_head_tensors, is_draft_head, parse_draft_type
 from .errors import GgufMtpError, MissingTensorError
-from .ggml_types import file_type_name, parse_type, type_name
+from .ggml_types import MTP_TYPES, file_type_name, parse_type, type_name
 from .ggufio.atomic import atomic_paths, check_output, scratch_path
 from .ggufio.format import KV
 from .ggufio.keys import K_SHARED_TARGET_TENSORS, arch_key
@@ -129,7 +129,7 @@ def extract(source: str | os.PathLike[str], outfile: str | os.PathLike[str] | No
     _check_types(m, [t.name for t in head.tensors] + [n for n in EMBEDDING_TENSORS + MODEL_TENSORS if n in m.tensors],
                  "SOURCE")
     marker = arch_key(K_SHARED_TARGET_TENSORS, m.arch)
-    mt = parse_type(mtp_type, "--mtp-type") if mtp_type else None
+    mt = parse_type(mtp_type, "--mtp-type", choices=MTP_TYPES) if mtp_type else None
     drafts: list[OutTensor] = []
     replaced: set[str] = set()
     if draft_head_type:

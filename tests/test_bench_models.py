@@ -133,6 +133,16 @@ def test_release_shapes_are_inflated_templates_with_the_head_and_router_of_a_rea
     assert f"blk.{layers}.nextn.shared_head_head.weight" not in noisy.tensors
     assert all(d.tensors[n].file.read_tensor_bytes(n) == noisy.tensors[n].file.read_tensor_bytes(n)
                for n in ("output.weight", "blk.0.ffn_gate_inp.weight", f"blk.{layers}.attn_output.weight"))
+    # --mtp-type: the MTP block's matrices at that type, its norms and router F32, the trunk unchanged
+    mt = models.shaped(tmp_path, "35b-a3b", vocab=4096, noises=(0.06,), trunks=("q8_0",), threads=2, mtp_type="q4_0")
+    assert list(mt) == ["35b-a3b Q8_0, noisy head (0.06), Q4_0 MTP block"]
+    q = GGUFModel(mt[list(mt)[0]])
+    head = {n: t.info.ggml_type for n, t in q.tensors.items() if n.startswith(f"blk.{layers}.")}
+    assert head[f"blk.{layers}.ffn_gate_exps.weight"] == head[f"blk.{layers}.attn_output.weight"] \
+        == GGMLQuantizationType.Q4_0
+    assert head[f"blk.{layers}.attn_norm.weight"] == GGMLQuantizationType.F32
+    assert all(q.tensors[n].file.read_tensor_bytes(n) == noisy.tensors[n].file.read_tensor_bytes(n)
+               for n in ("output.weight", "blk.0.ffn_gate_inp.weight", "token_embd.weight"))
 
 
 def test_an_env_row_sets_every_variable_it_names_and_a_malformed_one_stops_in_a_line() -> None:
