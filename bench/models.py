@@ -213,7 +213,7 @@ def mtp_typed(src: Path, mtp_type: str | None) -> Path | None:
     from gguf_mtp.ggufio.atomic import atomic_paths
     from gguf_mtp.ggufio.model import GGUFModel
     from gguf_mtp.ggufio.writer import copy_tensor, write_gguf
-    from gguf_mtp.head import head_tensor
+    from gguf_mtp.head import head_tensor, require_head
 
     if not mtp_type:
         return None
@@ -221,12 +221,8 @@ def mtp_typed(src: Path, mtp_type: str | None) -> Path | None:
     if not out.exists():
         t = parse_type(mtp_type, "--mtp-type", choices=MTP_TYPES)
         m = GGUFModel(src)
-        n_trunk = int(m.arch_get("{arch}.block_count", 0)) - int(m.arch_get("{arch}.nextn_predict_layers", 0))
-
-        def in_head(name: str) -> bool:
-            return name.startswith("blk.") and int(name.split(".")[1]) >= n_trunk
-
-        tensors = [head_tensor(x, t) if in_head(n) else copy_tensor(x) for n, x in m.tensors.items()]
+        head = {x.name for x in require_head(m, "SOURCE").tensors}
+        tensors = [head_tensor(x, t) if n in head else copy_tensor(x) for n, x in m.tensors.items()]
         with atomic_paths([out]) as (tmp,):
             write_gguf(tmp, m.model_kvs(), tensors)
     return out
@@ -351,16 +347,15 @@ def shaped(work: Path, shape: str, *, vocab: int = 248320, noises: tuple[float |
     _, _, layers, experts, used, typical = SHAPES[shape]
     tpl = template(work, shape, vocab, threads or os.cpu_count() or 2)
     out: dict[str, Path] = {}
+    tag = (f"-draft-{draft}" if draft else "") + (f"-mtp-{mtp_type}" if mtp_type else "")  # file names, labels
+    dh = (f", {draft.upper()} draft head" if draft else "") + (f", {mtp_type.upper()} MTP block" if mtp_type else "")
     for noise in dict.fromkeys(typical if n is None else n for n in noises):
         src = noisy_head(tpl, tpl.with_name(f"{tpl.stem}-noise{noise}.gguf"), noise) if noise > 0 else tpl
         src = draft_head(src, draft) or src
         src = mtp_typed(src, mtp_type) or src
-        tag = (f"-draft-{draft}" if draft else "") + (f"-mtp-{mtp_type}" if mtp_type else "")
         for trunk in trunks:
             path = work / f"{shape}-{layers}L-{trunk.upper()}{f'-noise{noise}' if noise > 0 else ''}{tag}.gguf"
             head = f"noisy head ({noise})" if noise > 0 else "perfect head"
-            dh = (f", {draft.upper()} draft head" if draft else "") + \
-                (f", {mtp_type.upper()} MTP block" if mtp_type else "")
             if not draft_vocab_only:
                 if not path.exists():
                     inflate(src, path, layers, experts=experts, experts_used=used, trunk=trunk)

@@ -72,9 +72,9 @@ def draft_n(value: str) -> tuple[int, bool]:
     from gguf_mtp.runtime.options import MAX_DRAFT
 
     text = value.strip().lower()
-    adaptive = text == "auto" or text.startswith("auto:")
     if text == "auto":
         return AUTO_DRAFT_MAX, True
+    adaptive = text.startswith("auto:")
     try:
         n = int(text[len("auto:"):] if adaptive else text)
     except ValueError:
