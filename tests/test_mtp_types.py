@@ -15,6 +15,7 @@ from gguf_mtp.errors import UnsupportedError
 from gguf_mtp.ggml_types import MTP_TYPES
 from gguf_mtp.ggufio.model import GGUFModel
 from gguf_mtp.surgery import extract, graft
+from tests.lossless import References
 from tests.test_draft_head import TINY, plain_refs, run
 
 BLOCK = "blk.8."  # the tiny model's one MTP layer follows 8 trunk layers
@@ -83,3 +84,26 @@ def test_a_type_the_block_cannot_take_is_one_line(tmp_path: Path, capsys: pytest
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "q4_0" in err[0], err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_head_llama_cpps_converter_wrote_at_q4_0(tmp_path: Path) -> None:
+    """The same on a file llama.cpp's own converter wrote (tests/data/ref/qwen35.gguf): its head grafted back onto
+    its stripped trunk with --mtp-type q4_0 has the block at Q4_0 under llama.cpp's names, and runs losslessly
+    against plain decoding of the trunk (its random head's acceptance says nothing, so only output is compared)."""
+    from gguf_mtp.runtime import MTPSession
+    from gguf_mtp.surgery import strip
+
+    ref = Path(__file__).parent / "data" / "ref" / "qwen35.gguf"
+    trunk = strip(ref, tmp_path / "trunk.gguf", progress=False).paths[0]
+    grafted = graft(ref, trunk, tmp_path / "q4.gguf", mtp_type="q4_0", progress=False).paths[0]
+    n_trunk = int(GGUFModel(trunk).arch_get("{arch}.block_count"))
+    got = types(grafted)
+    block = {n: t for n, t in got.items() if n.startswith(f"blk.{n_trunk}.") and n.endswith(".weight")}
+    assert block and all(t in ("Q4_0", "F32") for t in block.values()) and "Q4_0" in block.values(), block
+    assert {n: t for n, t in got.items() if n not in block} == types(trunk)
+    prompts = ["Hello world", "The quick brown fox", "1 2 3 4 5"]
+    actions = [lambda s, p=p: s.generate(p, max_tokens=24).tokens for p in prompts]
+    plain = References(lambda: MTPSession(trunk, mtp=False, n_ctx=256), actions)
+    with MTPSession(grafted, n_ctx=256, n_draft=2) as s:
+        assert s.engine.mtp is not None
+        plain.check([a(s) for a in actions], "llama.cpp-converted head at Q4_0")  # equal up to a stated tie rule
