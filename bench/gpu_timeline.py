@@ -9,7 +9,7 @@ durations, overlaps counted once), span on the GPU, host time of the call; the k
 GPU's idle time by what ran before and what came after (``verify -> draft``: the GPU waited between the verify's
 last kernel and the draft's first, for the host to read, commit and launch).
 
-    python3 -m bench.gpu_timeline MODEL.gguf [-k 2] [-n 64] [-ngl 99] [--trace out.json.gz]
+    python3 -m bench.gpu_timeline MODEL.gguf [-k 2] [-n 64] [-ngl 99] [--mtp SIDECAR] [--trace out.json.gz]
     python3 -m bench.gpu_timeline --parse out.json.gz -k 2      # the report of a saved trace
 
 Needs PyTorch with CUDA (the GPU machine's python3 has it). ``GGUF_MTP_*`` switches apply as in ``run``. With a CUDA
@@ -205,9 +205,10 @@ def load_trace(path: Path) -> list[dict[str, Any]]:
     return events
 
 
-def profile_answer(model: str, k: int, n: int, ngl: int, trace_out: Path | None) -> tuple[list[dict[str, Any]], int]:
+def profile_answer(model: str, k: int, n: int, ngl: int, trace_out: Path | None,
+                   mtp: str | None = None) -> tuple[list[dict[str, Any]], int]:
     """One answer of ``n`` tokens at draft length ``k`` (0: plain decoding), traced after a warm answer; the trace's
-    events and the answer's steps."""
+    events and the answer's steps. ``mtp``: a sidecar in place of the model's own head (``run --mtp``)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -216,7 +217,7 @@ def profile_answer(model: str, k: int, n: int, ngl: int, trace_out: Path | None)
     if not torch.cuda.is_available():
         raise SystemExit("error: torch sees no CUDA device: run this on the GPU machine")
     runtime_calls.wrap_runtime_calls(record_function)
-    with MTPSession(model, mtp=k > 0, n_draft=max(k, 1), n_gpu_layers=ngl, n_ctx=4096) as s:
+    with MTPSession(model, mtp=(mtp or True) if k > 0 else False, n_draft=max(k, 1), n_gpu_layers=ngl, n_ctx=4096) as s:
         s.generate(PROMPT, max_tokens=32)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             st = s.generate(PROMPT, max_tokens=n).stats
@@ -239,6 +240,7 @@ def main() -> None:
     ap.add_argument("-k", type=int, default=2, help="draft length; 0: plain decoding")
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("-ngl", type=int, default=99)
+    ap.add_argument("--mtp", help="a sidecar in place of the model's own head, as in `gguf-mtp run --mtp`")
     ap.add_argument("--trace", type=Path, help="also write the trace here (gzip, chrome trace format)")
     ap.add_argument("--parse", type=Path, help="report on a saved trace instead of running")
     ap.add_argument("--steps", type=int, help="with --parse: the answer's steps (default: the verifies counted)")
@@ -246,7 +248,7 @@ def main() -> None:
     if a.parse:
         events, steps = load_trace(a.parse), a.steps or 0
     elif a.model:
-        events, steps = profile_answer(a.model, a.k, a.n, a.ngl, a.trace)
+        events, steps = profile_answer(a.model, a.k, a.n, a.ngl, a.trace, a.mtp)
     else:
         sys.exit("error: give a MODEL.gguf (or --parse TRACE)")
     calls, stray = calls_from_trace(events)
