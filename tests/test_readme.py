@@ -143,15 +143,52 @@ def test_the_speed_section_leads_with_the_release_shapes() -> None:
         assert over is not None and f"; {over.median:.2f}x llama.cpp's MTP" in cells[3], (cells[3], over)
 
 
+def test_the_session_34_table() -> None:
+    """README's second speed table is bench/reference/same-call-h200-s34 (call 3: the 9B shape, call 2: the 35B-A3B
+    shape): each row's median t/s, its per-round ratio to llama-completion and to `run` k=2 (bench/same_call.py),
+    to the printed rounding; every model's rows in its own call."""
+    import statistics
+
+    from bench.same_call import paired, read_processes, rounds
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-s34"
+    section, tables = _speed_tables()
+    assert str(ref.relative_to(ROOT)) in section
+    header, *body = tables[1]
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "model", "row", "t/s", "x llama-completion, per round", "over `run` k=2, per round"]
+    rows = {"`llama-completion`": "lc", "`gguf-mtp run` (k=2)": "k2",
+            "`gguf-mtp run --spec-draft-n-max auto`": "auto",
+            "`gguf-mtp run --mtp HEAD-Q4_0.gguf` (MTP block Q4_0)": "k2-h4",
+            "`gguf-mtp run --mtp HEAD-Q4_0.gguf` (block and draft LM head Q4_0)": "k2-h44"}
+    files = {"9B shape, ~70% head": "ab-call3.jsonl", "35B-A3B shape": "ab-call2.jsonl"}
+    model, seen = "", []
+    for line in body:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        model = cells[0] or model
+        label = rows[cells[1]]
+        seen.append((model, label))
+        runs = _by_row(ref, (files[model],))
+        rs = rounds(read_processes(ref / files[model]))
+        assert cells[2] == f"{statistics.median(runs[label]):.2f}", (model, cells)
+        for cell, base in ((cells[3], "lc"), (cells[4], "k2")):
+            if label == base or (base == "k2" and label == "lc"):
+                assert cell in ("1.00x", ""), (model, cells)
+                continue
+            p = paired(rs, label, base)
+            assert p is not None and cell == f"{p.median:.{len(cell.split('.')[1]) - 1}f}x", (model, cells, p)
+    assert [m for m, _ in seen].count("35B-A3B shape") == 4 and ("9B shape, ~70% head", "k2-h4") in seen
+
+
 def test_the_session_32_table() -> None:
-    """README's second speed table is bench/reference/same-call-h200-9b-s32 (call 2: the ~70% head, call 3: a head
+    """README's third speed table is bench/reference/same-call-h200-9b-s32 (call 2: the ~70% head, call 3: a head
     always right; one process a row), each head's rows against the llama-completion of its own call."""
     import statistics
 
     ref = ROOT / "bench" / "reference" / "same-call-h200-9b-s32"
     section, tables = _speed_tables()
     assert str(ref.relative_to(ROOT)) in section
-    header, *body = tables[1]
+    header, *body = tables[2]
     assert [c.strip() for c in header.strip("|").split("|")] == ["head", "driver", "processes", "t/s",
                                                                   "x llama-completion"]
     calls = {"~70%": ("ab-call2.jsonl", {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2",
@@ -170,15 +207,15 @@ def test_the_session_32_table() -> None:
 
 
 def test_the_previous_same_call_table() -> None:
-    """README's third speed table is bench/reference/same-call-h200-9b-s31 (calls 2 and 3): the plain and auto
-    rows the newest call did not repeat."""
+    """README's fourth speed table is bench/reference/same-call-h200-9b-s31 (calls 2 and 3): the plain and auto
+    rows the newer calls did not repeat."""
     import statistics
 
     ref = ROOT / "bench" / "reference" / "same-call-h200-9b-s31"
     section, tables = _speed_tables()
     assert str(ref.relative_to(ROOT)) in section
     runs = _by_row(ref, ("ab-call2.jsonl", "ab-call3.jsonl"))
-    header, *body = tables[2]
+    header, *body = tables[3]
     assert [c.strip() for c in header.strip("|").split("|")] == ["driver", "processes", "t/s", "x llama-completion"]
     names = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run --no-mtp`": "plain",
              "`gguf-mtp run` (k=2, the default)": "k2", "`gguf-mtp run --spec-draft-n-max 3`": "k3",
