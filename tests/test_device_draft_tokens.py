@@ -97,6 +97,7 @@ def test_a_file_llama_cpps_converter_wrote(monkeypatch: pytest.MonkeyPatch) -> N
         plain = [s.generate(p, max_tokens=40).text for p in prompts]
     runs = []
     monkeypatch.setenv(patches.DEVICE_FEED_ENV, "0")  # the verify's takes only (whatever the caller's environment)
+    monkeypatch.setenv(patches.CHAIN_ENV, "0")  # one decode a draft, also where the library could chain them
     for on in (True, False):
         monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1" if on else "0")
         taken: list[int] = []
@@ -163,6 +164,7 @@ def test_a_shadow_step_keeps_the_verify_on_the_device(model: Path, reference: Re
     def run(on: bool, **kw: object) -> tuple[list, int, list[int], tuple[list[int], list[int]] | None]:
         monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1" if on else "0")
         monkeypatch.setenv(patches.DEVICE_FEED_ENV, "0")
+        monkeypatch.setenv(patches.CHAIN_ENV, "0")
         taken: list[int] = []
         real = Context.take_tokens_from
         monkeypatch.setattr(Context, "take_tokens_from",
@@ -257,6 +259,7 @@ def test_with_stable_shapes_the_fed_and_the_drafting_decodes_share_a_graph(model
     then builds as few as on the host path (8 here; without that, 142 in 280 decodes)."""
     monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1")
     monkeypatch.setenv(patches.DEVICE_FEED_ENV, "1")
+    monkeypatch.setenv(patches.CHAIN_ENV, "0")  # the feed is for one decode a draft
     with MTPSession(model, n_ctx=512, n_draft=3, stable_shapes=True, timings=True) as s:
         assert s.device_feed
         gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
@@ -275,6 +278,7 @@ def test_an_answer_stopped_after_the_head_was_fed_leaves_the_next_one_lossless(
     from gguf_mtp.runtime.speculative import Engine
     monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1")
     monkeypatch.setenv(patches.DEVICE_FEED_ENV, "1")
+    monkeypatch.setenv(patches.CHAIN_ENV, "0")  # the feed is for one decode a draft
 
     class Stop(Exception):
         pass

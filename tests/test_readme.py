@@ -65,15 +65,32 @@ def test_every_pip_install_line_installs_what_exists() -> None:
 def _speed_tables() -> tuple[str, list[list[str]]]:
     """README's speed section and its tables, each as its rows (separator rows left out), in order."""
     section = README[README.index("\n## Speed\n") + 1:].split("\n## ", 1)[0]
-    tables: list[list[str]] = []
-    prev = ""
+    return section, [rows for _, rows in _speed_blocks(section)]
+
+
+def _speed_blocks(section: str) -> list[tuple[str, list[str]]]:
+    """Each table of ``section`` with the text between it and the table before it."""
+    blocks: list[tuple[str, list[str]]] = []
+    prev, text = "", []
     for ln in section.splitlines():
         if ln.startswith("| ") and "---" not in ln:
             if not prev.startswith("|"):
-                tables.append([])
-            tables[-1].append(ln)
+                blocks.append(("\n".join(text), []))
+                text = []
+            blocks[-1][1].append(ln)
+        elif not ln.startswith("|"):
+            text.append(ln)
         prev = ln
-    return section, tables
+    return blocks
+
+
+def _table_of(ref: Path) -> list[str]:
+    """The speed table whose lead-in names ``ref`` (a bench/reference folder): tables move as sessions add theirs."""
+    section = README[README.index("\n## Speed\n") + 1:].split("\n## ", 1)[0]
+    name = str(ref.relative_to(ROOT))
+    found = [rows for text, rows in _speed_blocks(section) if name in text]
+    assert len(found) == 1, (name, len(found))
+    return found[0]
 
 
 def _by_row(ref: Path, names: tuple[str, ...]) -> dict[str, list[float]]:
@@ -111,9 +128,9 @@ def test_the_speed_section_leads_with_the_release_shapes() -> None:
     from bench.same_call import paired, read_processes, rounds
 
     ref = ROOT / "bench" / "reference" / "same-call-h200-s33"
-    section, tables = _speed_tables()
+    section, _ = _speed_tables()
     assert str(ref.relative_to(ROOT)) in section
-    header, *body = tables[0]
+    header, *body = _table_of(ref)
     assert [c.strip() for c in header.strip("|").split("|")] == [
         "model", "`llama-completion`", "llama.cpp's MTP, best k", "`gguf-mtp run --no-mtp`",
         "`gguf-mtp run` (k=2, the default)"]
@@ -143,8 +160,46 @@ def test_the_speed_section_leads_with_the_release_shapes() -> None:
         assert over is not None and f"; {over.median:.2f}x llama.cpp's MTP" in cells[3], (cells[3], over)
 
 
+def test_the_session_35_table() -> None:
+    """README's session 35 table is bench/reference/same-call-h200-s35 (machine A: calls 1 and 2, machine B: call
+    3): each row's median t/s and its per-round ratio to llama-completion (bench/same_call.py), to the printed
+    rounding; every machine's rows against the llama-completion of its own calls."""
+    import statistics
+
+    from bench.same_call import paired, read_processes, rounds
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-s35"
+    section, _ = _speed_tables()
+    header, *body = _table_of(ref)
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "machine", "row", "processes", "t/s", "x llama-completion, per round"]
+    rows = {"`llama-completion`": "lc", "`gguf-mtp run` (k=2)": "k2-fp0",
+            "`gguf-mtp run`, drafts chained in one decode (proposed patches 0004 and 0009)": "k2-chain",
+            "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run --mtp HEAD-Q4_0.gguf` (MTP block Q4_0)": "k2-h4"}
+    files = {"A, 31 rounds": ("ab-call1.jsonl", "ab-call2.jsonl"), "B, 13 rounds": ("ab-call3.jsonl",)}
+    machine, seen = "", []
+    for line in body:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        machine = cells[0] or machine
+        label = rows[cells[1]]
+        if machine.startswith("B") and label == "k2-fp0":
+            label = "k2"  # the shipped build: its k=2 row has no proposed patch to switch off
+        seen.append((machine, label))
+        runs = _by_row(ref, files[machine])
+        rs = [r for name in files[machine] for r in rounds(read_processes(ref / name))]
+        assert cells[2] == str(len(runs[label])) and cells[3] == f"{statistics.median(runs[label]):.2f}", cells
+        cell = cells[4].strip("*")
+        if label == "lc":
+            assert cell == "1.00x", cells
+            continue
+        p = paired(rs, label, "lc")
+        assert p is not None and cell == f"{p.median:.3f}x", (machine, cells, p)
+        assert p.above_one == p.n  # every round above llama-completion
+    assert len(seen) == 7 and ("B, 13 rounds", "spec2") in seen
+
+
 def test_the_session_34_table() -> None:
-    """README's second speed table is bench/reference/same-call-h200-s34 (call 3: the 9B shape, call 2: the 35B-A3B
+    """README's session 34 table is bench/reference/same-call-h200-s34 (call 3: the 9B shape, call 2: the 35B-A3B
     shape): each row's median t/s, its per-round ratio to llama-completion and to `run` k=2 (bench/same_call.py),
     to the printed rounding; every model's rows in its own call."""
     import statistics
@@ -152,9 +207,9 @@ def test_the_session_34_table() -> None:
     from bench.same_call import paired, read_processes, rounds
 
     ref = ROOT / "bench" / "reference" / "same-call-h200-s34"
-    section, tables = _speed_tables()
+    section, _ = _speed_tables()
     assert str(ref.relative_to(ROOT)) in section
-    header, *body = tables[1]
+    header, *body = _table_of(ref)
     assert [c.strip() for c in header.strip("|").split("|")] == [
         "model", "row", "t/s", "x llama-completion, per round", "over `run` k=2, per round"]
     rows = {"`llama-completion`": "lc", "`gguf-mtp run` (k=2)": "k2",
@@ -181,14 +236,14 @@ def test_the_session_34_table() -> None:
 
 
 def test_the_session_32_table() -> None:
-    """README's third speed table is bench/reference/same-call-h200-9b-s32 (call 2: the ~70% head, call 3: a head
+    """README's session 32 table is bench/reference/same-call-h200-9b-s32 (call 2: the ~70% head, call 3: a head
     always right; one process a row), each head's rows against the llama-completion of its own call."""
     import statistics
 
     ref = ROOT / "bench" / "reference" / "same-call-h200-9b-s32"
-    section, tables = _speed_tables()
+    section, _ = _speed_tables()
     assert str(ref.relative_to(ROOT)) in section
-    header, *body = tables[2]
+    header, *body = _table_of(ref)
     assert [c.strip() for c in header.strip("|").split("|")] == ["head", "driver", "processes", "t/s",
                                                                   "x llama-completion"]
     calls = {"~70%": ("ab-call2.jsonl", {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2",
@@ -207,15 +262,15 @@ def test_the_session_32_table() -> None:
 
 
 def test_the_previous_same_call_table() -> None:
-    """README's fourth speed table is bench/reference/same-call-h200-9b-s31 (calls 2 and 3): the plain and auto
+    """README's session 31 table is bench/reference/same-call-h200-9b-s31 (calls 2 and 3): the plain and auto
     rows the newer calls did not repeat."""
     import statistics
 
     ref = ROOT / "bench" / "reference" / "same-call-h200-9b-s31"
-    section, tables = _speed_tables()
+    section, _ = _speed_tables()
     assert str(ref.relative_to(ROOT)) in section
     runs = _by_row(ref, ("ab-call2.jsonl", "ab-call3.jsonl"))
-    header, *body = tables[3]
+    header, *body = _table_of(ref)
     assert [c.strip() for c in header.strip("|").split("|")] == ["driver", "processes", "t/s", "x llama-completion"]
     names = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run --no-mtp`": "plain",
              "`gguf-mtp run` (k=2, the default)": "k2", "`gguf-mtp run --spec-draft-n-max 3`": "k3",
