@@ -2,7 +2,8 @@
 # Makes .carry/ for bench/gpu.sh on a GPU machine without network (the device tool carries it): the
 # llama-cpp-python sdist trimmed to what the llama.cpp build needs (its .git, docs, models, tests but
 # test-backend-ops.cpp, the web UI's sources and the back-ends gpu.sh never builds left out: about 6 MB against
-# 77 MB), and the wheels of the Python packages the device lacks (gguf, diskcache; the others are in its image, KINDS.md).
+# 77 MB), and the wheels of the Python packages the device lacks (gguf, diskcache; the others are in its image, KINDS.md),
+# and py-spy's (.carry/pyspy) for bench/native_stacks.py.
 #   bash scripts/make-carry.sh                 # downloads the sdist and the wheels (pip, from the package index)
 #   GGUF_MTP_SDIST=path/to/sdist.tar.gz bash scripts/make-carry.sh   # a local sdist instead
 # Then name ".carry" in the device run's carry list.
@@ -35,4 +36,7 @@ tar czf "$OUT/$P-trim.tar.gz.part" -C "$TMP" "${excludes[@]}" "$P"
 mv "$OUT/$P-trim.tar.gz.part" "$OUT/$P-trim.tar.gz"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d "$OUT/whl" "gguf>=0.19.0" diskcache
+# py-spy, for the native stacks of a step's host time (bench/native_stacks.py); apart, as the device installs it
+# into its own folder, not beside the packages
+python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_5_x86_64 -d "$OUT/pyspy" py-spy
 echo "make-carry: $(du -sh "$OUT" | cut -f1) in $OUT: $(ls "$OUT" "$OUT/whl" | tr '\n' ' ')"
