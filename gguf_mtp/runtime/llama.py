@@ -135,6 +135,37 @@ def _mtp_chain_fn():  # type: ignore[no-untyped-def]
 
 
 @functools.cache
+def _row_address_fns():  # type: ignore[no-untyped-def]
+    """``llama_get_embeddings_nextn`` and ``llama_get_embeddings_nextn_ith`` returning the address as an int, for
+    :func:`_f32_view` (llama_cpp_ext's return a float pointer, which numpy converts on every call)."""
+    lib = ctypes.CDLL(_ll.llama_cpp._lib._name)
+
+    def first(*names: str):  # type: ignore[no-untyped-def]  # C++ linkage may mangle them, as llama_cpp_ext allows
+        return getattr(lib, next(n for n in names if hasattr(lib, n)))
+
+    rows = first("llama_get_embeddings_nextn", "_Z26llama_get_embeddings_nextnP13llama_context",
+                 "?llama_get_embeddings_nextn@@YAPEAMPEAUllama_context@@@Z")
+    row = first("llama_get_embeddings_nextn_ith", "_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
+                "?llama_get_embeddings_nextn_ith@@YAPEAMPEAUllama_context@@H@Z")
+    rows.argtypes, rows.restype = [ctypes.c_void_p], ctypes.c_void_p
+    row.argtypes, row.restype = [ctypes.c_void_p, ctypes.c_int32], ctypes.c_void_p
+    return rows, row
+
+
+def _f32_view(views: dict[tuple[int, tuple[int, ...]], np.ndarray], addr: int, shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 view of ``shape`` at ``addr``, made once per (address, shape) and kept in ``views``: llama.cpp
+    hands out the same buffer decode after decode, and a step reads hidden rows on its critical path."""
+    key = (addr, shape)
+    v = views.get(key)
+    if v is None:
+        if len(views) >= 64:  # bounded: a buffer that moved leaves no views behind for long
+            views.clear()
+        raw = memoryview((ctypes.c_float * int(np.prod(shape))).from_address(addr))
+        v = views[key] = np.frombuffer(raw, dtype=np.float32).reshape(shape)
+    return v
+
+
+@functools.cache
 def _device_token_fns():  # type: ignore[no-untyped-def]
     """``llama_keep_sampled_token`` and ``llama_set_tokens_from`` of the device-draft-tokens patch: not in
     llama-cpp-python's bindings."""
@@ -541,6 +572,7 @@ class Context:
         #: outputs one sequence may have in a decode (a device sampler's bound)
         self.n_outputs_per_seq = min(n_outputs_per_seq or self.n_outputs_max, self.n_outputs_max)
         self.mem = _ll.llama_get_memory(self.ptr)
+        self._views: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}  # h_rows' and h_row's (_f32_view)
         self._nextn_rows = embeddings_nextn and not mtp
         if mtp:  # masked (output rows only) unless the head's graph keeps a row per token (archs.py)
             rows_per_token = arch_facts(model.meta("general.architecture") or "", model.recurrent).mtp_rows_per_token
@@ -558,7 +590,8 @@ class Context:
 
     def decode_batch(self, batch: Batch) -> None:
         batch.batch.n_tokens = batch.n
-        if batch.n_outputs > self.n_outputs_max:  # llama.cpp would abort the process (an assert), not fail
+        # llama.cpp would abort the process (an assert), not fail; no more tokens than that: no count needed
+        if batch.n > self.n_outputs_max and batch.n_outputs > self.n_outputs_max:
             raise GgufMtpError(f"{self.model.path}: {batch.n_outputs} outputs in one decode, the context allows "
                                f"{self.n_outputs_max}")
         rc = _ll.llama_decode(self.ptr, batch.batch)
@@ -657,17 +690,17 @@ class Context:
 
     def h_rows(self, n: int) -> np.ndarray:
         """Hidden rows (``n_embd_out`` wide) of the last decode's first ``n`` tokens (view, copy to keep)."""
-        ptr = _ext.llama_get_embeddings_nextn(self.ptr)
-        if not ptr:
+        addr = _row_address_fns()[0](self.ptr)
+        if not addr:
             raise GgufMtpError(f"{self.model.path}: no hidden rows; the context was made without nextn outputs")
-        return np.ctypeslib.as_array(ptr, shape=(n, self.model.n_embd_out))
+        return _f32_view(self._views, addr, (n, self.model.n_embd_out))
 
     def h_row(self, i: int) -> np.ndarray:
         """The hidden row of batch entry ``i`` of the last decode (a view)."""
-        ptr = _ext.llama_get_embeddings_nextn_ith(self.ptr, i)
-        if not ptr:
+        addr = _row_address_fns()[1](self.ptr, i)
+        if not addr:
             raise GgufMtpError(f"{self.model.path}: no hidden row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(self.model.n_embd_out,))
+        return _f32_view(self._views, addr, (self.model.n_embd_out,))
 
     def logits_view(self, i: int) -> np.ndarray:
         """Logits of output row ``i`` of the last decode, without a copy (valid until the next decode)."""

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from .speculative import Engine
 
 _NEVER = sys.maxsize  # a position no prompt reaches
+#: positions back a chat may rewind to with the head's state (the target's hidden row of the position before)
+H_HISTORY = 256
 
 
 class Proposer:
@@ -161,7 +163,10 @@ class MtpProposer(Proposer):
         # the MTP batch doubles as its queue: verified tokens waiting for the next MTP decode
         self.mbatch = Batch(max(engine.tgt.n_batch, self.n_draft_max + 1), n_embd, seq=self.seq)
         self.pending_h = np.zeros(n_embd, dtype=np.float32)  # the target's hidden row at n_past - 1
-        self.h_hist: dict[int, np.ndarray] = {}  # recent target hidden rows by position (chat rollback)
+        # the target's hidden rows of the last H_HISTORY positions, at position % H_HISTORY (a chat's rewind): a
+        # ring written in place, as a step's commit runs on its critical path
+        self._h_ring = np.zeros((H_HISTORY, n_embd), dtype=np.float32)
+        self._h_pos = np.full(H_HISTORY, -1, dtype=np.int64)  # the position each ring row holds (-1: none)
         self.msampler = context_sampler(mtp, self.seq)
         # drafts are greedy; p_min needs the head's logits, so those stay on the host
         self.msampler.use(None, device=device_sampling and p_min <= 0)
@@ -219,11 +224,18 @@ class MtpProposer(Proposer):
         b.clear()
 
     def _remember_h(self, pos0: int, rows: np.ndarray) -> None:
-        for i, row in enumerate(rows):
-            self.h_hist[pos0 + i] = row.copy()
-        if len(self.h_hist) > 256:
-            for p in sorted(self.h_hist)[:-128]:
-                del self.h_hist[p]
+        n = len(rows)
+        if n > H_HISTORY:  # only the last ones fit
+            pos0, rows, n = pos0 + n - H_HISTORY, rows[n - H_HISTORY:], H_HISTORY
+        if n <= 4:  # a step's: a row at a time costs less than an index array
+            for i in range(n):
+                k = (pos0 + i) % H_HISTORY
+                self._h_ring[k] = rows[i]
+                self._h_pos[k] = pos0 + i
+        else:
+            at = np.arange(pos0, pos0 + n)
+            self._h_ring[at % H_HISTORY] = rows
+            self._h_pos[at % H_HISTORY] = at
 
     # -- stable shapes --------------------------------------------------------------------------
     @property
@@ -292,7 +304,7 @@ class MtpProposer(Proposer):
         self.ctx.clear(self.seq)
         self.mbatch.clear()
         self._held.clear()
-        self.h_hist = {}
+        self._h_pos[:] = -1
         self.pending_h[:] = 0
 
     def prompt_start(self, n_tokens: int, end: int, window: int) -> int:
@@ -345,7 +357,7 @@ class MtpProposer(Proposer):
         self.ctx.synchronize()  # prompt time includes the head's share of it
 
     def can_rewind(self, n_keep: int) -> bool:
-        return (n_keep - 1) in self.h_hist
+        return n_keep >= 1 and int(self._h_pos[(n_keep - 1) % H_HISTORY]) == n_keep - 1
 
     def rewind(self, n_keep: int, n_tokens: int) -> None:
         self._drop_ready()
@@ -358,7 +370,7 @@ class MtpProposer(Proposer):
                 self._held.pop()
         else:
             b.n = n_keep - q0  # drop the queued tail
-        self.pending_h = self.h_hist[n_keep - 1].copy()
+        self.pending_h = self._h_ring[(n_keep - 1) % H_HISTORY].copy()
 
     def shared_batch(self, n_seq: int) -> Batch | None:
         # as large as one MTP decode may be: every sequence's queue rides with its first draft
