@@ -62,9 +62,13 @@ def test_every_pip_install_line_installs_what_exists() -> None:
                 assert e.strip() in extras, (target, extras)
 
 
+def _speed_section() -> str:
+    return README[README.index("\n## Speed\n") + 1:].split("\n## ", 1)[0]
+
+
 def _speed_tables() -> tuple[str, list[list[str]]]:
     """README's speed section and its tables, each as its rows (separator rows left out), in order."""
-    section = README[README.index("\n## Speed\n") + 1:].split("\n## ", 1)[0]
+    section = _speed_section()
     return section, [rows for _, rows in _speed_blocks(section)]
 
 
@@ -86,9 +90,8 @@ def _speed_blocks(section: str) -> list[tuple[str, list[str]]]:
 
 def _table_of(ref: Path) -> list[str]:
     """The speed table whose lead-in names ``ref`` (a bench/reference folder): tables move as sessions add theirs."""
-    section = README[README.index("\n## Speed\n") + 1:].split("\n## ", 1)[0]
     name = str(ref.relative_to(ROOT))
-    found = [rows for text, rows in _speed_blocks(section) if name in text]
+    found = [rows for text, rows in _speed_blocks(_speed_section()) if name in text]
     assert len(found) == 1, (name, len(found))
     return found[0]
 
@@ -169,7 +172,6 @@ def test_the_session_35_table() -> None:
     from bench.same_call import paired, read_processes, rounds
 
     ref = ROOT / "bench" / "reference" / "same-call-h200-s35"
-    section, _ = _speed_tables()
     header, *body = _table_of(ref)
     assert [c.strip() for c in header.strip("|").split("|")] == [
         "machine", "row", "processes", "t/s", "x llama-completion, per round"]
