@@ -13,7 +13,8 @@ families as shares of the GPU's work, and wall minus busy as a lower bound only 
   python3 -m bench.gpu_kernels --summarize DIR        # the table, per phase and kernel family
 
 Phases: ``plain`` (the target, 1 row, no hidden rows: ``run --no-mtp``), ``verify-N`` (the target, N rows, hidden
-rows out, N recurrent-state snapshots: a step of ``run`` at k = N - 1), ``draft`` (the MTP head, 1 row) and
+rows out, kept for a rollback of N - 1: a step of ``run`` at k = N - 1; ``verify-N:R`` keeps R, as auto keeps its
+bound's), ``draft`` (the MTP head, 1 row) and
 ``draft-N`` (the head's decode padded to N rows, as the runtime runs an offloaded head)."""
 
 from __future__ import annotations
@@ -56,9 +57,15 @@ def run_phase(model_path: str, phase: str, ngl: int, out: Path, reps: int = 30, 
     from gguf_mtp.runtime.llama import Batch, Context, Model
 
     kind, _, n = phase.partition("-")
+    n, _, rs = n.partition(":")
+    if not (n or "1").isdigit() or not (rs or "0").isdigit():
+        sys.exit(f"error: --phase {phase}: use plain, verify-N[:R] or draft[-N]")
     rows = int(n or 1)
-    if kind not in ("plain", "verify", "draft") or rows < 1 or (kind == "plain" and rows != 1):
-        sys.exit(f"error: --phase {phase}: use plain, verify-N or draft[-N]")
+    # a run at k = rows - 1 keeps k snapshots (auto keeps its bound's: verify-3:6)
+    n_rs_seq = int(rs) if rs else rows - 1
+    if kind not in ("plain", "verify", "draft") or rows < 1 or (kind == "plain" and rows != 1) or (
+            rs and kind != "verify"):
+        sys.exit(f"error: --phase {phase}: use plain, verify-N[:R] or draft[-N]")
     model = Model(model_path, load_mtp=kind != "plain", n_gpu_layers=ngl)
     toks = model.tokenize(WARM_TEXT * 4)[:96]
     n_batch = max(len(toks), 8)
@@ -66,7 +73,7 @@ def run_phase(model_path: str, phase: str, ngl: int, out: Path, reps: int = 30, 
         ctx = Context(model, n_ctx=512, n_batch=n_batch, mtp=True, n_outputs_max=rows, n_outputs_per_seq=rows)
         embd = np.random.default_rng(0).standard_normal((len(toks), model.n_embd_out)).astype(np.float32) * 0.1
     else:
-        ctx = Context(model, n_ctx=512, n_batch=n_batch, n_rs_seq=rows if kind == "verify" else 0,
+        ctx = Context(model, n_ctx=512, n_batch=n_batch, n_rs_seq=n_rs_seq if kind == "verify" else 0,
                       embeddings_nextn=kind == "verify", n_outputs_max=rows, n_outputs_per_seq=rows)
         embd = None
     b = Batch(n_batch, model.n_embd_out if embd is not None else 0)
@@ -81,11 +88,14 @@ def run_phase(model_path: str, phase: str, ngl: int, out: Path, reps: int = 30, 
             b.clear()
             b.add(toks[pos[0] % len(toks)], pos[0], logits=True)
             pos[0] += 1
-        else:
-            ctx.seq_rm(p0)
+        else:  # a step that accepted none of its drafts: the previous decode's rows after its first roll back
+            p = pos[0]
+            ctx.seq_rm(p)
             b.clear()
             for i in range(rows):
-                b.add(toks[p0 + i], p0 + i, logits=True, embd=None if embd is None else embd[p0 + i])
+                j = (p + i) % len(toks)
+                b.add(toks[j], p + i, logits=True, embd=None if embd is None else embd[j])
+            pos[0] = p + 1
         ctx.decode_batch(b)
         ctx.synchronize()
 
@@ -103,7 +113,8 @@ def run_phase(model_path: str, phase: str, ngl: int, out: Path, reps: int = 30, 
             once()
             walls.append(time.perf_counter() - t)
         (out / f"{phase}.json").write_text(json.dumps({"phase": phase, "wall_ms": statistics.median(walls) * 1e3,
-                                                       "model": Path(model_path).name}))
+                                                       "model": Path(model_path).name,
+                                                       "n_rs_seq": ctx.n_rs_seq()}))
     ctx.close()
     model.close()
 

@@ -110,3 +110,17 @@ def test_llama_cpp_tools_run_without_the_switches_a_session_turned_on() -> None:
         assert not set(here) & set(plain)  # set by the runtime here: left out
         assert plain.get(mine) == user  # set by the user: kept
         assert ab["GGML_SCHED_ASYNC_INPUTS"] == "1" and ab["X_AB"] == "b"
+
+
+def test_gpu_kernels_verify_keeps_the_snapshots_a_run_keeps(tmp_path: Path) -> None:
+    """bench.gpu_kernels: a verify of N rows keeps N - 1 snapshots, as `run` at k = N - 1 does (a verify of 3 rows
+    with 3 would write a fourth conv-state copy in every DeltaNet layer that no run writes); ``verify-N:R`` keeps R,
+    as auto keeps its bound's. On the CPU, without ncu: the phase's wall time and the context's ``n_rs_seq``."""
+    model = convert(TINY, outfile=tmp_path / "tiny.gguf", progress=False).path
+    for phase, want in (("verify-3", 2), ("verify-3:6", 6)):
+        bench("bench.gpu_kernels", str(model), "--phase", phase, "-ngl", "0", "--out", str(tmp_path))
+        got = json.loads((tmp_path / f"{phase}.json").read_text())
+        assert got["n_rs_seq"] == want and got["wall_ms"] > 0
+    bad = subprocess.run([sys.executable, "-m", "bench.gpu_kernels", str(model), "--phase", "verify-3:x", "-ngl", "0",
+                          "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert bad.returncode != 0 and "error: --phase verify-3:x" in bad.stderr
