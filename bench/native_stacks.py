@@ -4,7 +4,7 @@ host's time inside a step goes to. py-spy pauses the process to read it, which i
 for the GPU: the shares rank the parts; ``bench.host_time`` gives their milliseconds.
 
     py-spy record --native -r 1000 --format raw -o stacks.txt -- python -m bench.host_time MODEL.gguf -k 2 -n 512
-    python -m bench.native_stacks stacks.txt [FRAME ...]
+    python -m bench.native_stacks stacks.txt [FRAME ...] [--within FRAME]
 
 ``--within FRAME`` keeps the stacks through another frame than a decode step's: ``--within _run _run`` shows what a
 `gguf-mtp run` answer spends outside its steps (the prompt's decode, the text's decoding and printing).
@@ -49,7 +49,8 @@ def main() -> None:
     ap.add_argument("frames", nargs="*", help="frames to look under (default: the decode's main parts)")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--within", default=STEP, help=f"keep only the stacks through this frame (default {STEP})")
-    a = ap.parse_args()
+    # intermixed: `STACKS --within F FRAME...` as well as `STACKS FRAME... --within F`
+    a = ap.parse_intermixed_args()
     stacks = [(f, n) for f, n in read_stacks(a.stacks) if a.within in f]
     total = sum(n for _, n in stacks)
     print(f"{total} samples under {a.within}")

@@ -51,6 +51,11 @@ def test_native_stacks_keeps_the_stacks_through_the_frame_it_is_given(tmp_path: 
     answer = bench("bench.native_stacks", str(raw), "_run", "--within", "_run")
     assert answer[0] == "9 samples under _run"
     assert any("66.7%  generate" in line for line in answer) and any("33.3%  on_text" in line for line in answer)
+    # the option between the stacks and the frames (session 36's call 1 passed it so, and argparse alone refused)
+    between = bench("bench.native_stacks", str(raw), "--within", "_run", "generate", "on_text")
+    assert between[0] == "9 samples under _run"
+    assert any(line.startswith("== generate: 6 samples") for line in between)
+    assert any(line.startswith("== on_text: 3 samples") for line in between)
 
 
 def test_step_python_leaves_llama_cpps_time_out(tmp_path: Path) -> None:
