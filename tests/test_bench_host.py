@@ -100,7 +100,7 @@ def test_llama_cpp_tools_run_without_the_switches_a_session_turned_on() -> None:
 
     root = Path(__file__).resolve().parents[1]
     switches = {p.switch: p.name for p in patches.KNOWN if p.switch}
-    mine = "GGML_CUDA_GRAPH_REUSE_FAST_PATH"  # one the user sets in the second run
+    mine = "GGML_CUDA_ARGMAX_SPLIT"  # one the user sets in the second run
     assert mine in switches
     code = ("import json\nfrom gguf_mtp.runtime import llama, patches\nfrom bench import llamacpp\nllama.registry()\n"
             "print(json.dumps([sorted(patches.switched_on_here()), patches.names(), llamacpp.tool_env(),\n"

@@ -163,6 +163,53 @@ def test_the_speed_section_leads_with_the_release_shapes() -> None:
         assert over is not None and f"; {over.median:.2f}x llama.cpp's MTP" in cells[3], (cells[3], over)
 
 
+def test_the_session_36_table() -> None:
+    """README's session 36 table is bench/reference/same-call-h200-s36 (machine C: calls 1 and 2, machine D: call 3):
+    each row's process count, median t/s and per-round ratio to llama-completion (bench/same_call.py), to the printed
+    rounding, every machine's rows against the llama-completion of its own calls; and the A/Bs the text quotes."""
+    import statistics
+
+    from bench.same_call import paired, read_processes, rounds
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-s36"
+    header, *body = _table_of(ref)
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "machine", "row", "processes", "t/s", "x llama-completion, per round"]
+    rows = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run` (k=2)": "k2",
+            "`gguf-mtp run --spec-draft-n-max auto`": "auto",
+            "`gguf-mtp run --spec-draft-n-max auto`, every conv snapshot written (as before patch 0007)": "auto-all"}
+    files = {"C, 23 rounds": ("ab-call1.jsonl", "ab-call2.jsonl"), "D, 12 rounds": ("ab-call3.jsonl",)}
+    machine, seen = "", []
+    for line in body:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        machine = cells[0] or machine
+        label = rows[cells[1]]
+        seen.append((machine, label))
+        runs = _by_row(ref, files[machine])
+        rs = [r for name in files[machine] for r in rounds(read_processes(ref / name))]
+        assert cells[2] == str(len(runs[label])) and cells[3] == f"{statistics.median(runs[label]):.2f}", cells
+        cell = cells[4].strip("*")
+        if label == "lc":
+            assert cell == "1.00x", cells
+            continue
+        p = paired(rs, label, "lc")
+        assert p is not None and cell == f"{p.median:.3f}x", (machine, cells, p)
+        assert p.above_one == p.n or label == "spec2"  # gguf-mtp above llama-completion in every round
+    assert len(seen) == 8 and ("D, 12 rounds", "auto-all") in seen
+    text = _speed_section().split("**Session 36**", 1)[1].split("**Session 35**", 1)[0]
+
+    def ab(names: tuple[str, ...], a: str, b: str) -> float:
+        p = paired([r for n in names for r in rounds(read_processes(ref / n))], a, b)
+        assert p is not None
+        return p.median
+
+    assert f"{ab(files['C, 23 rounds'], 'k2', 'spec2'):.3f}x on machine C" in text
+    assert f"{ab(files['D, 12 rounds'], 'k2', 'spec2'):.3f}x on D" in text
+    assert f"gained {100 * (ab(files['D, 12 rounds'], 'auto', 'auto-all') - 1):.1f}% per round" in text
+    assert f"level on machine C ({ab(files['C, 23 rounds'], 'k2-cf', 'k2'):.3f}x of the shipped path" in text
+    assert f"cost auto {100 * (1 - ab(files['C, 23 rounds'], 'auto-cf', 'auto')):.0f}%" in text
+
+
 def test_the_session_35_table() -> None:
     """README's session 35 table is bench/reference/same-call-h200-s35 (machine A: calls 1 and 2, machine B: call
     3): each row's median t/s and its per-round ratio to llama-completion (bench/same_call.py), to the printed

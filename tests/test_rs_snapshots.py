@@ -1,7 +1,7 @@
 """llama.cpp's rollback of a hybrid model's recurrent state (``n_rs_seq`` snapshots), which native rollback
 (runtime/rollback.py) relies on: after a decode of n tokens, a ``seq_rm`` of the last r < n of them leaves the
 state the first n - r would have left, for a batch shorter than ``n_rs_seq + 1`` too (``auto``'s verify below
-k_max, its plain steps). The proposed ``delta-net-conv-snapshots`` patch (patches/llama.cpp/proposed/0007) skips
+k_max, its plain steps). The ``delta-net-conv-snapshots`` patch (patches/llama.cpp/0007, shipped in session 36) skips
 the conv snapshots further back than such a batch, which pair with no DeltaNet snapshot; this checks that what it
 keeps is all a valid rollback reads. It runs on whatever library is loaded: stock, patched, or a build of the
 proposed set through ``LLAMA_CPP_LIB_PATH``."""

@@ -42,13 +42,10 @@ KNOWN: tuple[Patch, ...] = (
     # narrow rows share a block in ggml-cuda's non-contiguous concat (a verify's DeltaNet conv windows)
     Patch("cuda-concat-narrow-rows", "gguf_mtp_patch_cuda_concat_narrow_rows", switch="GGML_CUDA_CONCAT_NARROW_ROWS",
           backend="CUDA"),
-    # fewer copy kernels a decode shorter than n_rs_seq + 1; nothing for the runtime to switch
+    # fewer copy kernels a decode shorter than n_rs_seq + 1; always on (GGUF_MTP_CONV_SNAPSHOTS=all: every copy)
     Patch("delta-net-conv-snapshots", "gguf_mtp_patch_delta_net_conv_snapshots"),
     # a split's user inputs as one batch of asynchronous copies
     Patch("sched-async-inputs", "gguf_mtp_patch_sched_async_inputs", switch="GGML_SCHED_ASYNC_INPUTS"),
-    # ggml-cuda skips re-checking a reused graph's nodes
-    Patch("cuda-graph-reuse-fast-path", "gguf_mtp_patch_cuda_graph_reuse_fast_path",
-          switch="GGML_CUDA_GRAPH_REUSE_FAST_PATH"),
     # a verify takes its last draft's token id on the device (llama_keep_sampled_token, llama_set_tokens_from), and
     # the head's decode its ids and hidden rows (llama_keep_nextn_rows, llama_set_nextn_from: feed_archs); the
     # marker names the revision whose lookup is a gather (the first one's in-place write broke a split between the
