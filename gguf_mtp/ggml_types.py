@@ -22,13 +22,15 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 from .errors import UnsupportedError
 from .ggufio.shape import ggml_shape
+from .legacy_quants import ENCODERS
 
 T = GGMLQuantizationType
 
 #: the types our encoders write (``--outtype`` / ``--mtp-type`` of convert and extract), by name
 OUTTYPES: dict[str, GGMLQuantizationType] = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0}
-#: the types of a draft LM head (``--draft-head-type``): gguf-py's numpy encoders of the legacy block types, each
-#: read by every llama.cpp back-end; fewer bytes per draft than the Q8_0/Q6_K LM head it copies
+#: the types of a draft LM head (``--draft-head-type``): the legacy block types (legacy_quants.py encodes them as
+#: ggml's reference quantizers do), each read by every llama.cpp back-end; fewer bytes per draft than the Q8_0/Q6_K
+#: LM head it copies
 DRAFT_HEAD_TYPES: dict[str, GGMLQuantizationType] = {"q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0,
                                                       "q5_1": T.Q5_1, "q8_0": T.Q8_0}
 #: the types of the MTP block's matrices (``--mtp-type`` of convert and extract): ours and the draft head's
@@ -125,38 +127,6 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
     return rounded
 
 
-def quantize_q8_0(x: np.ndarray) -> np.ndarray:
-    """Q8_0 blocks (fp16 scale + 32 int8) of float32 ``x`` whose size is a multiple of 32, as uint8.
-
-    Same arithmetic as ggml's reference quantizer (d = amax/127, q = roundf(x * (1/d))), bit for bit. The block
-    maximum is taken by pairwise halving: elementwise ufuncs release the GIL and run ~1.3x faster than a reduction
-    along a 32-wide axis, so chunks quantize in parallel threads.
-    """
-    blocks = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 32)
-    a = np.abs(blocks)
-    m = np.maximum(a[:, :16], a[:, 16:])
-    m = np.maximum(m[:, :8], m[:, 8:])
-    m = np.maximum(m[:, :4], m[:, 4:])
-    m = np.maximum(m[:, :2], m[:, 2:])
-    d = np.maximum(m[:, 0], m[:, 1]) / np.float32(127)
-    with np.errstate(divide="ignore"):
-        inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
-    np.multiply(blocks, inv[:, None], out=a)
-    # round half away from zero, as ggml's roundf (np.rint would round ties to even: off by one at exact .5)
-    sign = np.sign(a)
-    np.abs(a, out=a)
-    whole = np.floor(a)
-    np.subtract(a, whole, out=a)
-    a *= 2  # fraction >= .5 -> 1 after floor (exact in float32, unlike a + 0.5)
-    np.floor(a, out=a)
-    a += whole
-    a *= sign
-    out = np.empty((blocks.shape[0], 34), dtype=np.uint8)
-    out[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
-    out[:, 2:] = a.astype(np.int8).view(np.uint8)
-    return out.reshape(-1)
-
-
 def encode(x: np.ndarray, ggml_type: int) -> np.ndarray:
     """Encode float32 values into the on-disk bytes of ``ggml_type`` (F32, F16, BF16, Q8_0 or a draft-head type;
     the size of ``x`` a multiple of the type's block)."""
@@ -167,13 +137,8 @@ def encode(x: np.ndarray, ggml_type: int) -> np.ndarray:
         return np.ascontiguousarray(x).astype(np.float16)
     if t == T.BF16:
         return f32_to_bf16(x)
-    if t == T.Q8_0:
-        return quantize_q8_0(x)
-    if t in DRAFT_HEAD_TYPES.values():
-        from gguf.quants import quantize as _gguf_quantize  # ggml's reference arithmetic, in numpy
-
-        blocks = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, GGML_QUANT_SIZES[t][0])
-        return _gguf_quantize(blocks, t).reshape(-1)
+    if t in ENCODERS:  # Q8_0 and the draft-head types
+        return ENCODERS[t](x)
     raise UnsupportedError(f"encoding to {t.name} is not implemented; use f32, f16, bf16 or q8_0")
 
 

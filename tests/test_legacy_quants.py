@@ -1,0 +1,87 @@
+"""gguf_mtp/legacy_quants.py: the legacy block encoders (the draft LM head's and the MTP block's types) write the
+bytes ggml's own quantizer writes, compared with ``ggml_quantize_chunk`` of the loaded llama.cpp (its reference
+quantizers: no importance matrix) and with gguf-py's numpy encoders, on random rows of several scales and on the
+blocks where the arithmetic has choices to make: ties of magnitude, constant, zero and tiny blocks."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from gguf_mtp.legacy_quants import ENCODERS
+
+T = GGMLQuantizationType
+N_PER_ROW = 256
+
+
+def cases() -> np.ndarray:
+    """Rows of ``N_PER_ROW`` float32 values (a whole number of 32-value blocks)."""
+    rng = np.random.default_rng(7)
+    rows = [rng.standard_normal(N_PER_ROW) * s for s in (1e-3, 0.02, 1.0, 300.0)]
+    rows.append(rng.uniform(0.5, 2.0, N_PER_ROW))  # all positive: Q4_1's minimum above zero
+    edge = np.zeros((8, 32))
+    edge[1] = 3.0  # constant
+    edge[2, 3], edge[2, 7] = -5.0, 5.0  # a tie of magnitude, the negative first
+    edge[3, 5], edge[3, 9] = 5.0, -5.0  # the positive first
+    edge[4] = np.linspace(-1, 1, 32)
+    edge[5] = -2.5
+    edge[6, 0] = 1e-30  # a scale below float16's range
+    edge[7] = np.round(rng.standard_normal(32) * 8) / 8  # values on the quantization grid: ties at .5
+    rows.append(edge.reshape(-1))
+    rows.append(rng.standard_normal(N_PER_ROW).astype(np.float16).astype(np.float64))  # float16-exact values
+    return np.asarray(rows, dtype=np.float32)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("t", list(ENCODERS), ids=lambda t: t.name)
+def test_the_bytes_of_gguf_pys_encoder(t: GGMLQuantizationType) -> None:
+    from gguf.quants import quantize
+
+    x = cases()
+    want = quantize(x.reshape(-1, 32), t).reshape(-1)
+    got = ENCODERS[t](x)
+    assert got.dtype == np.uint8 and got.size == x.size // 32 * GGML_QUANT_SIZES[t][1]
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("t", list(ENCODERS), ids=lambda t: t.name)
+def test_the_bytes_of_ggmls_quantizer(t: GGMLQuantizationType) -> None:
+    import llama_cpp.llama_cpp as ll
+
+    lib = ctypes.CDLL(ll._lib._name)  # ggml through libllama's handle: the copy llama.cpp itself uses
+    fn = lib.ggml_quantize_chunk
+    fn.restype = ctypes.c_size_t
+    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                   ctypes.c_void_p]
+    x = cases()
+    out = np.zeros(x.size // 32 * GGML_QUANT_SIZES[t][1], dtype=np.uint8)
+    n = fn(int(t), x.ctypes.data, out.ctypes.data, 0, x.shape[0], N_PER_ROW, None)
+    assert n == out.size
+    got = ENCODERS[t](x)
+    bad = np.flatnonzero(got != out)
+    assert bad.size == 0, f"{t.name}: {bad.size} bytes differ, the first in block {bad[0] // GGML_QUANT_SIZES[t][1]}"
+
+
+@pytest.mark.fast
+def test_the_benchmark_compares_the_bytes_then_times_both() -> None:
+    """bench/legacy_quants.py: a row a type with both rates, their ratio and the projected head; its first check is
+    that both encoders wrote the same bytes (it stops with an error line otherwise)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-m", "bench.legacy_quants", "--rows", "64", "--repeat", "1"], cwd=root,
+                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = [ln.strip("|").split("|") for ln in p.stdout.splitlines() if ln.startswith("| Q")]
+    assert [r[0].strip() for r in rows] == [t.name for t in ENCODERS]
+    for r in rows:
+        ours, theirs, ratio, head = (float(c) for c in r[1:])
+        assert ours > 0 and theirs > 0 and head > 0 and abs(ratio - ours / theirs) <= 0.01 + 0.01 * ratio
+    bad = subprocess.run([sys.executable, "-m", "bench.legacy_quants", "--width", "33"], cwd=root,
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert bad.returncode == 2 and "--width a multiple of 32" in bad.stderr
