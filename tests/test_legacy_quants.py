@@ -1,17 +1,17 @@
 """gguf_mtp/legacy_quants.py: the legacy block encoders (the draft LM head's and the MTP block's types) write the
-bytes ggml's own quantizer writes, compared with ``ggml_quantize_chunk`` of the loaded llama.cpp (its reference
-quantizers: no importance matrix) and with gguf-py's numpy encoders, on random rows of several scales and on the
-blocks where the arithmetic has choices to make: ties of magnitude, constant, zero and tiny blocks."""
+bytes of gguf-py's numpy encoders, on random rows of several scales and on the blocks where the arithmetic has
+choices to make: ties of magnitude, constant, zero and tiny blocks (``cases``; tests/test_legacy_quants_ggml.py
+compares the same rows with llama.cpp's own quantizer); and bench/legacy_quants.py."""
 
 from __future__ import annotations
-
-import ctypes
 
 import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from gguf_mtp.legacy_quants import ENCODERS
+
+pytestmark = pytest.mark.fast  # numpy and gguf-py only; tests/test_legacy_quants_ggml.py compares with llama.cpp
 
 T = GGMLQuantizationType
 N_PER_ROW = 256
@@ -35,7 +35,6 @@ def cases() -> np.ndarray:
     return np.asarray(rows, dtype=np.float32)
 
 
-@pytest.mark.fast
 @pytest.mark.parametrize("t", list(ENCODERS), ids=lambda t: t.name)
 def test_the_bytes_of_gguf_pys_encoder(t: GGMLQuantizationType) -> None:
     from gguf.quants import quantize
@@ -47,25 +46,6 @@ def test_the_bytes_of_gguf_pys_encoder(t: GGMLQuantizationType) -> None:
     assert np.array_equal(got, want)
 
 
-@pytest.mark.parametrize("t", list(ENCODERS), ids=lambda t: t.name)
-def test_the_bytes_of_ggmls_quantizer(t: GGMLQuantizationType) -> None:
-    import llama_cpp.llama_cpp as ll
-
-    lib = ctypes.CDLL(ll._lib._name)  # ggml through libllama's handle: the copy llama.cpp itself uses
-    fn = lib.ggml_quantize_chunk
-    fn.restype = ctypes.c_size_t
-    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                   ctypes.c_void_p]
-    x = cases()
-    out = np.zeros(x.size // 32 * GGML_QUANT_SIZES[t][1], dtype=np.uint8)
-    n = fn(int(t), x.ctypes.data, out.ctypes.data, 0, x.shape[0], N_PER_ROW, None)
-    assert n == out.size
-    got = ENCODERS[t](x)
-    bad = np.flatnonzero(got != out)
-    assert bad.size == 0, f"{t.name}: {bad.size} bytes differ, the first in block {bad[0] // GGML_QUANT_SIZES[t][1]}"
-
-
-@pytest.mark.fast
 def test_the_benchmark_compares_the_bytes_then_times_both() -> None:
     """bench/legacy_quants.py: a row a type with both rates, their ratio and the projected head; its first check is
     that both encoders wrote the same bytes (it stops with an error line otherwise)."""
