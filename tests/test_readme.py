@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -163,27 +164,25 @@ def test_the_speed_section_leads_with_the_release_shapes() -> None:
         assert over is not None and f"; {over.median:.2f}x llama.cpp's MTP" in cells[3], (cells[3], over)
 
 
-def test_the_session_36_table() -> None:
-    """README's session 36 table is bench/reference/same-call-h200-s36 (machine C: calls 1 and 2, machine D: call 3):
-    each row's process count, median t/s and per-round ratio to llama-completion (bench/same_call.py), to the printed
-    rounding, every machine's rows against the llama-completion of its own calls; and the A/Bs the text quotes."""
+def _check_machine_table(ref: Path, rows: dict[str, str], files: dict[str, tuple[str, ...]],
+                         rename: Callable[[str, str], str] = lambda machine, label: label) -> list[tuple[str, str]]:
+    """A "machine | row | processes | t/s | x llama-completion, per round" table of ``ref``: each row's process
+    count, median t/s and per-round ratio to llama-completion (bench/same_call.py), to the printed rounding, every
+    machine's rows (``files``: its JSON-lines files) against the llama-completion of its own calls; gguf-mtp's rows
+    above it in every round. ``rows`` maps the row cell to its label (``rename(machine, label)`` where a machine's
+    label differs). Returns the (machine, label) of every row."""
     import statistics
 
     from bench.same_call import paired, read_processes, rounds
 
-    ref = ROOT / "bench" / "reference" / "same-call-h200-s36"
     header, *body = _table_of(ref)
     assert [c.strip() for c in header.strip("|").split("|")] == [
         "machine", "row", "processes", "t/s", "x llama-completion, per round"]
-    rows = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run` (k=2)": "k2",
-            "`gguf-mtp run --spec-draft-n-max auto`": "auto",
-            "`gguf-mtp run --spec-draft-n-max auto`, every conv snapshot written (as before patch 0007)": "auto-all"}
-    files = {"C, 23 rounds": ("ab-call1.jsonl", "ab-call2.jsonl"), "D, 12 rounds": ("ab-call3.jsonl",)}
     machine, seen = "", []
     for line in body:
         cells = [c.strip() for c in line.strip("|").split("|")]
         machine = cells[0] or machine
-        label = rows[cells[1]]
+        label = rename(machine, rows[cells[1]])
         seen.append((machine, label))
         runs = _by_row(ref, files[machine])
         rs = [r for name in files[machine] for r in rounds(read_processes(ref / name))]
@@ -195,6 +194,20 @@ def test_the_session_36_table() -> None:
         p = paired(rs, label, "lc")
         assert p is not None and cell == f"{p.median:.3f}x", (machine, cells, p)
         assert p.above_one == p.n or label == "spec2"  # gguf-mtp above llama-completion in every round
+    return seen
+
+
+def test_the_session_36_table() -> None:
+    """README's session 36 table is bench/reference/same-call-h200-s36 (machine C: calls 1 and 2, machine D: call
+    3), and the A/Bs the text below it quotes."""
+    from bench.same_call import paired, read_processes, rounds
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-s36"
+    rows = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run` (k=2)": "k2",
+            "`gguf-mtp run --spec-draft-n-max auto`": "auto",
+            "`gguf-mtp run --spec-draft-n-max auto`, every conv snapshot written (as before patch 0007)": "auto-all"}
+    files = {"C, 23 rounds": ("ab-call1.jsonl", "ab-call2.jsonl"), "D, 12 rounds": ("ab-call3.jsonl",)}
+    seen = _check_machine_table(ref, rows, files)
     assert len(seen) == 8 and ("D, 12 rounds", "auto-all") in seen
     text = _speed_section().split("**Session 36**", 1)[1].split("**Session 35**", 1)[0]
 
@@ -212,38 +225,15 @@ def test_the_session_36_table() -> None:
 
 def test_the_session_35_table() -> None:
     """README's session 35 table is bench/reference/same-call-h200-s35 (machine A: calls 1 and 2, machine B: call
-    3): each row's median t/s and its per-round ratio to llama-completion (bench/same_call.py), to the printed
-    rounding; every machine's rows against the llama-completion of its own calls."""
-    import statistics
-
-    from bench.same_call import paired, read_processes, rounds
-
+    3)."""
     ref = ROOT / "bench" / "reference" / "same-call-h200-s35"
-    header, *body = _table_of(ref)
-    assert [c.strip() for c in header.strip("|").split("|")] == [
-        "machine", "row", "processes", "t/s", "x llama-completion, per round"]
     rows = {"`llama-completion`": "lc", "`gguf-mtp run` (k=2)": "k2-fp0",
             "`gguf-mtp run`, drafts chained in one decode (proposed patches 0004 and 0009)": "k2-chain",
             "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run --mtp HEAD-Q4_0.gguf` (MTP block Q4_0)": "k2-h4"}
     files = {"A, 31 rounds": ("ab-call1.jsonl", "ab-call2.jsonl"), "B, 13 rounds": ("ab-call3.jsonl",)}
-    machine, seen = "", []
-    for line in body:
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        machine = cells[0] or machine
-        label = rows[cells[1]]
-        if machine.startswith("B") and label == "k2-fp0":
-            label = "k2"  # the shipped build: its k=2 row has no proposed patch to switch off
-        seen.append((machine, label))
-        runs = _by_row(ref, files[machine])
-        rs = [r for name in files[machine] for r in rounds(read_processes(ref / name))]
-        assert cells[2] == str(len(runs[label])) and cells[3] == f"{statistics.median(runs[label]):.2f}", cells
-        cell = cells[4].strip("*")
-        if label == "lc":
-            assert cell == "1.00x", cells
-            continue
-        p = paired(rs, label, "lc")
-        assert p is not None and cell == f"{p.median:.3f}x", (machine, cells, p)
-        assert p.above_one == p.n  # every round above llama-completion
+    # machine B's shipped build: its k=2 row has no proposed patch to switch off
+    seen = _check_machine_table(ref, rows, files,
+                                lambda machine, label: "k2" if machine.startswith("B") and label == "k2-fp0" else label)
     assert len(seen) == 7 and ("B, 13 rounds", "spec2") in seen
 
 
