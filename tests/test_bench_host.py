@@ -5,6 +5,7 @@ loaded through the virtual FILE* against the same file mmapped, with the same dr
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,24 @@ def test_gpu_kernels_verify_keeps_the_snapshots_a_run_keeps(tmp_path: Path) -> N
     bad = subprocess.run([sys.executable, "-m", "bench.gpu_kernels", str(model), "--phase", "verify-3:x", "-ngl", "0",
                           "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode != 0 and "error: --phase verify-3:x" in bad.stderr
+
+
+def test_mmvq_src1_counts_the_mat_vecs_that_repeat_a_quantization(tmp_path: Path) -> None:
+    """bench.mmvq_src1 (what proposed patch 0014 saves): the rule on made-up nodes (a repeat, a write over the src1
+    that ends it, a float weight and a 9-column product that are no mat-vecs), then the tiny model's graph: every
+    layer's up projection repeats its gate's activation, every attention layer's K and V its Q's."""
+    from bench.mmvq_src1 import Node, count
+
+    x = (1000, (64, 3, 1, 1), (4, 256, 768, 768), 0)
+    mm = lambda name, s1=x, t=8: Node("MUL_MAT", name, 5000, 64, s1, t)  # noqa: E731
+    n, hits, names = count([mm("q-0"), mm("k-0"), Node("ADD", "w", 1200, 16, None, None), mm("v-0"),
+                            mm("f16", t=1), mm("wide", s1=(1000, (64, 9, 1, 1), (4, 256, 2304, 2304), 0)), mm("u-1")])
+    assert (n, hits, dict(names)) == (4, 2, {"k": 1, "u": 1})
+    q8 = convert(TINY, outfile=tmp_path / "q8.gguf", outtype="q8_0", progress=False).path
+    out = bench("bench.mmvq_src1", str(q8), "--rows", "3")
+    n, hits = (int(v) for v in re.findall(r"(\d+) quantized mat-vecs, (\d+) of them", out[0])[0])
+    by = {ln.split()[1]: int(ln.split()[0]) for ln in out[1:]}
+    layers = json.loads((TINY / "config.json").read_text())["text_config"]["num_hidden_layers"]
+    assert by["ffn_up"] == layers and by["Kcur"] == by["Vcur"] > 0 and 0 < hits < n
+    f16 = convert(TINY, outfile=tmp_path / "f16.gguf", outtype="f16", progress=False).path
+    assert "0 quantized mat-vecs, 0 of them" in bench("bench.mmvq_src1", str(f16), "--rows", "1")[0]

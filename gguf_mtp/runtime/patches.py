@@ -53,6 +53,9 @@ KNOWN: tuple[Patch, ...] = (
     Patch("device-draft-tokens", "gguf_mtp_patch_device_draft_tokens_2", feed_archs=frozenset({"qwen35", "qwen35moe"})),
     # ggml-cuda's argmax (a backend sampler's greedy pick) over a few long rows split across blocks; CUDA builds only
     Patch("cuda-argmax-split", "gguf_mtp_patch_cuda_argmax_split", switch="GGML_CUDA_ARGMAX_SPLIT", backend="CUDA"),
+    # consecutive quantized mat-vecs of one activation quantize it once; CUDA builds only
+    Patch("cuda-mmvq-share-q8-1", "gguf_mtp_patch_cuda_mmvq_share_q8_1", switch="GGML_CUDA_MMVQ_SHARE_Q8_1",
+          backend="CUDA"),
 )
 
 
