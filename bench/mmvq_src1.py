@@ -14,7 +14,7 @@ import argparse
 import collections
 import ctypes
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import gguf_mtp.runtime  # noqa: F401  (loads llama.cpp before numpy)
 
@@ -34,8 +34,7 @@ Tensor._fields_ = [
 ]
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):  # not a dataclass: runpy (tests/test_bench_imports.py) runs this module unregistered
     op: str
     name: str
     data: int
