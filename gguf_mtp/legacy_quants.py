@@ -5,7 +5,8 @@ without an importance matrix) write.
 Each works on a whole array of blocks with elementwise numpy operations only: a block's extremes are found by
 halving it five times rather than by a reduction along its 32-wide axis, which is slower and holds the GIL.
 Where ggml takes the first element of largest magnitude, the halving pairs neighbours, so the lower index wins a
-tie. gguf-py's encoders of the same types give the same bytes at about half the speed.
+tie. gguf-py's encoders of the same types give the same bytes several times slower
+(bench/legacy_quants.py).
 """
 
 from __future__ import annotations
@@ -35,13 +36,16 @@ def _signed_absmax(b: np.ndarray) -> np.ndarray:
     return v[:, 0]
 
 
+def _halve(b: np.ndarray, op: np.ufunc) -> np.ndarray:
+    """Each block reduced by ``op`` (np.minimum, np.maximum), one half against the other until one value is left."""
+    while b.shape[1] > 1:
+        h = b.shape[1] // 2
+        b = op(b[:, :h], b[:, h:])
+    return b[:, 0]
+
+
 def _min_max(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    lo, hi = b, b
-    while lo.shape[1] > 1:
-        h = lo.shape[1] // 2
-        lo = np.minimum(lo[:, :h], lo[:, h:])
-        hi = np.maximum(hi[:, :h], hi[:, h:])
-    return lo[:, 0], hi[:, 0]
+    return _halve(b, np.minimum), _halve(b, np.maximum)
 
 
 def _inverse(d: np.ndarray) -> np.ndarray:
@@ -106,11 +110,7 @@ def quantize_q8_0(x: np.ndarray) -> np.ndarray:
     """Q8_0: d = the largest magnitude / 127, q = roundf(x * (1/d)); 34 bytes a block."""
     b = _blocks(x)
     a = np.abs(b)
-    m = a
-    while m.shape[1] > 1:
-        h = m.shape[1] // 2
-        m = np.maximum(m[:, :h], m[:, h:])
-    d = m[:, 0] / _F(127)
+    d = _halve(a, np.maximum) / _F(127)
     np.multiply(b, _inverse(d)[:, None], out=a)
     # round half away from zero, as ggml's roundf (np.rint would round ties to even: off by one at exact .5)
     sign = np.sign(a)
