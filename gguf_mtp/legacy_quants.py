@@ -1,6 +1,7 @@
 """Encoders of ggml's legacy block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): 32 weights a block, a float16 scale (and
 minimum), bit for bit what ggml's reference quantizers (``quantize_row_*_ref``, which ``llama-quantize`` runs
-without an importance matrix) write.
+without an importance matrix) write where the product is rounded before the add, as x86 builds of ggml-base do (an
+aarch64 build fuses them and can truncate a rare quant one lower: tests/test_legacy_quants_ggml.py's tie rule).
 
 Each works on a whole array of blocks with elementwise numpy operations only: a block's extremes are found by
 halving it five times rather than by a reduction along its 32-wide axis, which is slower and holds the GIL.

@@ -31,6 +31,16 @@ def cases() -> np.ndarray:
     edge[6, 0] = 1e-30  # a scale below float16's range
     edge[7] = np.round(rng.standard_normal(32) * 8) / 8  # values on the quantization grid: ties at .5
     rows.append(edge.reshape(-1))
+    halves = np.tile(np.arange(-7.5, 8.5, 0.5), (8, 1))  # with a scale of 1 (the signed maximum -8, -16), x / d + c
+    halves[0::2, 0], halves[1::2, 0] = -8.0, -16.0       # lands on whole numbers: Q4_0's and Q5_0's ties
+    rows.append(halves.reshape(-1))
+    # 1/s inexact in float32: x * (1/s) lands a rounding error from -7.5 (Q4_0), -15.5 (Q5_0), ..., where a fused
+    # multiply-add truncates x * id + c one lower than the rounded product (tests/test_legacy_quants_ggml.py)
+    s = np.repeat([3.0, 5.0, 6.0, 7.0, 9.0, 11.0, 12.0, 13.0], 32).reshape(8, 32)
+    odd, j = np.arange(8)[:, None] % 2 == 1, np.arange(32)
+    fma = s * np.where(odd, 15.5 - j, 7.5 - j % 16)
+    fma[0::2, 0], fma[1::2, 0] = 8 * s[0::2, 0], 16 * s[1::2, 0]  # the signed maximum: d = -s for Q4_0, Q5_0
+    rows.append(fma.reshape(-1))
     rows.append(rng.standard_normal(N_PER_ROW).astype(np.float16).astype(np.float64))  # float16-exact values
     return np.asarray(rows, dtype=np.float32)
 
