@@ -151,3 +151,19 @@ def test_mmvq_src1_counts_the_mat_vecs_that_repeat_a_quantization(tmp_path: Path
     assert by["ffn_up"] == layers and by["Kcur"] == by["Vcur"] > 0 and 0 < hits < n
     f16 = convert(TINY, outfile=tmp_path / "f16.gguf", outtype="f16", progress=False).path
     assert "0 quantized mat-vecs, 0 of them" in bench("bench.mmvq_src1", str(f16), "--rows", "1")[0]
+
+
+def test_logits_digest_is_the_same_for_the_same_floats_only(tmp_path: Path) -> None:
+    """bench.logits_digest (how 0014's switch is checked on a GPU: equal files, equal logits): two processes on one
+    model write identical JSON with every verify row counted; another weight type or -n changes the digests."""
+    q8 = convert(TINY, outfile=tmp_path / "q8.gguf", outtype="q8_0", progress=False).path
+    f16 = convert(TINY, outfile=tmp_path / "f16.gguf", outtype="f16", progress=False).path
+    runs = {}
+    for name, model, n in (("a", q8, 20), ("b", q8, 20), ("f16", f16, 20), ("n", q8, 21)):
+        bench("bench.logits_digest", str(model), "-n", str(n), "--out", str(tmp_path / f"{name}.json"))
+        runs[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    a = runs["a"]
+    assert len(a["tokens"]) == 20 and a["verify_rows"] == 3 * 9 and 0 <= a["verify_argmax_agree"] <= 1
+    assert a["plain_sha256"] != runs["f16"]["plain_sha256"] and a["verify_sha256"] != runs["f16"]["verify_sha256"]
+    assert a["plain_sha256"] != runs["n"]["plain_sha256"]
