@@ -1,4 +1,4 @@
-"""How many of a decode's quantized mat-vecs read the activation the one before them quantized (proposed patch 0014,
+"""How many of a decode's quantized mat-vecs read the activation the one before them quantized (patch 0014,
 cuda-mmvq-share-q8-1): ggml-cuda quantizes a mat-vec's src1 to q8_1 before every product, so each of these repeats
 a quantize kernel. Counted on the CPU from the graph llama.cpp builds (llama.cpp's eval callback sees every node in
 order): a MUL_MAT of a quantized weight by an F32 src1 of at most 8 columns (ggml-cuda's mat-vec) whose src1 is the

@@ -133,7 +133,7 @@ def test_gpu_kernels_verify_keeps_the_snapshots_a_run_keeps(tmp_path: Path) -> N
 
 
 def test_mmvq_src1_counts_the_mat_vecs_that_repeat_a_quantization(tmp_path: Path) -> None:
-    """bench.mmvq_src1 (what proposed patch 0014 saves): the rule on made-up nodes (a repeat, a write over the src1
+    """bench.mmvq_src1 (what patch 0014 saves): the rule on made-up nodes (a repeat, a write over the src1
     that ends it, a float weight and a 9-column product that are no mat-vecs), then the tiny model's graph: every
     layer's up projection repeats its gate's activation, every attention layer's K and V its Q's."""
     from bench.mmvq_src1 import Node, count

@@ -197,6 +197,32 @@ def _check_machine_table(ref: Path, rows: dict[str, str], files: dict[str, tuple
     return seen
 
 
+def test_the_session_37_table() -> None:
+    """README's session 37 table is bench/reference/same-call-h200-s37 (machines E, F, G: calls 1, 2, 3), and the
+    A/Bs the text below it quotes."""
+    from bench.same_call import paired, read_processes, rounds
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-s37"
+    rows = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run` (k=2)": "k2",
+            "`gguf-mtp run` (k=2), patch 0014 switched off": "k2-s0"}
+    files = {"E, 10 rounds": ("ab-call1.jsonl",), "F, 8 rounds": ("ab-call2.jsonl",), "G, 7 rounds": ("ab-call3.jsonl",)}
+    seen = _check_machine_table(ref, rows, files)
+    assert len(seen) == 11 and ("G, 7 rounds", "k2-s0") in seen
+    text = _speed_section().split("**Session 37**", 1)[1].split("**Session 36**", 1)[0]
+
+    def ab(names: tuple[str, ...], a: str, b: str) -> tuple[float, int, int]:
+        p = paired([r for n in names for r in rounds(read_processes(ref / n))], a, b)
+        assert p is not None
+        return p.median, p.above_one, p.n
+
+    every = tuple(f for names in files.values() for f in names)
+    assert f"{ab(files['E, 10 rounds'], 'k2', 'spec2')[0]:.3f}x on machine E" in text
+    assert f"{ab(files['F, 8 rounds'], 'k2', 'spec2')[0]:.3f}x on F" in text
+    assert f"{ab(every, 'k2', 'spec2')[0]:.3f}x over all 7" in text
+    m, above, n = ab(every, "k2", "k2-s0")
+    assert f"{100 * (m - 1):.1f}% per round ({above} of {n}" in text
+
+
 def test_the_session_36_table() -> None:
     """README's session 36 table is bench/reference/same-call-h200-s36 (machine C: calls 1 and 2, machine D: call
     3), and the A/Bs the text below it quotes."""
