@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,11 @@ except Exception:  # noqa: BLE001 - the fast tier (make test-fast) runs without 
 from gguf_mtp import convert
 from gguf_mtp.archs import ARCHS
 from tests.synthetic import SyntheticSpec, write_checkpoint
+
+# The tests reach their own servers (serve, the Hub stand-in, RPC) over loopback, with clients that honour a proxy
+# the host's environment names: never through one
+for _var in ("NO_PROXY", "no_proxy"):
+    os.environ[_var] = ",".join(v for v in (os.environ.get(_var, ""), "127.0.0.1", "localhost", "::1") if v)
 
 # The fast tier: modules marked ``pytestmark = pytest.mark.fast`` need no llama.cpp. `make test-fast` runs them
 # (``-m fast``) in .venv-fast, which has no llama-cpp-python, before the llama.cpp build (converters, readers,

@@ -110,6 +110,21 @@ def observed_rows(session: Any, action: Callable[[Any], Any]) -> tuple[Any, list
         del engine.generate  # the instance attribute goes, the class's method is back
 
 
+def margin_over_tolerance(make_plain: Callable[[], Any], action: Callable[[Any], Any]) -> tuple[float, int]:
+    """The smallest gap between the two largest logits over ``tolerance(row)``, over every pick plain decoding of
+    ``action`` makes, and at which pick. Above 1, no pick is one the tie rule would excuse: every kernel's rounding
+    (which the rule bounds by ``tolerance``) leaves the greedy path as it is, so outputs of other code paths may be
+    compared exactly (as text, through the CLI)."""
+    with make_plain() as s:
+        _, rows, _ = observed_rows(s, action)
+    ratios = []
+    for row in rows:
+        top2 = np.partition(row, -2)[-2:]
+        ratios.append(float(top2[1] - top2[0]) / tolerance(row))
+    i = int(np.argmin(ratios))
+    return ratios[i], i
+
+
 class Reference:
     """Plain decoding of ``action`` on sessions from ``make_plain``: the tokens speculative runs must match.
 

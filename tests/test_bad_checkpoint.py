@@ -6,6 +6,7 @@ refused before allocating (checked under an address-space limit in a subprocess)
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -233,8 +234,11 @@ BOMBS = textwrap.dedent("""
 
 
 def test_memory_bombs_are_refused_before_allocating(checkpoint, tmp_path: Path) -> None:
+    # OpenBLAS (numpy's) reserves buffers a core at import: one thread, so the address-space limit holds on a
+    # host with many cores as on two
+    env = os.environ | {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-c", BOMBS, str(checkpoint("qwen35")), str(tmp_path)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     lines = dict(ln.split(" ", 1) for ln in r.stdout.splitlines())
     assert set(lines) == {"layers", "token_id", "vocab_id", "layer_types"}, r.stdout

@@ -27,6 +27,8 @@ from gguf_mtp.runtime import patches, placement, rpc
 from gguf_mtp_cli import device_options
 from gguf_mtp_cli.main import main
 
+from .lossless import margin_over_tolerance
+
 ORACLE = {"oracle_head": True, "trunk_scale": 0.5}
 PROMPT = "The quick brown fox jumps over the lazy dog and the weather is "
 ROOT = Path(__file__).resolve().parent.parent
@@ -335,8 +337,28 @@ def _buffer_mib(log: str, endpoint: str) -> float:
     return sum(float(x) for x in m)
 
 
-def test_rpc_round_trip_gives_the_local_text(converted, rpc_servers) -> None:
-    bundled = converted("qwen35", "bundled", **ORACLE)
+@pytest.fixture(scope="module")
+def tie_free(converted) -> dict:
+    """ORACLE with the first seed whose plain greedy path for PROMPT has no pick the tie rule would excuse
+    (tests/lossless.py, margin_over_tolerance): these tests compare the CLI's texts exactly, between a verify's
+    rows and a plain step's one row, and between the local CPU back-end and an RPC server's (which never repacks
+    weights, as the local one does on some CPUs), each rounding differently."""
+    from gguf_mtp.runtime import MTPSession
+
+    seen = []
+    for seed in range(16):
+        spec = {**ORACLE, "seed": seed}
+        model = converted("qwen35", "bundled", **spec)
+        ratio, at = margin_over_tolerance(lambda m=model: MTPSession(m, mtp=False, n_ctx=512),
+                                          lambda s: s.generate(PROMPT, max_tokens=32))
+        if ratio > 1:
+            return spec
+        seen.append(f"seed {seed}: {ratio:.2f} at pick {at}")
+    pytest.fail(f"no seed without a near-tie on PROMPT's greedy path: {seen}")
+
+
+def test_rpc_round_trip_gives_the_local_text(converted, rpc_servers, tie_free) -> None:
+    bundled = converted("qwen35", "bundled", **tie_free)
     local, st, _ = _generate(bundled)
     assert st["drafted"] > 0 and 0 < st["accepted"] < st["drafted"]
     plain, _, _ = _generate(bundled, "--no-mtp")
@@ -352,10 +374,10 @@ def test_rpc_round_trip_gives_the_local_text(converted, rpc_servers) -> None:
     assert out == local and _buffer_mib(err, rpc_servers[0]) > 0 and _buffer_mib(err, rpc_servers[1]) > 0
 
 
-def test_the_head_on_its_own_rpc_device(converted, rpc_servers) -> None:
+def test_the_head_on_its_own_rpc_device(converted, rpc_servers, tie_free) -> None:
     """--device RPC0 --device-draft RPC1: the trunk's layers on one server, the MTP block and the LM head on the
     other (bundled and head-only: by the model's layer split; self-contained: the sidecar's own model)."""
-    spec = ORACLE
+    spec = tie_free
     bundled = converted("qwen35", "bundled", **spec)
     local, _, _ = _generate(bundled)
     rpc_args = ["-ngl", "99", "--rpc", ",".join(rpc_servers), "--device", "RPC0", "--device-draft", "RPC1"]

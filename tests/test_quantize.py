@@ -20,6 +20,7 @@ from gguf_mtp.layout import Layout
 from gguf_mtp.quantize import quantize_model
 from gguf_mtp.runtime import MTPSession
 
+from .lossless import Reference
 from .reliability import can_unshare_mount, sub
 
 WIDE = {"hidden": 256, "intermediate": 512, "oracle_head": True, "trunk_scale": 0.5}  # rows fit K-quant blocks
@@ -47,11 +48,13 @@ def test_k_quant_keeps_the_head_at_q8_0(converted, tmp_path: Path, qtype: str) -
     types = trunk_matrices(r.path)
     assert {t for t, ne0 in types.values() if ne0 % 256 == 0} <= K_SCHEME[qtype]
     assert {t for t, ne0 in types.values() if ne0 % 256} <= FALLBACK
-    with MTPSession(r.path, mtp=False, n_ctx=512) as plain:
-        ref = plain.generate("The quick brown fox jumps", max_tokens=32).tokens
+    action = lambda s: s.generate("The quick brown fox jumps", max_tokens=32)  # noqa: E731
+    # K-quants are repacked on some CPUs: a verify's rows and a plain step's one row round apart (tie rule)
+    ref = Reference(lambda: MTPSession(r.path, mtp=False, n_ctx=512), action)
     with MTPSession(r.path, n_ctx=512, n_draft=3) as s:
-        g = s.generate("The quick brown fox jumps", max_tokens=32)
-        assert g.tokens == ref and g.stats.accepted > 0
+        g = action(s)
+        assert g.stats.accepted > 0
+    ref.check(g, qtype)
 
 
 def test_sidecar_is_quantized_on_its_own(converted, tmp_path: Path) -> None:

@@ -674,20 +674,22 @@ def test_set_draft_changes_the_length_for_the_next_turn(converted) -> None:
     """MTPSession.set_draft (bench compares draft lengths on one load): the new length is used, clamped to the
     session's own, output stays plain decoding's, and the session's totals carry on."""
     model = converted("qwen35", "bundled", **ORACLE)
+    ref = Reference(plain(model), completion(24))  # the verifies of 4, 2 and 1-3 rows round apart: a tie rule
     with session(model, "auto", n_draft=3) as s:
         base = s.generate(LONG, max_tokens=24)
         assert max(base.stats.draft_lengths) == 3
         s.set_draft(1)
         one = s.generate(LONG, max_tokens=24)
         assert s.engine.n_draft_max == 1 and set(one.stats.draft_lengths) == {1}
-        assert one.tokens == base.tokens
         s.set_draft(99)  # above the session's length: clamped to it
         assert s.engine.n_draft_max == 3
         s.set_draft(2, adaptive=True)
         auto = s.generate(LONG, max_tokens=24)
-        assert s.engine.adaptive is not None and auto.tokens == base.tokens
+        assert s.engine.adaptive is not None
         assert max(auto.stats.draft_lengths, default=0) <= 2
         assert s.stats.emitted == len(base.tokens) + len(one.tokens) + len(auto.tokens)
+    for g, label in ((base, "k=3"), (one, "set_draft(1)"), (auto, "set_draft(2, adaptive)")):
+        ref.check(g, label)
 
 
 @pytest.mark.parametrize("stable", [False, True])

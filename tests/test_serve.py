@@ -221,7 +221,14 @@ def test_parallel_clients_get_what_they_get_alone(srv: Server) -> None:
     before = srv.metrics()
     with ThreadPoolExecutor(len(reqs)) as ex:  # 5 clients on 2 slots: some wait in the queue
         together = list(ex.map(ask, reqs))
-    assert together == alone
+    assert [t for t, _, _ in together] == [t for t, _, _ in alone]
+    # The drafts up to rounding: alone, a slot's head decodes have its own rows; together, both slots' share one
+    # batch, which on some CPUs takes other kernels (a repacked Q8_0 head: gemm for groups of rows, gemv for the
+    # rest) and can break a near-tie in the head's argmax the other way, and the steps after it part. Hidden rows
+    # fed to the wrong sequence would take the acceptance down by far more.
+    for (_, n_alone, acc_alone), (_, n_together, acc_together) in zip(alone, together):
+        assert abs(n_together - n_alone) <= max(2, 0.15 * n_alone), (n_alone, n_together)
+        assert abs(acc_together - acc_alone) <= max(2, 0.15 * acc_alone), (acc_alone, acc_together)
     after = srv.metrics()
     assert after["n_busy_slots_per_decode"] > before["n_busy_slots_per_decode"]  # both slots in one batch
     assert len(set(alone)) == len(alone)

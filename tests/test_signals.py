@@ -144,8 +144,15 @@ def test_invalid_utf8_on_stdin_skips_that_message(converted, capsys, monkeypatch
 def _children(pid: int) -> list[int]:
     try:
         return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
+    except OSError:  # a kernel without CONFIG_PROC_CHILDREN: every process's parent, from its stat line
+        kids = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    kids.append(int(d.name))
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+        return kids
 
 
 def _gone(pid: int) -> bool:
