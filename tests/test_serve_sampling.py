@@ -31,7 +31,9 @@ def _complete(s: Server, **extra: object) -> str:
 
 
 def _plain_text(model: Path, cfg: SamplerConfig) -> str:
-    with MTPSession(model, mtp=False, n_ctx=1024) as s:
+    # one thread, as the server's (-t 1): ggml's CPU attention splits a long cache across threads, so a thread
+    # count of its own could round apart once a prompt outgrows that split's threshold
+    with MTPSession(model, mtp=False, n_ctx=1024, n_threads=1) as s:
         return s.generate(PROMPT, max_tokens=N, sampling=cfg).text
 
 
