@@ -99,7 +99,8 @@ def run(
     ignore_eos: bool = session_options.IGNORE_EOS,
     stats_json: Path | None = typer.Option(None, "--stats-json",
                                            help="Statistics as JSON to this file ('-': stdout's last line, "
-                                                "after the text)."),
+                                                "after the text); with -p or -f also tokens_sha256, the answer's "
+                                                "token ids hashed."),
     draft_profile: Path | None = typer.Option(
         None, "--spec-draft-profile", help="With --spec-draft-n-max auto: start from the step times and acceptance "
         "an earlier run on this model and machine measured (a file --spec-draft-profile-out wrote), instead of "
@@ -215,11 +216,14 @@ def run(
             sys.stdout.write("\n")
             _ended(g, session, err)
         else:
+            g = None
             _chat(session, system, n_predict, sampling, err, reverse_prompt or [])
         if stats_json is not None:
             payload = session.stats.to_dict() | {"mtp": session.pairing.source.value, "notices": session.notices,
                                                  "rollback": session.engine.rollback.name,
                                                  "placement": session.placement}
+            if g is not None:  # -p / -f: the answer's tokens, to compare runs token for token
+                payload["tokens_sha256"] = g.tokens_sha256()
             if session.engine.adaptive is not None:
                 payload["auto"] = session.engine.adaptive.summary()
             if stats_file is None:  # "-": stdout's last line, one JSON object after the text (| tail -n 1)

@@ -510,6 +510,13 @@ def test_cli_auto_counts_plain_steps_apart(pairings, tmp_path: Path, capsys) -> 
     assert d["plain_steps"] >= 3 and d["plain_steps"] + sum(d["draft_lengths"].values()) == d["steps"]
     assert "0" not in d["draft_lengths"] and d["drafted_at"][0] == sum(d["draft_lengths"].values())
     assert f"{d['plain_steps']} of {d['steps']} steps plain" in err and "tok/step" in err
+    # the answer's token ids hashed, to compare runs token for token (little-endian int32, as documented)
+    (_, g), = made
+    import hashlib
+    assert d["tokens_sha256"] == g.tokens_sha256() == hashlib.sha256(
+        b"".join(t.to_bytes(4, "little", signed=True) for t in g.tokens)).hexdigest()
+    assert len(g.tokens) == 40 and g.tokens_sha256() != g.__class__(g.text, g.tokens[:-1], g.stats,
+                                                                      g.stopped).tokens_sha256()
 
 
 @pytest.mark.parametrize("k", [1, 3])

@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import codecs
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,16 @@ class Generation:
     tokens: list[int]
     stats: Stats
     stopped: str  # "eog", "length", "stop" (a stop text), "context" (no limit, the context is full), "interrupted"
+
+    def tokens_sha256(self) -> str:
+        """The sha256 of the answer's token ids (little-endian int32): two runs printed the same tokens exactly when
+        these match, which a printed text cannot show (pieces that print nothing, or the same text from other
+        tokens).
+
+        >>> g.tokens_sha256() == plain.tokens_sha256()  # doctest: +SKIP
+        True
+        """
+        return hashlib.sha256(np.asarray(self.tokens, dtype="<i4").tobytes()).hexdigest()
 
 
 class MTPSession:
