@@ -40,7 +40,10 @@ run() {  # $1: label, rest: run args
   python3 - "$label" >> "$R" <<'PY'
 import json, sys
 s = json.load(open("/tmp/st.json"))
-print(json.dumps({"row": sys.argv[1], "tps": s.get("decode_tps"), "steps": s.get("steps"), "k": s.get("draft_lengths") or s.get("k")}))
+r = {"row": sys.argv[1], "tps": s.get("decode_tps"), "steps": s.get("steps"), "k": s.get("draft_lengths") or s.get("k")}
+if s.get("tokens_sha256"):  # the answer's tokens (run --stats-json, session 37 on): rows compare token for token
+    r["sha"] = s["tokens_sha256"][:16]
+print(json.dumps(r))
 PY
   tail -1 "$R"
 }
