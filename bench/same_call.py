@@ -9,7 +9,8 @@ A round starts at each process of the round's first row (the first label that re
 (llama.cpp's MTP at a few k, say) join the first round. A row's ratio is compared per round with the baseline
 process of its round (the drift of a machine between rounds falls on both), and the median of those ratios is given
 with a bootstrap 95% interval (4000 resamples, seeded: the same file always gives the same interval), as the
-README's same-call tables state it.
+README's same-call tables state it. Where the rows recorded their answers' token hashes (``"sha"``, from session 37
+on), a last line says whether every such process printed the same tokens.
 """
 
 from __future__ import annotations
@@ -52,6 +53,29 @@ def read_processes(path: Path) -> list[tuple[str, float]]:
         if tps is not None:
             out.append((label, float(tps)))
     return out
+
+
+def token_hashes(path: Path) -> dict[str, set[str]]:
+    """The answers' token hashes (``"sha"``: the start of ``run --stats-json``'s ``tokens_sha256``, which the
+    same-call scripts record from session 37 on) by hash, each with the rows that printed it; rows without one (the
+    llama.cpp tools') are left out."""
+    out: dict[str, set[str]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            if isinstance(row, dict) and row.get("sha"):
+                out.setdefault(str(row["sha"]), set()).add(str(row["row"]))
+    return out
+
+
+def tokens_line(hashes: dict[str, set[str]]) -> str | None:
+    """One line on whether every gguf-mtp process printed the same tokens (None: no row recorded a hash)."""
+    if not hashes:
+        return None
+    if len(hashes) == 1:
+        return f"tokens: the same in every row that recorded them ({', '.join(sorted(next(iter(hashes.values()))))})"
+    parts = "; ".join(f"{sha}: {', '.join(sorted(rows))}" for sha, rows in sorted(hashes.items()))
+    return f"tokens: {len(hashes)} different answers ({parts})"
 
 
 def rounds(processes: Sequence[tuple[str, float]]) -> list[dict[str, float]]:
@@ -115,6 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         files = [read_processes(f) for f in args.files]
         rows = summary(files, args.baseline)
+        hashes: dict[str, set[str]] = {}
+        for f in args.files:
+            for sha, labels in token_hashes(f).items():
+                hashes.setdefault(sha, set()).update(labels)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -126,6 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rs = [r for ps in files for r in rounds(ps)]
     for a, b in args.versus:
         print(f"{a} over {b}: {_fmt(paired(rs, a, b)) or 'never in one round'}")
+    line = tokens_line(hashes)
+    if line:
+        print(line)
     return 0
 
 

@@ -60,3 +60,20 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert same_call.main([str(f)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and why in err and err.count("\n") == 1
+
+
+def test_the_answers_token_hashes_are_compared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Rows that recorded run --stats-json's tokens hash ("sha"): one line saying all printed the same tokens, or
+    which rows printed which; llama.cpp's rows (no hash) and files without hashes say nothing."""
+    rows = [{"row": "lc", "tps": 1.0}, {"row": "k2", "tps": 2.0, "sha": "aa"}, {"row": "plain", "tps": 1.1, "sha": "aa"},
+            {"row": "lc", "tps": 1.0}, {"row": "k2", "tps": 2.1, "sha": "aa"}]
+    f = tmp_path / "ab.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert same_call.main([str(f)]) == 0
+    assert "tokens: the same in every row that recorded them (k2, plain)" in capsys.readouterr().out
+    g = tmp_path / "ab2.jsonl"
+    g.write_text(json.dumps({"row": "lc", "tps": 1.0}) + "\n" + json.dumps({"row": "auto", "tps": 2, "sha": "bb"}))
+    assert same_call.main([str(f), str(g)]) == 0
+    assert "tokens: 2 different answers (aa: k2, plain; bb: auto)" in capsys.readouterr().out
+    assert same_call.main([str(REF / "ab-call2.jsonl")]) == 0
+    assert "tokens:" not in capsys.readouterr().out
