@@ -32,14 +32,16 @@ def digest(model_path: str, *, ngl: int, n: int, rows: int, prompt: int = 48) ->
     import numpy as np
 
     from gguf_mtp.runtime.llama import Batch, Context, Model
+    from gguf_mtp.runtime.session import tokens_sha256
 
     model = Model(model_path, n_gpu_layers=ngl)
     toks = model.tokenize(WARM_TEXT * 4)[:prompt]
     n_ctx = 64 * ((prompt + n + rows + 63) // 64)
+    n_batch = max(prompt, 8)
     plain_sha, verify_sha = hashlib.sha256(), hashlib.sha256()
     out: list[int] = []
-    with Context(model, n_ctx=n_ctx, n_batch=max(prompt, 8)) as ctx:
-        b = Batch(max(prompt, 8))
+    with Context(model, n_ctx=n_ctx, n_batch=n_batch) as ctx:
+        b = Batch(n_batch)
         b.fill(toks, 0, last_logits=True)
         ctx.decode_batch(b)
         for i in range(n):
@@ -51,9 +53,9 @@ def digest(model_path: str, *, ngl: int, n: int, rows: int, prompt: int = 48) ->
                 b.add(out[-1], prompt + i, logits=True)
                 ctx.decode_batch(b)
     agree = total = 0
-    with Context(model, n_ctx=n_ctx, n_batch=max(prompt, 8), n_rs_seq=rows - 1, n_outputs_max=rows,
+    with Context(model, n_ctx=n_ctx, n_batch=n_batch, n_rs_seq=rows - 1, n_outputs_max=rows,
                  n_outputs_per_seq=rows) as ctx:
-        b = Batch(max(prompt, 8))
+        b = Batch(n_batch)
         b.fill(toks[:-1], 0)
         ctx.decode_batch(b)
         seq = [toks[-1]] + out  # verify rows: the last prompt token, then the greedy tokens
@@ -73,7 +75,7 @@ def digest(model_path: str, *, ngl: int, n: int, rows: int, prompt: int = 48) ->
                 raise SystemExit("error: the context refused to roll back one row (no recurrent-state snapshots)")
     model.close()
     return {"model": Path(model_path).name, "n": n, "rows": rows, "tokens": out,
-            "tokens_sha256": hashlib.sha256(np.asarray(out, dtype=np.int32).tobytes()).hexdigest(),
+            "tokens_sha256": tokens_sha256(out),
             "plain_sha256": plain_sha.hexdigest(), "verify_sha256": verify_sha.hexdigest(),
             "verify_rows": total, "verify_argmax_agree": round(agree / max(total, 1), 4)}
 

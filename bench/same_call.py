@@ -55,16 +55,17 @@ def read_processes(path: Path) -> list[tuple[str, float]]:
     return out
 
 
-def token_hashes(path: Path) -> dict[str, set[str]]:
+def token_hashes(paths: Sequence[Path]) -> dict[str, set[str]]:
     """The answers' token hashes (``"sha"``: the start of ``run --stats-json``'s ``tokens_sha256``, which the
-    same-call scripts record from session 37 on) by hash, each with the rows that printed it; rows without one (the
-    llama.cpp tools') are left out."""
+    same-call scripts record from session 37 on) in all ``paths``, by hash, each with the rows that printed it; rows
+    without one (the llama.cpp tools') are left out."""
     out: dict[str, set[str]] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            if isinstance(row, dict) and row.get("sha"):
-                out.setdefault(str(row["sha"]), set()).add(str(row["row"]))
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                if isinstance(row, dict) and row.get("sha"):
+                    out.setdefault(str(row["sha"]), set()).add(str(row["row"]))
     return out
 
 
@@ -139,10 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         files = [read_processes(f) for f in args.files]
         rows = summary(files, args.baseline)
-        hashes: dict[str, set[str]] = {}
-        for f in args.files:
-            for sha, labels in token_hashes(f).items():
-                hashes.setdefault(sha, set()).update(labels)
+        hashes = token_hashes(args.files)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

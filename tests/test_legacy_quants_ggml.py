@@ -13,6 +13,7 @@ fuse: exact everywhere."""
 from __future__ import annotations
 
 import ctypes
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -26,11 +27,21 @@ from .test_legacy_quants import N_PER_ROW, cases
 pytestmark = pytest.mark.llama  # imports llama.cpp when it runs
 
 T = GGMLQuantizationType
-#: per type: scale bytes at the head of a block, whether the quants carry a fifth bit, the constant added
-#: before the truncation (None: rounded, not truncated), whether the minimum is subtracted first
-LAYOUT: dict[GGMLQuantizationType, tuple[int, bool, float | None, bool]] = {
-    T.Q4_0: (2, False, 8.5, False), T.Q4_1: (4, False, 0.5, True), T.Q5_0: (2, True, 16.5, False),
-    T.Q5_1: (4, True, 0.5, True), T.Q8_0: (2, False, None, False),
+
+
+class Layout(NamedTuple):
+    head: int  # scale (and minimum) bytes at the head of a block
+    fifth: bool  # the quants carry a fifth bit
+    c: float | None  # the constant added before the truncation (None: rounded, not truncated)
+    minus_min: bool  # the block's minimum is subtracted first, d = (max - min) / div; else d = signed max / div
+    div: float
+    top: int | None  # the largest quant the truncation is clamped to (None: not clamped)
+
+
+LAYOUT: dict[GGMLQuantizationType, Layout] = {
+    T.Q4_0: Layout(2, False, 8.5, False, -8, 15), T.Q4_1: Layout(4, False, 0.5, True, 15, 15),
+    T.Q5_0: Layout(2, True, 16.5, False, -16, 31), T.Q5_1: Layout(4, True, 0.5, True, 31, None),
+    T.Q8_0: Layout(2, False, None, False, 127, None),
 }
 
 
@@ -50,7 +61,7 @@ def _ggml_bytes(t: GGMLQuantizationType, x: np.ndarray) -> np.ndarray:
 
 def _split(t: GGMLQuantizationType, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A type's bytes as (each block's scale bytes, each block's 32 quants as integers)."""
-    head, fifth, c, _ = LAYOUT[t]
+    head, fifth, c = LAYOUT[t][:3]
     b = raw.reshape(-1, GGML_QUANT_SIZES[t][1])
     if c is None:
         return b[:, :head], b[:, head:].view(np.int8).astype(np.int32)
@@ -67,7 +78,7 @@ def compare(t: GGMLQuantizationType, x: np.ndarray, ours: np.ndarray, theirs: np
     s_theirs, q_theirs = _split(t, theirs)
     bad = np.flatnonzero((s_ours != s_theirs).any(axis=1))
     assert bad.size == 0, f"{t.name}: {bad.size} blocks' scale bytes differ, the first block {bad[0]}"
-    q_fused = q_ours if LAYOUT[t][2] is None else _split(t, _fused(t, x))[1]
+    q_fused = q_ours if LAYOUT[t].c is None else _split(t, _fused(t, x))[1]
     wrong = np.flatnonzero((q_theirs != q_ours) & (q_theirs != q_fused))
     assert wrong.size == 0, (f"{t.name}: {wrong.size} quants differ from both the unfused and the fused result, "
                              f"the first in block {wrong[0] // 32} ({q_ours.flat[wrong[0]]} against ggml's "
@@ -89,7 +100,7 @@ def test_the_tie_rule_refuses_what_no_build_writes(t: GGMLQuantizationType) -> N
     x = cases()
     ours = ENCODERS[t](x)
     _, q = _split(t, ours)
-    q_fused = q if LAYOUT[t][2] is None else _split(t, _fused(t, x))[1]
+    q_fused = q if LAYOUT[t].c is None else _split(t, _fused(t, x))[1]
     assert compare(t, x, ours, ours.copy()) == 0
     same = np.flatnonzero((q == q_fused).reshape(-1))
     blk, j = divmod(int(same[same.size // 2]), 32)
@@ -110,7 +121,7 @@ def test_the_tie_rule_refuses_what_no_build_writes(t: GGMLQuantizationType) -> N
 
 def _join(t: GGMLQuantizationType, raw: np.ndarray, q: np.ndarray) -> np.ndarray:
     """``raw`` with its quants replaced by ``q`` (``_split``'s inverse for the quants)."""
-    head, fifth, c, _ = LAYOUT[t]
+    head, fifth, c = LAYOUT[t][:3]
     b = raw.reshape(-1, GGML_QUANT_SIZES[t][1]).copy()
     if c is None:
         b[:, head:] = q.astype(np.int8).view(np.uint8)
@@ -124,18 +135,17 @@ def _join(t: GGMLQuantizationType, raw: np.ndarray, q: np.ndarray) -> np.ndarray
 
 def _fused(t: GGMLQuantizationType, x: np.ndarray) -> np.ndarray:
     """What a build that fuses ``x * id + c`` writes: the quants from the exact value, rounded to float32 once."""
-    _, _, c, minus_min = LAYOUT[t]
-    assert c is not None
-    ours = ENCODERS[t](x)
+    lay = LAYOUT[t]
+    assert lay.c is not None
     b = lq._blocks(x)
-    if minus_min:
+    if lay.minus_min:
         lo, hi = lq._min_max(b)
-        d = (hi - lo) / np.float32(15 if t == T.Q4_1 else 31)
+        d = (hi - lo) / np.float32(lay.div)
         b = b - lo[:, None]
     else:
-        d = lq._signed_absmax(b) / np.float32(-8 if t == T.Q4_0 else -16)
-    v = (b.astype(np.float64) * lq._inverse(d).astype(np.float64)[:, None] + c).astype(np.float32)
+        d = lq._signed_absmax(b) / np.float32(lay.div)
+    v = (b.astype(np.float64) * lq._inverse(d).astype(np.float64)[:, None] + lay.c).astype(np.float32)
     q = v.astype(np.int32)
-    if t != T.Q5_1:
-        q = np.minimum(q, 15 if t in (T.Q4_0, T.Q4_1) else 31)
-    return _join(t, ours, q)
+    if lay.top is not None:
+        q = np.minimum(q, lay.top)
+    return _join(t, ENCODERS[t](x), q)

@@ -9,10 +9,14 @@ import shlex
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from .reliability import ROOT, sub
+
+if TYPE_CHECKING:
+    from bench.same_call import Paired
 
 pytestmark = pytest.mark.fast  # needs no llama.cpp: `make test-fast` runs it
 
@@ -197,37 +201,37 @@ def _check_machine_table(ref: Path, rows: dict[str, str], files: dict[str, tuple
     return seen
 
 
+def _ab(ref: Path, names: tuple[str, ...], a: str, b: str) -> Paired:
+    """Row ``a`` over row ``b`` per round in ``ref``'s files ``names`` (bench/same_call.py's Paired)."""
+    from bench.same_call import paired, read_processes, rounds
+
+    p = paired([r for n in names for r in rounds(read_processes(ref / n))], a, b)
+    assert p is not None, (a, b, names)
+    return p
+
+
 def test_the_session_37_table() -> None:
     """README's session 37 table is bench/reference/same-call-h200-s37 (machines E, F, G: calls 1, 2, 3), and the
     A/Bs the text below it quotes."""
-    from bench.same_call import paired, read_processes, rounds
-
     ref = ROOT / "bench" / "reference" / "same-call-h200-s37"
     rows = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run` (k=2)": "k2",
             "`gguf-mtp run` (k=2), patch 0014 switched off": "k2-s0"}
-    files = {"E, 10 rounds": ("ab-call1.jsonl",), "F, 8 rounds": ("ab-call2.jsonl",), "G, 7 rounds": ("ab-call3.jsonl",)}
+    files = {"E, 10 rounds": ("ab-call1.jsonl",), "F, 8 rounds": ("ab-call2.jsonl",),
+             "G, 7 rounds": ("ab-call3.jsonl",)}
     seen = _check_machine_table(ref, rows, files)
     assert len(seen) == 11 and ("G, 7 rounds", "k2-s0") in seen
     text = _speed_section().split("**Session 37**", 1)[1].split("**Session 36**", 1)[0]
-
-    def ab(names: tuple[str, ...], a: str, b: str) -> tuple[float, int, int]:
-        p = paired([r for n in names for r in rounds(read_processes(ref / n))], a, b)
-        assert p is not None
-        return p.median, p.above_one, p.n
-
     every = tuple(f for names in files.values() for f in names)
-    assert f"{ab(files['E, 10 rounds'], 'k2', 'spec2')[0]:.3f}x on machine E" in text
-    assert f"{ab(files['F, 8 rounds'], 'k2', 'spec2')[0]:.3f}x on F" in text
-    assert f"{ab(every, 'k2', 'spec2')[0]:.3f}x over all 7" in text
-    m, above, n = ab(every, "k2", "k2-s0")
-    assert f"{100 * (m - 1):.1f}% per round ({above} of {n}" in text
+    assert f"{_ab(ref, files['E, 10 rounds'], 'k2', 'spec2').median:.3f}x on machine E" in text
+    assert f"{_ab(ref, files['F, 8 rounds'], 'k2', 'spec2').median:.3f}x on F" in text
+    assert f"{_ab(ref, every, 'k2', 'spec2').median:.3f}x over all 7" in text
+    p = _ab(ref, every, "k2", "k2-s0")
+    assert f"{100 * (p.median - 1):.1f}% per round ({p.above_one} of {p.n}" in text
 
 
 def test_the_session_36_table() -> None:
     """README's session 36 table is bench/reference/same-call-h200-s36 (machine C: calls 1 and 2, machine D: call
     3), and the A/Bs the text below it quotes."""
-    from bench.same_call import paired, read_processes, rounds
-
     ref = ROOT / "bench" / "reference" / "same-call-h200-s36"
     rows = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run` (k=2)": "k2",
             "`gguf-mtp run --spec-draft-n-max auto`": "auto",
@@ -238,9 +242,7 @@ def test_the_session_36_table() -> None:
     text = _speed_section().split("**Session 36**", 1)[1].split("**Session 35**", 1)[0]
 
     def ab(names: tuple[str, ...], a: str, b: str) -> float:
-        p = paired([r for n in names for r in rounds(read_processes(ref / n))], a, b)
-        assert p is not None
-        return p.median
+        return _ab(ref, names, a, b).median
 
     assert f"{ab(files['C, 23 rounds'], 'k2', 'spec2'):.3f}x on machine C" in text
     assert f"{ab(files['D, 12 rounds'], 'k2', 'spec2'):.3f}x on D" in text

@@ -48,14 +48,20 @@ class Generation:
     stopped: str  # "eog", "length", "stop" (a stop text), "context" (no limit, the context is full), "interrupted"
 
     def tokens_sha256(self) -> str:
-        """The sha256 of the answer's token ids (little-endian int32): two runs printed the same tokens exactly when
+        """The sha256 of the answer's token ids (``tokens_sha256``): two runs printed the same tokens exactly when
         these match, which a printed text cannot show (pieces that print nothing, or the same text from other
         tokens).
 
         >>> g.tokens_sha256() == plain.tokens_sha256()  # doctest: +SKIP
         True
         """
-        return hashlib.sha256(np.asarray(self.tokens, dtype="<i4").tobytes()).hexdigest()
+        return tokens_sha256(self.tokens)
+
+
+def tokens_sha256(tokens: Sequence[int]) -> str:
+    """The sha256 of token ids as little-endian int32, the one digest of an answer's tokens (``run --stats-json``,
+    bench/logits_digest.py)."""
+    return hashlib.sha256(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()
 
 
 class MTPSession:
