@@ -182,6 +182,11 @@ def report(calls: list[Call], stray: list[tuple[float, float, str]], steps: int,
         lines.append(f"{label}: kernel families, own us a call (a kernel's wait for the one before it left out)")
         for f, us in sorted(fam.items(), key=lambda kv: -kv[1])[:top]:
             lines.append(f"    {us / len(cs):8.1f}  x{count[label][f] / len(cs):<6.1f} {f}")
+        gaps = _inner_gaps(cs)
+        if gaps:
+            lines.append(f"{label}: idle inside the span, us a call, by the GPU event after the gap")
+            for name, (us, n_gaps) in sorted(gaps.items(), key=lambda kv: -kv[1][0])[:top]:
+                lines.append(f"    {us / len(cs):8.1f}  x{n_gaps / len(cs):<6.1f} {name}")
     idle: dict[str, float] = defaultdict(float)
     end, before = timed[0][1], _kind(timed[0][3])
     for s, e, _, label in timed[1:]:
@@ -193,6 +198,25 @@ def report(calls: list[Call], stray: list[tuple[float, float, str]], steps: int,
     for k, us in sorted(idle.items(), key=lambda kv: -kv[1]):
         lines.append(f"    {us / steps:8.1f}  {k}")
     return "\n".join(lines)
+
+
+def _inner_gaps(calls: list[Call]) -> dict[str, tuple[float, int]]:
+    """The GPU's idle time inside each call's span (from its first event's start to its last one's end), summed over
+    ``calls`` per family of the event that ended each gap (us, gaps): a decode whose span is longer than its GPU time
+    waited there for the host (a split's inputs, a read-back it queued late) or for another stream."""
+    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for c in calls:
+        spans = sorted(c.gpu)
+        if not spans:
+            continue
+        end = spans[0][1]
+        for s, e, n in spans[1:]:
+            if s - end > GAP_US:
+                acc = out[family(n)]
+                acc[0] += s - end
+                acc[1] += 1
+            end = max(end, e)
+    return {f: (us, int(n)) for f, (us, n) in out.items()}
 
 
 def load_trace(path: Path) -> list[dict[str, Any]]:
@@ -244,6 +268,7 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, help="also write the trace here (gzip, chrome trace format)")
     ap.add_argument("--parse", type=Path, help="report on a saved trace instead of running")
     ap.add_argument("--steps", type=int, help="with --parse: the answer's steps (default: the verifies counted)")
+    ap.add_argument("--top", type=int, default=6, help="kernel families (and gaps) shown a decode kind")
     a = ap.parse_args()
     if a.parse:
         events, steps = load_trace(a.parse), a.steps or 0
@@ -254,7 +279,7 @@ def main() -> None:
     calls, stray = calls_from_trace(events)
     if not steps:
         steps = sum(1 for c in calls if c.label.startswith("decode[tgt]"))
-    print(report(calls, stray, steps))
+    print(report(calls, stray, steps, top=a.top))
 
 
 if __name__ == "__main__":

@@ -109,3 +109,23 @@ def test_a_kernel_launched_early_counts_only_its_own_time() -> None:
 def test_a_trace_without_gpu_events_says_so() -> None:
     calls, stray = calls_from_trace([_range("decode[tgt] n=1", 0, 10)])
     assert report(calls, stray, steps=1).startswith("no GPU events")
+
+
+def test_idle_inside_a_decode_is_put_on_the_event_after_the_gap() -> None:
+    """The verify's two kernels run t+40..640 and t+650..1050 (10 us apart), the second preceded by an input copy
+    at t+642..644: two gaps inside its span, 2 us before the copy and 6 us before the norm; a 0.5 us boundary is no
+    gap. The draft has one kernel: no gap, no table."""
+    events = []
+    for e in trace(2):
+        if e.get("name", "").startswith("void rms_norm"):
+            e = dict(e, ts=e["ts"] + 10)
+        events.append(e)
+    for t in (0.0, 1300.0):
+        events.append(_kernel(10 * int(t // 1300) + 1, t + 642, 2, "Memcpy HtoD", cat="gpu_memcpy"))
+        events.append(_kernel(10 * int(t // 1300) + 1, t + 1050.5, 1, "void k_tail()"))
+    lines = report(*calls_from_trace(events), steps=2).splitlines()
+    head = "decode[tgt] n=2: idle inside the span, us a call, by the GPU event after the gap"
+    i = lines.index(head)
+    assert [x.split(None, 2) for x in lines[i + 1:i + 3]] == [["6.0", "x1.0", "rms_norm_f32<1024>"],
+                                                              ["2.0", "x1.0", "Memcpy HtoD"]], lines[i:i + 4]
+    assert not any(x.startswith("decode[mtp] n=2: idle inside") for x in lines)
