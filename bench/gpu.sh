@@ -32,7 +32,7 @@
 #                                                 # oneshot.py options (--repeat 3, --env-row NAME=VALUE,
 #                                                 # --versus best auto: two rows in alternating processes);
 #                                                 # CHAIN_BENCH="2 3 4": then bench/mtp_chain.py at each k
-#                                                 # (GGUF_MTP_PATCHES=proposed: patch 0004); only the
+#                                                 # (GGUF_MTP_PATCHES=proposed: patch 0016, the chain); only the
 #                                                 # HEADS asked for are made; DV_ONLY=1: only the draft-
 #                                                 # vocabulary models (its rows "off" use GGUF_MTP_DRAFT_VOCAB=0);
 #                                                 # DRAFT_HEAD=q5_0: each model with a draft LM head of that
@@ -278,7 +278,7 @@ shapes)  # $2: SHAPE:TRUNK[,TRUNK] ...; one-shot rows per model, in the order gi
         --bin "$LCPP/bin" --ngl $NGL -n "${NPRED:-256}" --drafts ${DRAFTS:-2 3 4} ${PERF---perf} \
         ${BEFORE:+--before "$BEFORE"} ${ONESHOT_ARGS:-} --out "$OUT/oneshot.json" 2>&1 \
         | tee "$OUT/oneshot.txt" || log "oneshot stopped early (time budget or error); the JSON keeps every finished row"
-    if [ -n "${CHAIN_BENCH:-}" ]; then  # the chained decode alone (patch 0004): k separate decodes against one
+    if [ -n "${CHAIN_BENCH:-}" ]; then  # the chained decode alone (patch 0016, the chain): k separate decodes against one
         m="$(printf '%s\n' "${args[@]}" | grep -m1 'draft vocab' | cut -d= -f2-)"
         for k in $CHAIN_BENCH; do
             for embd in 1 0; do

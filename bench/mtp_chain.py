@@ -1,9 +1,10 @@
 """What chaining an MTP step's drafts in one decode saves (docs/upstream/mtp-draft-chain.md): the k drafts of a
 step made the way the proposer makes them today (a decode of the step's rows, then one decode per further draft,
 each draft's token read back to the host in between) against one decode with ``llama_set_mtp_chain(ctx, k - 1)``
-(patches/llama.cpp/proposed/0004-mtp-draft-chain.patch). The MTP context is fed the target's own hidden rows of a
-text, so the drafts are real ones; both ways must draft the same tokens (the share that agree is printed: a GPU may
-flip near-ties). Times are wall times per step, synchronized, median over the steps after a warm-up.
+(patches/llama.cpp/proposed/0016-mtp-draft-chain.patch, numbered 0004 before session 38). The MTP context is fed
+the target's own hidden rows of a text, so the drafts are real ones; both ways must draft the same tokens (the
+share that agree is printed: a GPU may flip near-ties). Times are wall times per step, synchronized, median over
+the steps after a warm-up.
 Rows: "sequential" (1-row draft decodes), "sequential, padded" (every decode padded to k + 1 rows with the cache's
 tail, as the runtime's stable shapes do), "chained".
 Usage: python bench/mtp_chain.py MODEL.gguf [-k 3] [-ngl 99] [--steps 200] [--rows M] [-fa on|off|auto] [-t N]
@@ -105,7 +106,7 @@ def main() -> None:
         sys.exit("error: -k must be at least 2 and --rows at least 1")
     if "mtp-draft-chain" not in patches.names():
         sys.exit("error: the loaded libllama lacks the mtp-draft-chain patch: point LLAMA_CPP_LIB_PATH at a build "
-                 "with patches/llama.cpp/proposed/0004-mtp-draft-chain.patch")
+                 "with patches/llama.cpp/proposed/0016-mtp-draft-chain.patch")
     fa = {"on": True, "off": False, "auto": None}[a.flash_attn]
     model = Model(a.model, load_mtp=True, n_gpu_layers=a.n_gpu_layers)
     toks = model.tokenize(TEXT * 64)

@@ -1,10 +1,10 @@
-"""The proposed mtp-draft-chain patch (patches/llama.cpp/proposed/0004): with ``llama_set_mtp_chain(ctx, c)`` one
-decode of an MTP context drafts c + 1 tokens, each chained row taking the argmax of the row before and its h_nextn
-on the device. Two MTP contexts are fed the same rows (the target's own hidden rows of a prompt): one drafts k = 3
-the way the proposer does (three decodes), the other in one chained decode; the drafts, their logits and hidden
-rows, and what the head's KV cache holds afterwards (a further plain decode on each) must agree. Skipped where the
-loaded library lacks the marker (the stock wheel and CI's patched one: proposed patches are not applied there);
-``LLAMA_CPP_LIB_PATH`` at a build of the patched source runs it."""
+"""The proposed mtp-draft-chain patch (patches/llama.cpp/proposed/0016, numbered 0004 before session 38): with
+``llama_set_mtp_chain(ctx, c)`` one decode of an MTP context drafts c + 1 tokens, each chained row taking the argmax
+of the row before and its h_nextn on the device. Two MTP contexts are fed the same rows (the target's own hidden
+rows of a prompt): one drafts k = 3 the way the proposer does (three decodes), the other in one chained decode; the
+drafts, their logits and hidden rows, and what the head's KV cache holds afterwards (a further plain decode on each)
+must agree. Skipped where the loaded library lacks the marker (the stock wheel and CI's patched one: proposed
+patches are not applied there); ``LLAMA_CPP_LIB_PATH`` at a build of the patched source runs it."""
 
 from __future__ import annotations
 

@@ -109,19 +109,20 @@ def hunks(patch: Path) -> dict[str, list[tuple[list[str], list[str]]]]:
 
 
 def end_anchored(patch: Path) -> set[str]:
-    """The files where ``patch`` has a hunk without trailing context: patch(1) then applies it at the end of the file
-    only, so nothing may follow it there."""
+    """The files where ``patch`` has a hunk with less trailing context than leading context (none, or a file's
+    last lines): patch(1) then applies it at the end of the file only, so nothing may follow it there."""
     out: set[str] = set()
-    name, last = "", ""
+    name, body = "", []
     for ln in [*patch.read_text().splitlines(), "@@"]:
         if ln.startswith(("@@", "--- a/", "diff ")):
-            if name and last[:1] in ("+", "-") and not last.startswith(("+++", "---")):
+            marks = [i for i, x in enumerate(body) if x[:1] in ("+", "-")]
+            if name and marks and len(body) - 1 - marks[-1] < marks[0]:
                 out.add(name)
-            last = ""
+            body = []
             if ln.startswith("--- a/"):
                 name = ln[6:]
-        elif ln[:1] in (" ", "+", "-"):
-            last = ln
+        elif ln[:1] in (" ", "+", "-") and not ln.startswith(("+++", "---")):
+            body.append(ln)
     return out
 
 

@@ -574,9 +574,14 @@ class Context:
         self.mem = _ll.llama_get_memory(self.ptr)
         self._views: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}  # h_rows' and h_row's (_f32_view)
         self._nextn_rows = embeddings_nextn and not mtp
-        if mtp:  # masked (output rows only) unless the head's graph keeps a row per token (archs.py)
-            rows_per_token = arch_facts(model.meta("general.architecture") or "", model.recurrent).mtp_rows_per_token
-            _ext.llama_set_embeddings_nextn(self.ptr, True, not rows_per_token)
+        #: an MTP context's hidden rows are one an output row (``h_row`` takes an output's batch entry)
+        self.output_rows = False
+        if mtp:  # masked (output rows only) unless the head's graph keeps a row per token (archs.py) and the
+            # library does not gather the output rows first (mtp-output-rows)
+            arch = model.meta("general.architecture") or ""
+            rows_per_token = arch_facts(arch, model.recurrent).mtp_rows_per_token
+            self.output_rows = not rows_per_token or patches.mtp_output_rows(arch)
+            _ext.llama_set_embeddings_nextn(self.ptr, True, self.output_rows)
         elif embeddings_nextn:
             _ext.llama_set_embeddings_nextn(self.ptr, True, False)
 

@@ -25,6 +25,9 @@ class Patch:
     draft_vocab_archs: frozenset[str] = frozenset()
     #: archs whose MTP graph takes its token ids and hidden rows from another context's device tensors
     feed_archs: frozenset[str] = frozenset()
+    #: archs whose MTP graph runs its block past the attention on the output rows alone when its hidden rows are
+    #: masked (one an output row): the runtime then asks for them masked
+    output_rows_archs: frozenset[str] = frozenset()
     #: the environment variable that switches the patch on (read by ggml; the patch leaves it off so that llama.cpp's
     #: own tools built from the same source behave as stock unless it is set): set by :func:`enable_switches`
     switch: str = ""
@@ -33,12 +36,14 @@ class Patch:
     backend: str = ""
 
 
+#: mtp-output-rows' switch (``Patch.switch``), read by llama.cpp whenever it builds an MTP graph
+OUTPUT_ROWS_ENV = "GGUF_MTP_MTP_OUTPUT_ROWS"
+
 #: every patch gguf-mtp knows, shipped (patches/llama.cpp) or still to be measured (patches/llama.cpp/proposed,
 #: applied by GGUF_MTP_PATCHES=proposed), in number order; tests/test_patches.py checks the files against it
 KNOWN: tuple[Patch, ...] = (
     Patch("qwen3next-rs-rollback", "gguf_mtp_patch_qwen3next_rs_rollback", rs_rollback_archs=frozenset({"qwen3next"})),
     Patch("draft-vocab", "gguf_mtp_patch_draft_vocab", draft_vocab_archs=frozenset({"qwen35", "qwen35moe"})),
-    Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain", chain_archs=frozenset({"qwen35", "qwen35moe"})),
     # narrow rows share a block in ggml-cuda's non-contiguous concat (a verify's DeltaNet conv windows)
     Patch("cuda-concat-narrow-rows", "gguf_mtp_patch_cuda_concat_narrow_rows", switch="GGML_CUDA_CONCAT_NARROW_ROWS",
           backend="CUDA"),
@@ -56,6 +61,10 @@ KNOWN: tuple[Patch, ...] = (
     # consecutive quantized mat-vecs of one activation quantize it once; CUDA builds only
     Patch("cuda-mmvq-share-q8-1", "gguf_mtp_patch_cuda_mmvq_share_q8_1", switch="GGML_CUDA_MMVQ_SHARE_Q8_1",
           backend="CUDA"),
+    # the head's block past the attention on the output rows alone (padding and fed rows only write K and V)
+    Patch("mtp-output-rows", "gguf_mtp_patch_mtp_output_rows", output_rows_archs=frozenset({"qwen35", "qwen35moe"}),
+          switch=OUTPUT_ROWS_ENV),
+    Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain", chain_archs=frozenset({"qwen35", "qwen35moe"})),
 )
 
 
@@ -199,3 +208,11 @@ def device_feed(arch: str) -> bool:
     (``llama.has_device_feed``)."""
     return (os.environ.get(DEVICE_FEED_ENV, "0") == "1" and device_tokens()
             and any(arch in p.feed_archs for p in loaded()))
+
+
+def mtp_output_rows(arch: str) -> bool:
+    """Whether the loaded library runs an ``arch`` head's block past the attention on the output rows alone (the
+    mtp-output-rows patch, its switch on: :func:`enable_switches` sets it unless the environment says ``=0``), so
+    that the head's hidden rows are asked for masked, one an output row."""
+    return os.environ.get(OUTPUT_ROWS_ENV, "") not in ("", "0") and any(arch in p.output_rows_archs
+                                                                        for p in loaded())
