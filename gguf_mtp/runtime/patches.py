@@ -213,6 +213,7 @@ def device_feed(arch: str) -> bool:
 def mtp_output_rows(arch: str) -> bool:
     """Whether the loaded library runs an ``arch`` head's block past the attention on the output rows alone (the
     mtp-output-rows patch, its switch on: :func:`enable_switches` sets it unless the environment says ``=0``), so
-    that the head's hidden rows are asked for masked, one an output row."""
-    return os.environ.get(OUTPUT_ROWS_ENV, "") not in ("", "0") and any(arch in p.output_rows_archs
-                                                                        for p in loaded())
+    that the head's hidden rows are asked for masked, one an output row. Not where the head's drafts are chained
+    (:func:`chains_drafts`): a chained graph returns every row's."""
+    return (os.environ.get(OUTPUT_ROWS_ENV, "") not in ("", "0") and not chains_drafts(arch)
+            and any(arch in p.output_rows_archs for p in loaded()))
