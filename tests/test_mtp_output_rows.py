@@ -1,11 +1,11 @@
-"""The proposed mtp-output-rows patch: where the loaded library has it (and its switch, GGUF_MTP_MTP_OUTPUT_ROWS, is
+"""The mtp-output-rows patch (shipped): where the loaded library has it (and its switch, GGUF_MTP_MTP_OUTPUT_ROWS, is
 on: the runtime sets it), a qwen35 head's graph runs its block past the attention on the output rows alone, and the
 runtime asks for the head's hidden rows masked, one an output row. With stable shapes every draft decode is padded
 with rows that are not outputs, so the hidden row a next draft is paired with must be the output's, not the batch's
 first: the drafts must be the stock graph's (the same acceptance by position, within :data:`SAME_DRAFTS`) and the
 output plain decoding's. The comparison can fail: a context asked masked whose graph is built with the switch off
 (the stock graph, every row kept) hands back the batch's first rows, and its acceptance moves beyond that. Skipped
-where the library lacks the patch (``LLAMA_CPP_LIB_PATH`` at a build with ``GGUF_MTP_PATCHES=proposed`` runs it)."""
+where the library lacks the patch (a stock wheel)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,7 @@ TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
 PROMPTS = json.loads((TINY / "reference.json").read_text())["prompts"][:4]
 
 pytestmark = pytest.mark.skipif("mtp-output-rows" not in patches.names(),
-                                reason="the loaded libllama lacks the mtp-output-rows patch (proposed: "
-                                       "LLAMA_CPP_LIB_PATH at a build with GGUF_MTP_PATCHES=proposed runs this)")
+                                reason="the loaded libllama lacks the mtp-output-rows patch (a stock wheel)")
 
 
 @pytest.fixture(scope="module")
