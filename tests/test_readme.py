@@ -210,6 +210,48 @@ def _ab(ref: Path, names: tuple[str, ...], a: str, b: str) -> Paired:
     return p
 
 
+def test_the_session_38_table() -> None:
+    """README's session 38 table is bench/reference/same-call-h200-s38 (machines H, I, J: calls 1, 2, 3), and the
+    A/Bs and the step counts the text below it quotes."""
+    import json
+    import statistics
+
+    from bench.same_call import read_processes, rounds, token_hashes
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-s38"
+    rows = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run` (k=2)": "k2",
+            "`gguf-mtp run --spec-draft-n-max auto`": "auto",
+            "`gguf-mtp run` (k=2), patch 0015 switched off": "k2-r0",
+            "`gguf-mtp run` (k=2), the head's block and draft LM head re-encoded at Q4_0": "k2-h44"}
+    files = {"H, 13 rounds": ("ab-call1.jsonl",), "I, 8 rounds": ("ab-call2.jsonl",),
+             "J (35B-A3B shape), 12 rounds": ("ab-call3.jsonl",)}
+    seen = _check_machine_table(ref, rows, files)
+    assert len(seen) == 14 and ("J (35B-A3B shape), 12 rounds", "k2-r0") in seen
+    text = _speed_section().split("**Session 38**", 1)[1].split("**Session 37**", 1)[0]
+    dense = files["H, 13 rounds"] + files["I, 8 rounds"]
+    assert f"{_ab(ref, files['H, 13 rounds'], 'k2', 'spec2').median:.3f}x on machine H (13 rounds)" in text
+    assert f"{_ab(ref, files['I, 8 rounds'], 'k2', 'spec2').median:.3f}x on I (8 rounds)" in text
+    p = _ab(ref, dense, "k2", "spec2")
+    worst = min(r["k2"] / r["spec2"] for n in dense for r in rounds(read_processes(ref / n)) if "spec2" in r)
+    assert p.n == 21 and f"{p.median:.3f}x over the\n21 rounds of the 9B shape (every one above 1.25x)" in text
+    assert worst > 1.25
+    assert f"{_ab(ref, files['J (35B-A3B shape), 12 rounds'], 'k2', 'spec2').median:.3f}x on the 35B-A3B shape" in text
+    moe, dense_r = _ab(ref, files["J (35B-A3B shape), 12 rounds"], "k2", "k2-r0"), _ab(ref, files["I, 8 rounds"], "k2",
+                                                                                      "k2-r0")
+    assert f"{100 * (moe.median - 1):.1f}% per\nround ({moe.above_one} of {moe.n} rounds" in text
+    assert f"level on the dense one ({100 * (dense_r.median - 1):.1f}%, {dense_r.above_one} of {dense_r.n})" in text
+    steps = {(r["row"], r["steps"]) for n in dense for r in map(json.loads, (ref / n).read_text().splitlines())
+             if r["row"] in ("k2", "k2-h44")}
+    assert steps == {("k2", 117), ("k2-h44", 109)} and "accepted in 109 steps against 117" in text
+    def step(name: str) -> float:  # steps a second, the re-encoded head's over k=2's, median against median
+        runs = _by_row(ref, (name,))
+        return (statistics.median(runs["k2-h44"]) * 109) / (statistics.median(runs["k2"]) * 117)
+
+    assert f"{step('ab-call1.jsonl'):.3f}x as fast as k=2's on H and\n{step('ab-call2.jsonl'):.3f}x on I" in text
+    for n in (*dense, *files["J (35B-A3B shape), 12 rounds"]):  # every process of a machine: the same tokens
+        assert len(token_hashes([ref / n])) == 1, n
+
+
 def test_the_session_37_table() -> None:
     """README's session 37 table is bench/reference/same-call-h200-s37 (machines E, F, G: calls 1, 2, 3), and the
     A/Bs the text below it quotes."""
