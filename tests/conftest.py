@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-import gguf_mtp.runtime  # noqa: F401  (llama.cpp before numpy, as on a CUDA build; loads without it too)
+import gguf_mtp.runtime
 
 try:
     import gguf_mtp.runtime.llama  # noqa: F401  (the ctypes layer: fails when llama-cpp-python cannot load)
@@ -59,6 +60,28 @@ FAMILIES = tuple(a for a, row in ARCHS.items() if row.max_heads == 1)
 MULTIHEAD_FAMILIES = tuple(a for a, row in ARCHS.items() if row.max_heads is None)
 #: one-layer archs whose target memory drops rejected drafts natively (qwen3next's replay rollback: test_rollback)
 NATIVE_ROLLBACK_FAMILIES = tuple(a for a in FAMILIES if ARCHS[a].rs_rollback or not ARCHS[a].recurrent)
+
+
+#: the embedded default (a tiny trained Qwen3.5 with its MTP head) and the first four prompts of its reference
+TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
+TINY_PROMPTS: list[str] = json.loads((TINY / "reference.json").read_text())["prompts"][:4]
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded default converted once (its head bundled), for the runtime's patch tests."""
+    return convert(TINY, outfile=tmp_path_factory.mktemp("tiny") / "tiny.gguf", progress=False).path
+
+
+@pytest.fixture(scope="session")
+def tiny_plain(tiny_gguf: Path):  # type: ignore[no-untyped-def]
+    """Plain decoding of :data:`TINY_PROMPTS`, 40 tokens each (``n_ctx`` 512): what a speculative run of them must
+    match (tests/lossless.py's ``Reference``)."""
+    from gguf_mtp.runtime import MTPSession
+    from tests.lossless import Reference
+
+    return Reference(lambda: MTPSession(tiny_gguf, mtp=False, n_ctx=512),
+                     lambda s: [s.generate(p, max_tokens=40) for p in TINY_PROMPTS])
 
 
 @pytest.fixture(scope="session")

@@ -6,30 +6,22 @@ patch (a proposed one: ``LLAMA_CPP_LIB_PATH`` at a build with ``GGUF_MTP_PATCHES
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from gguf_mtp import convert
 from gguf_mtp.runtime import MTPSession, patches
 from gguf_mtp.runtime.llama import Context
+from tests.conftest import TINY_PROMPTS
 from tests.lossless import Reference
-
-TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
-PROMPTS = json.loads((TINY / "reference.json").read_text())["prompts"][:4]
 
 pytestmark = pytest.mark.skipif("mtp-draft-chain" not in patches.names(),
                                 reason="the loaded libllama lacks the mtp-draft-chain patch (proposed: "
                                        "LLAMA_CPP_LIB_PATH at a build with GGUF_MTP_PATCHES=proposed runs this)")
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return convert(TINY, outfile=tmp_path_factory.mktemp("chained") / "tiny.gguf", progress=False).path
 
-
-def answers(model: Path, monkeypatch: pytest.MonkeyPatch, chain: bool, **kw) -> tuple[list, list[int], list[int]]:
+def answers(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch, chain: bool, **kw) -> tuple[list, list[int], list[int]]:
     """Each prompt's answer, and the MTP decodes with outputs per step, with drafts chained or not."""
     monkeypatch.setenv(patches.CHAIN_ENV, "1" if chain else "0")
     per_step: list[int] = []
@@ -42,23 +34,23 @@ def answers(model: Path, monkeypatch: pytest.MonkeyPatch, chain: bool, **kw) -> 
             per_step.append(0)
         return real(self, batch)
 
-    with MTPSession(model, n_ctx=512, **kw) as s:
+    with MTPSession(tiny_gguf, n_ctx=512, **kw) as s:
         assert s.chained is chain
         monkeypatch.setattr(Context, "decode_batch", recording)
         per_step.append(0)
-        gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
+        gens = [s.generate(p, max_tokens=40) for p in TINY_PROMPTS]
         monkeypatch.setattr(Context, "decode_batch", real)
         st = s.stats
     return gens, st.drafted_at, st.accepted_at, per_step
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
-def test_chained_drafts_are_lossless_and_one_decode_a_step(model: Path, monkeypatch: pytest.MonkeyPatch,
+def test_chained_drafts_are_lossless_and_one_decode_a_step(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch,
                                                            k: int) -> None:
-    ref = Reference(lambda: MTPSession(model, mtp=False, n_ctx=512),
-                    lambda s: [s.generate(p, max_tokens=40) for p in PROMPTS])
-    on = answers(model, monkeypatch, True, n_draft=k)
-    off = answers(model, monkeypatch, False, n_draft=k)
+    ref = Reference(lambda: MTPSession(tiny_gguf, mtp=False, n_ctx=512),
+                    lambda s: [s.generate(p, max_tokens=40) for p in TINY_PROMPTS])
+    on = answers(tiny_gguf, monkeypatch, True, n_draft=k)
+    off = answers(tiny_gguf, monkeypatch, False, n_draft=k)
     for gens, name in ((on[0], "chained"), (off[0], "one decode per draft")):
         ref.check(gens, f"k={k} {name}")
     # the same drafts: a chained row computes what a decode of its own would, up to float reordering, which can
@@ -71,28 +63,29 @@ def test_chained_drafts_are_lossless_and_one_decode_a_step(model: Path, monkeypa
     assert max(off[3]) == k  # one per draft without the chain
 
 
-def test_p_min_and_the_switch_keep_one_decode_per_draft(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with MTPSession(model, n_ctx=512, n_draft=3, p_min=0.1) as s:
+def test_p_min_and_the_switch_keep_one_decode_per_draft(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with MTPSession(tiny_gguf, n_ctx=512, n_draft=3, p_min=0.1) as s:
         assert not s.chained  # p_min reads each draft's probability before the next is drafted
     monkeypatch.setenv(patches.CHAIN_ENV, "0")
-    with MTPSession(model, n_ctx=512, n_draft=3) as s:
+    with MTPSession(tiny_gguf, n_ctx=512, n_draft=3) as s:
         assert not s.chained
 
 
-def test_auto_and_server_slots_with_chained_drafts(model: Path) -> None:
+def test_auto_and_server_slots_with_chained_drafts(tiny_gguf: Path) -> None:
     """auto changes k (and drafts shadow tokens) between chained decodes; two server slots draft in a shared
     batch (not chained) or, one alone, chained: every answer is plain decoding's."""
-    ref = Reference(lambda: MTPSession(model, mtp=False, n_ctx=1024), lambda s: s.generate(PROMPTS[0], max_tokens=48))
-    with MTPSession(model, n_ctx=1024, n_draft=4, adaptive=True) as s:
+    ref = Reference(lambda: MTPSession(tiny_gguf, mtp=False, n_ctx=1024),
+                    lambda s: s.generate(TINY_PROMPTS[0], max_tokens=48))
+    with MTPSession(tiny_gguf, n_ctx=1024, n_draft=4, adaptive=True) as s:
         assert s.chained
-        ref.check(s.generate(PROMPTS[0], max_tokens=48), "auto, chained")
-    with MTPSession(model, n_ctx=1024, n_draft=3, n_parallel=2) as s:
+        ref.check(s.generate(TINY_PROMPTS[0], max_tokens=48), "auto, chained")
+    with MTPSession(tiny_gguf, n_ctx=1024, n_draft=3, n_parallel=2) as s:
         assert s.chained
-        ref.check(s.generate(PROMPTS[0], max_tokens=48), "two slots, one in use, chained")
+        ref.check(s.generate(TINY_PROMPTS[0], max_tokens=48), "two slots, one in use, chained")
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
-def test_chained_decodes_keep_one_shape_with_stable_shapes(model: Path, monkeypatch: pytest.MonkeyPatch,
+def test_chained_decodes_keep_one_shape_with_stable_shapes(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch,
                                                            k: int) -> None:
     """An offloaded head pads every chained decode to 2k rows (k + 1 and the k - 1 chained ones) from the cache's
     tail, so llama.cpp reuses one graph whatever a step accepted. The tail must hold the k + 1 real rows before the
@@ -100,7 +93,8 @@ def test_chained_decodes_keep_one_shape_with_stable_shapes(model: Path, monkeypa
     the padding fell short, so about half the chained decodes of a 27B-shaped run on an H100 built their graph
     again."""
     monkeypatch.setenv(patches.CHAIN_ENV, "1")
-    ref = Reference(lambda: MTPSession(model, mtp=False, n_ctx=1024), lambda s: s.generate(PROMPTS[1], max_tokens=64))
+    ref = Reference(lambda: MTPSession(tiny_gguf, mtp=False, n_ctx=1024),
+                    lambda s: s.generate(TINY_PROMPTS[1], max_tokens=64))
     rows: list[int] = []
     real = Context.decode_batch
 
@@ -109,10 +103,10 @@ def test_chained_decodes_keep_one_shape_with_stable_shapes(model: Path, monkeypa
             rows.append(batch.n)
         return real(self, batch)
 
-    with MTPSession(model, n_ctx=1024, n_draft=k, stable_shapes=True) as s:
+    with MTPSession(tiny_gguf, n_ctx=1024, n_draft=k, stable_shapes=True) as s:
         assert s.chained
         monkeypatch.setattr(Context, "decode_batch", recording)
-        g = s.generate(PROMPTS[1], max_tokens=64)
+        g = s.generate(TINY_PROMPTS[1], max_tokens=64)
         monkeypatch.setattr(Context, "decode_batch", real)
     ref.check(g, f"k={k}, chained, stable shapes")
     assert 0 < g.stats.accepted_at[0] < g.stats.drafted_at[0], "needs rejected drafts to test the padding after them"

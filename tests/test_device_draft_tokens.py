@@ -8,37 +8,24 @@ library lacks the patch (``LLAMA_CPP_LIB_PATH`` at a build with ``GGUF_MTP_PATCH
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from gguf_mtp import convert
 from gguf_mtp.errors import GgufMtpError
 from gguf_mtp.runtime import MTPSession, llama, patches
 from gguf_mtp.runtime.llama import Batch, Context
+from tests.conftest import TINY_PROMPTS
 from tests.lossless import Reference
-
-TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
-PROMPTS = json.loads((TINY / "reference.json").read_text())["prompts"][:4]
 
 pytestmark = pytest.mark.skipif("device-draft-tokens" not in patches.names(),
                                 reason="the loaded libllama lacks the device-draft-tokens patch (proposed: "
                                        "LLAMA_CPP_LIB_PATH at a build with GGUF_MTP_PATCHES=proposed runs this)")
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return convert(TINY, outfile=tmp_path_factory.mktemp("devtok") / "tiny.gguf", progress=False).path
 
 
-@pytest.fixture(scope="module")
-def reference(model: Path) -> Reference:
-    return Reference(lambda: MTPSession(model, mtp=False, n_ctx=512),
-                     lambda s: [s.generate(p, max_tokens=40) for p in PROMPTS])
-
-
-def answers(model: Path, monkeypatch: pytest.MonkeyPatch, on: bool, take=None, chain: bool = False,
+def answers(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch, on: bool, take=None, chain: bool = False,
             feed: bool = False, take_h=None, **kw):  # type: ignore[no-untyped-def]
     """Each prompt's answer, the acceptance by position, the rows each verify took on the device, and for each step
     that could, whether the head was decoded behind the verify (``feed``: GGUF_MTP_DEVICE_FEED=1). ``take`` and
@@ -62,10 +49,10 @@ def answers(model: Path, monkeypatch: pytest.MonkeyPatch, on: bool, take=None, c
     monkeypatch.setattr(Context, "take_nextn_from", take_h or real_h)
     monkeypatch.setattr(MtpProposer, "feed_from_device", lambda self, *a: fed.append(real_feed(self, *a)) or fed[-1])
     try:
-        with MTPSession(model, n_ctx=512, **kw) as s:
+        with MTPSession(tiny_gguf, n_ctx=512, **kw) as s:
             assert s.device_tokens is (on or feed) and s.device_feed is feed and s.engine.mtp is not None
             heads.append(s.engine.mtp)
-            gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
+            gens = [s.generate(p, max_tokens=40) for p in TINY_PROMPTS]
             st = s.stats
     finally:
         monkeypatch.setattr(Context, "take_tokens_from", real)
@@ -76,11 +63,11 @@ def answers(model: Path, monkeypatch: pytest.MonkeyPatch, on: bool, take=None, c
 
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_the_last_draft_stays_on_the_device_and_output_is_plain_decodings(
-        model: Path, reference: Reference, monkeypatch: pytest.MonkeyPatch, k: int) -> None:
-    on = answers(model, monkeypatch, True, n_draft=k)
-    off = answers(model, monkeypatch, False, n_draft=k)
-    reference.check(on[0], f"k={k}, the last draft on the device")
-    reference.check(off[0], f"k={k}, every draft read back")
+        tiny_gguf: Path, tiny_plain: Reference, monkeypatch: pytest.MonkeyPatch, k: int) -> None:
+    on = answers(tiny_gguf, monkeypatch, True, n_draft=k)
+    off = answers(tiny_gguf, monkeypatch, False, n_draft=k)
+    tiny_plain.check(on[0], f"k={k}, the last draft on the device")
+    tiny_plain.check(off[0], f"k={k}, every draft read back")
     assert set(on[3]) == {1} and not off[3]  # verifies took their last draft on the device
     # the same drafts: the same decodes, only read later
     assert (on[1], on[2]) == (off[1], off[2])
@@ -116,38 +103,38 @@ def test_a_file_llama_cpps_converter_wrote(monkeypatch: pytest.MonkeyPatch) -> N
     assert taken_on and set(taken_on) == {1} and not taken_off
 
 
-def test_a_verify_that_reads_the_placeholder_is_caught(model: Path, reference: Reference,
+def test_a_verify_that_reads_the_placeholder_is_caught(tiny_gguf: Path, tiny_plain: Reference,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """What the test above guards against: a verify that claims the device copy but reads the batch's placeholder
     gets the bonus token after a fully accepted step wrong."""
-    gens, _, accepted, taken, _ = answers(model, monkeypatch, True, take=lambda self, src, rows: True, n_draft=1)
+    gens, _, accepted, taken, _ = answers(tiny_gguf, monkeypatch, True, take=lambda self, src, rows: True, n_draft=1)
     assert taken and sum(accepted) > 0
     with pytest.raises(AssertionError):
-        reference.check(gens, "placeholder read")
+        tiny_plain.check(gens, "placeholder read")
 
 
-def test_where_the_target_cannot_take_it_the_id_is_read_first(model: Path, reference: Reference,
+def test_where_the_target_cannot_take_it_the_id_is_read_first(tiny_gguf: Path, tiny_plain: Reference,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    gens, _, accepted, taken, _ = answers(model, monkeypatch, True, take=lambda self, src, rows: False, n_draft=2)
+    gens, _, accepted, taken, _ = answers(tiny_gguf, monkeypatch, True, take=lambda self, src, rows: False, n_draft=2)
     assert not taken and sum(accepted) > 0
-    reference.check(gens, "target could not take it")
+    tiny_plain.check(gens, "target could not take it")
 
 
 @pytest.mark.skipif("mtp-draft-chain" not in patches.names(),
                     reason="the loaded libllama lacks the mtp-draft-chain patch (proposed)")
 @pytest.mark.parametrize("k", [2, 3])
-def test_chained_drafts_all_stay_on_the_device(model: Path, reference: Reference, monkeypatch: pytest.MonkeyPatch,
+def test_chained_drafts_all_stay_on_the_device(tiny_gguf: Path, tiny_plain: Reference, monkeypatch: pytest.MonkeyPatch,
                                                k: int) -> None:
     """With the proposed mtp-draft-chain patch a step's k drafts are one decode: the verify takes all k ids on the
     device, and the host waits once a step, for the verify."""
-    on = answers(model, monkeypatch, True, chain=True, n_draft=k)
-    off = answers(model, monkeypatch, False, chain=True, n_draft=k)
-    reference.check(on[0], f"k={k}, chained drafts on the device")
+    on = answers(tiny_gguf, monkeypatch, True, chain=True, n_draft=k)
+    off = answers(tiny_gguf, monkeypatch, False, chain=True, n_draft=k)
+    tiny_plain.check(on[0], f"k={k}, chained drafts on the device")
     assert set(on[3]) == {k} and not off[3]
     assert (on[1], on[2]) == (off[1], off[2]) and sum(on[2]) > 0
 
 
-def test_a_shadow_step_keeps_the_verify_on_the_device(model: Path, reference: Reference,
+def test_a_shadow_step_keeps_the_verify_on_the_device(tiny_gguf: Path, tiny_plain: Reference,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """auto's shadow step drafts one token more than it verifies. Its verify still takes its last verified draft on
     the device, as every other step's does: a verify that read it from the host instead is another graph, built
@@ -171,8 +158,8 @@ def test_a_shadow_step_keeps_the_verify_on_the_device(model: Path, reference: Re
         monkeypatch.setattr(Context, "take_tokens_from",
                             lambda self, src, rows: bool(taken.append(len(rows))) or real(self, src, rows))
         try:
-            with MTPSession(model, n_ctx=512, **kw) as s:  # type: ignore[arg-type]
-                gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
+            with MTPSession(tiny_gguf, n_ctx=512, **kw) as s:  # type: ignore[arg-type]
+                gens = [s.generate(p, max_tokens=40) for p in TINY_PROMPTS]
                 a = s.engine.adaptive
                 shadows = (list(a._shadow_d), list(a._shadow_a)) if a is not None else None
                 return gens, s.engine.tgt.graphs_reused(), taken, shadows
@@ -182,34 +169,34 @@ def test_a_shadow_step_keeps_the_verify_on_the_device(model: Path, reference: Re
     fixed = run(True, n_draft=2)
     monkeypatch.setattr(DraftLength, "next", shadowing)
     on, off = run(True, n_draft=4, adaptive=True), run(False, n_draft=4, adaptive=True)
-    reference.check(on[0], "shadow steps, the last verified draft on the device")
-    reference.check(off[0], "shadow steps, every draft read back")
+    tiny_plain.check(on[0], "shadow steps, the last verified draft on the device")
+    tiny_plain.check(off[0], "shadow steps, every draft read back")
     assert on[3] is not None and on[3][0][2] > 0 and on[3] == off[3]  # shadow drafts at position 3, the same ones
     assert set(on[2]) == {1} and len(on[2]) == len(fixed[2]) and not off[2]
     assert on[1] == fixed[1], (on[1], fixed[1])  # target graphs reused as often as without shadows
 
-def test_p_min_and_the_switch_keep_the_host_path(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with MTPSession(model, n_ctx=512, n_draft=2, p_min=0.1) as s:
+def test_p_min_and_the_switch_keep_the_host_path(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with MTPSession(tiny_gguf, n_ctx=512, n_draft=2, p_min=0.1) as s:
         assert not s.engine.head.defers  # p_min reads each draft's probability on the host
     monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "0")
-    with MTPSession(model, n_ctx=512, n_draft=2) as s:
+    with MTPSession(tiny_gguf, n_ctx=512, n_draft=2) as s:
         assert not s.device_tokens and not s.engine.head.defers
 
 
-def test_a_refused_decode_clears_the_request(model: Path, reference: Reference) -> None:
+def test_a_refused_decode_clears_the_request(tiny_gguf: Path, tiny_plain: Reference) -> None:
     """``take_tokens_from`` applies to the next decode whatever it returns: a decode llama.cpp refuses at its first
     checks (a token id outside the vocabulary) must not leave the request for the decode after it, which would then
     read a prompt's first token from the device."""
-    with MTPSession(model, n_ctx=512, n_draft=2) as s:
-        s.generate(PROMPTS[0], max_tokens=8)  # the MTP context keeps drafts: its slots exist
+    with MTPSession(tiny_gguf, n_ctx=512, n_draft=2) as s:
+        s.generate(TINY_PROMPTS[0], max_tokens=8)  # the MTP context keeps drafts: its slots exist
         tgt, mtp = s.engine.tgt, s.engine.mtp
         assert mtp is not None and tgt.take_tokens_from(mtp, [0])
         bad = Batch(4)
         bad.add(tgt.model.n_vocab + 5, 0, logits=True)
         with pytest.raises(GgufMtpError, match="llama_decode failed"):
             tgt.decode_batch(bad)
-        gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
-    reference.check(gens, "after a refused decode")
+        gens = [s.generate(p, max_tokens=40) for p in TINY_PROMPTS]
+    tiny_plain.check(gens, "after a refused decode")
 
 
 def close(a: list[int], b: list[int]) -> bool:
@@ -227,15 +214,15 @@ needs_feed = pytest.mark.skipif(not llama.has_device_feed(),
 @needs_feed
 @pytest.mark.parametrize("kw", [{"n_draft": 1}, {"n_draft": 2}, {"n_draft": 3}, {"n_draft": 3, "adaptive": True}],
                          ids=["k=1", "k=2", "k=3", "auto"])
-def test_the_first_draft_decoded_behind_the_verify(model: Path, reference: Reference,
+def test_the_first_draft_decoded_behind_the_verify(tiny_gguf: Path, tiny_plain: Reference,
                                                    monkeypatch: pytest.MonkeyPatch, kw: dict) -> None:
     """GGUF_MTP_DEVICE_FEED=1: the head's next decode goes right behind the verify, over every verify row with the
     target's pick and hidden row taken on the device; the drafts are the host path's (the same acceptance, which
     a decode over the placeholders would not give), the output plain decoding's, over several prompts in one
     session (a first draft no step takes leaves the head's cache as the host path leaves it)."""
-    on = answers(model, monkeypatch, True, feed=True, **kw)
-    off = answers(model, monkeypatch, True, **kw)
-    reference.check(on[0], f"{kw}, the head fed on the device")
+    on = answers(tiny_gguf, monkeypatch, True, feed=True, **kw)
+    off = answers(tiny_gguf, monkeypatch, True, **kw)
+    tiny_plain.check(on[0], f"{kw}, the head fed on the device")
     if not kw.get("adaptive"):  # auto's lengths follow the steps' wall time, so only fixed lengths compare
         assert close(on[1], off[1]) and close(on[2], off[2]), (on[1:3], off[1:3])
     assert sum(on[2]) > 0
@@ -243,17 +230,18 @@ def test_the_first_draft_decoded_behind_the_verify(model: Path, reference: Refer
 
 
 @needs_feed
-def test_a_head_fed_placeholders_is_caught(model: Path, reference: Reference, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_head_fed_placeholders_is_caught(tiny_gguf: Path, tiny_plain: Reference,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """What the acceptance comparison above guards against: hidden rows not taken from the target (the batch's
     placeholders) give other drafts."""
-    on = answers(model, monkeypatch, True, feed=True, take_h=lambda self, src, rows: True, n_draft=2)
-    off = answers(model, monkeypatch, True, n_draft=2)
-    reference.check(on[0], "placeholders fed")  # still lossless: the target verifies every draft
+    on = answers(tiny_gguf, monkeypatch, True, feed=True, take_h=lambda self, src, rows: True, n_draft=2)
+    off = answers(tiny_gguf, monkeypatch, True, n_draft=2)
+    tiny_plain.check(on[0], "placeholders fed")  # still lossless: the target verifies every draft
     assert not close(on[2], off[2]), (on[2], off[2])  # 37/17 against 55/32 accepted on the CPU this was written on
 
 
 @needs_feed
-def test_with_stable_shapes_the_fed_and_the_drafting_decodes_share_a_graph(model: Path, reference: Reference,
+def test_with_stable_shapes_the_fed_and_the_drafting_decodes_share_a_graph(tiny_gguf: Path, tiny_plain: Reference,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """At k=3 a step makes the fed decode (device inputs, k + 1 outputs) and two drafting decodes: padded to its
     shape, with an output a row and the target's slots read into no row, they are one graph for llama.cpp, which
@@ -261,18 +249,18 @@ def test_with_stable_shapes_the_fed_and_the_drafting_decodes_share_a_graph(model
     monkeypatch.setenv(patches.DEVICE_TOKENS_ENV, "1")
     monkeypatch.setenv(patches.DEVICE_FEED_ENV, "1")
     monkeypatch.setenv(patches.CHAIN_ENV, "0")  # the feed is for one decode a draft
-    with MTPSession(model, n_ctx=512, n_draft=3, stable_shapes=True, timings=True) as s:
+    with MTPSession(tiny_gguf, n_ctx=512, n_draft=3, stable_shapes=True, timings=True) as s:
         assert s.device_feed
-        gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
+        gens = [s.generate(p, max_tokens=40) for p in TINY_PROMPTS]
         bd = s.stats.breakdown
-    reference.check(gens, "stable shapes, the head fed on the device")
+    tiny_plain.check(gens, "stable shapes, the head fed on the device")
     assert bd is not None and bd.decodes > 40
-    assert bd.decodes - bd.reused <= 3 * len(PROMPTS), bd  # each prompt's, its first verify's and head decode's
+    assert bd.decodes - bd.reused <= 3 * len(TINY_PROMPTS), bd  # each prompt's, its first verify's and head decode's
 
 
 @needs_feed
 def test_an_answer_stopped_after_the_head_was_fed_leaves_the_next_one_lossless(
-        model: Path, reference: Reference, monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny_gguf: Path, tiny_plain: Reference, monkeypatch: pytest.MonkeyPatch) -> None:
     """An answer stopped in a step that fed the head behind its verify and never committed (Ctrl-C, a client gone):
     the next answers are plain decoding's and draft exactly as a fresh session's (a head cache left with the fed
     rows would move the drafts, not the output, so the acceptance is what is compared)."""
@@ -292,16 +280,16 @@ def test_an_answer_stopped_after_the_head_was_fed_leaves_the_next_one_lossless(
             raise Stop
         return real(self, row, drafts)
 
-    with MTPSession(model, n_ctx=512, n_draft=2) as s:
+    with MTPSession(tiny_gguf, n_ctx=512, n_draft=2) as s:
         assert s.device_feed
         monkeypatch.setattr(Engine, "accept", stopping)
         with pytest.raises(Stop):
-            s.generate(PROMPTS[0], max_tokens=40)
+            s.generate(TINY_PROMPTS[0], max_tokens=40)
         assert s.engine.head._fed is not None  # type: ignore[attr-defined]  # what the stop left
         monkeypatch.setattr(Engine, "accept", real)
-        gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
-    with MTPSession(model, n_ctx=512, n_draft=2) as s:
-        fresh = [s.generate(p, max_tokens=40) for p in PROMPTS]
-    reference.check(gens, "after an answer stopped with the head fed")
+        gens = [s.generate(p, max_tokens=40) for p in TINY_PROMPTS]
+    with MTPSession(tiny_gguf, n_ctx=512, n_draft=2) as s:
+        fresh = [s.generate(p, max_tokens=40) for p in TINY_PROMPTS]
+    tiny_plain.check(gens, "after an answer stopped with the head fed")
     assert [g.stats.accepted_at for g in gens] == [g.stats.accepted_at for g in fresh]
     assert sum(sum(g.stats.accepted_at) for g in gens) > 0

@@ -9,45 +9,32 @@ where the library lacks the patch (a stock wheel)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from gguf_mtp import convert
 from gguf_mtp.runtime import MTPSession, patches
+from tests.conftest import TINY_PROMPTS
 from tests.lossless import Reference
-
-TINY = Path(__file__).resolve().parents[1] / "examples" / "tiny-qwen35-mtp"
-PROMPTS = json.loads((TINY / "reference.json").read_text())["prompts"][:4]
 
 pytestmark = pytest.mark.skipif("mtp-output-rows" not in patches.names(),
                                 reason="the loaded libllama lacks the mtp-output-rows patch (a stock wheel)")
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return convert(TINY, outfile=tmp_path_factory.mktemp("outrows") / "tiny.gguf", progress=False).path
 
 
-@pytest.fixture(scope="module")
-def reference(model: Path) -> Reference:
-    return Reference(lambda: MTPSession(model, mtp=False, n_ctx=512),
-                     lambda s: [s.generate(p, max_tokens=40) for p in PROMPTS])
-
-
-def answers(model: Path, monkeypatch: pytest.MonkeyPatch, switch: str, *, built: str | None = None, k: int = 2):
+def answers(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch, switch: str, *, built: str | None = None, k: int = 2):
     """Each prompt's answer, the drafts and acceptances by position, and whether the head's hidden rows were asked
     masked. ``switch``: GGUF_MTP_MTP_OUTPUT_ROWS when the session is made; ``built``: its value from then on, when
     llama.cpp builds the head's graphs (the switch is read at every build)."""
     monkeypatch.setenv(patches.OUTPUT_ROWS_ENV, switch)
     monkeypatch.setenv(patches.CHAIN_ENV, "0")  # one decode a draft, whatever else the proposed build carries
-    with MTPSession(model, n_ctx=512, n_draft=k, stable_shapes=True) as s:
+    with MTPSession(tiny_gguf, n_ctx=512, n_draft=k, stable_shapes=True) as s:
         assert s.engine.mtp is not None
         masked = s.engine.mtp.output_rows
         if built is not None:
             monkeypatch.setenv(patches.OUTPUT_ROWS_ENV, built)
-        gens = [s.generate(p, max_tokens=40) for p in PROMPTS]
+        gens = [s.generate(p, max_tokens=40) for p in TINY_PROMPTS]
         st = s.stats
     return gens, st.drafted_at, st.accepted_at, masked
 
@@ -67,23 +54,23 @@ def close(a, b) -> bool:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_output_rows_only_give_the_stock_graphs_drafts(model: Path, reference: Reference,
+def test_output_rows_only_give_the_stock_graphs_drafts(tiny_gguf: Path, tiny_plain: Reference,
                                                        monkeypatch: pytest.MonkeyPatch, k: int) -> None:
-    on = answers(model, monkeypatch, "1", k=k)
-    off = answers(model, monkeypatch, "0", k=k)
+    on = answers(tiny_gguf, monkeypatch, "1", k=k)
+    off = answers(tiny_gguf, monkeypatch, "0", k=k)
     assert on[3] is True and off[3] is False  # masked with the switch, one a token without it (archs.py)
-    reference.check(on[0], f"output rows, k={k}")
-    reference.check(off[0], f"every row, k={k}")
+    tiny_plain.check(on[0], f"output rows, k={k}")
+    tiny_plain.check(off[0], f"every row, k={k}")
     assert close(on, off), (on[1:3], off[1:3])
 
 
-def test_a_masked_head_on_the_stock_graph_reads_the_wrong_rows(model: Path, reference: Reference,
+def test_a_masked_head_on_the_stock_graph_reads_the_wrong_rows(tiny_gguf: Path, tiny_plain: Reference,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The check above can fail: asked masked, but its graphs built with the switch off (every row kept), the head
     pairs each padded draft with the batch's first row, and the drafts are other ones (output stays plain
     decoding's: the target verifies every draft)."""
-    right = answers(model, monkeypatch, "1", k=3)
-    wrong = answers(model, monkeypatch, "1", built="0", k=3)
+    right = answers(tiny_gguf, monkeypatch, "1", k=3)
+    wrong = answers(tiny_gguf, monkeypatch, "1", built="0", k=3)
     assert wrong[3] is True
-    reference.check(wrong[0], "masked, stock graph")
+    tiny_plain.check(wrong[0], "masked, stock graph")
     assert not close(wrong, right), (wrong[1:3], right[1:3])
