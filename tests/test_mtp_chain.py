@@ -41,6 +41,13 @@ def _set_chain(ctx: Context, n_chain: int) -> None:
     fn(ctx.ptr, n_chain)
 
 
+@pytest.fixture(autouse=True)
+def _chaining(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These contexts chain their drafts (``llama_set_mtp_chain``), so they return every row's hidden row: the runtime
+    asks for them unmasked only where chaining is on (patches.mtp_output_rows), whatever the caller's environment."""
+    monkeypatch.setenv(patches.CHAIN_ENV, "1")
+
+
 @pytest.fixture(scope="module", params=["tiny", "tiny-draft-vocab", "qwen35", "qwen35moe"])
 def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Model]:
     """The shipped tiny model, with a draft vocabulary too (the chained argmax then runs over the scattered rows of
