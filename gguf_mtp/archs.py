@@ -38,7 +38,8 @@ class Arch:
     why: str = ""
     #: the MTP graph's hidden-row output (t_h_nextn) holds every token of the batch: it is set before the output
     #: rows are picked, so llama.cpp's masked copy (the first n_outputs rows) gives the batch's first tokens, not
-    #: its outputs, and the runtime reads such heads unmasked; the others pick the rows first and are read masked
+    #: its outputs, and the runtime reads such heads unmasked (unless the loaded library's mtp-output-rows patch
+    #: picks them first for the arch: runtime/patches.py); the others pick the rows first and are read masked
     mtp_rows_per_token: bool = False
     #: llama.cpp gives the arch a sliding-window cache, which asserts that some layer uses it
     swa: bool = False
