@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import gguf_mtp.runtime
+import gguf_mtp.runtime  # llama.cpp before numpy, as on a CUDA build (loads without it too)
 
 try:
     import gguf_mtp.runtime.llama  # noqa: F401  (the ctypes layer: fails when llama-cpp-python cannot load)

@@ -20,7 +20,6 @@ pytestmark = pytest.mark.skipif("mtp-draft-chain" not in patches.names(),
                                        "LLAMA_CPP_LIB_PATH at a build with GGUF_MTP_PATCHES=proposed runs this)")
 
 
-
 def answers(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch, chain: bool, **kw) -> tuple[list, list[int], list[int]]:
     """Each prompt's answer, and the MTP decodes with outputs per step, with drafts chained or not."""
     monkeypatch.setenv(patches.CHAIN_ENV, "1" if chain else "0")

@@ -23,8 +23,6 @@ pytestmark = pytest.mark.skipif("device-draft-tokens" not in patches.names(),
                                        "LLAMA_CPP_LIB_PATH at a build with GGUF_MTP_PATCHES=proposed runs this)")
 
 
-
-
 def answers(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch, on: bool, take=None, chain: bool = False,
             feed: bool = False, take_h=None, **kw):  # type: ignore[no-untyped-def]
     """Each prompt's answer, the acceptance by position, the rows each verify took on the device, and for each step

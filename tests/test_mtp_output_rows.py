@@ -21,8 +21,6 @@ pytestmark = pytest.mark.skipif("mtp-output-rows" not in patches.names(),
                                 reason="the loaded libllama lacks the mtp-output-rows patch (a stock wheel)")
 
 
-
-
 def answers(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch, switch: str, *, built: str | None = None, k: int = 2):
     """Each prompt's answer, the drafts and acceptances by position, and whether the head's hidden rows were asked
     masked. ``switch``: GGUF_MTP_MTP_OUTPUT_ROWS when the session is made; ``built``: its value from then on, when

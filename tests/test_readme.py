@@ -243,6 +243,7 @@ def test_the_session_38_table() -> None:
     steps = {(r["row"], r["steps"]) for n in dense for r in map(json.loads, (ref / n).read_text().splitlines())
              if r["row"] in ("k2", "k2-h44")}
     assert steps == {("k2", 117), ("k2-h44", 109)} and "accepted in 109 steps against 117" in text
+
     def step(name: str) -> float:  # steps a second, the re-encoded head's over k=2's, median against median
         runs = _by_row(ref, (name,))
         return (statistics.median(runs["k2-h44"]) * 109) / (statistics.median(runs["k2"]) * 117)
