@@ -72,3 +72,14 @@ def test_a_masked_head_on_the_stock_graph_reads_the_wrong_rows(tiny_gguf: Path, 
     assert wrong[3] is True
     tiny_plain.check(wrong[0], "masked, stock graph")
     assert not close(wrong, right), (wrong[1:3], right[1:3])
+
+
+@pytest.mark.parametrize(("value", "on"), [("yes", False), (" 1x", True), ("0", False), ("-2", True)])
+def test_the_runtime_reads_the_switch_as_llama_cpp_does(tiny_gguf: Path, tiny_plain: Reference,
+                                                        monkeypatch: pytest.MonkeyPatch, value: str, on: bool) -> None:
+    """llama.cpp reads GGUF_MTP_MTP_OUTPUT_ROWS with C's atoi: a value it takes as off must leave the head unmasked
+    (else the stock graph's rows are read masked, the wrong rows above), one it takes as on must mask it."""
+    got = answers(tiny_gguf, monkeypatch, value, k=3)
+    assert got[3] is on
+    tiny_plain.check(got[0], f"switch {value!r}")
+    assert close(got, answers(tiny_gguf, monkeypatch, "1" if on else "0", k=3)), got[1:3]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 from dataclasses import dataclass
 
 
@@ -215,5 +216,17 @@ def mtp_output_rows(arch: str) -> bool:
     mtp-output-rows patch, its switch on: :func:`enable_switches` sets it unless the environment says ``=0``), so
     that the head's hidden rows are asked for masked, one an output row. Not where the head's drafts are chained
     (:func:`chains_drafts`): a chained graph returns every row's."""
-    return (os.environ.get(OUTPUT_ROWS_ENV, "") not in ("", "0") and not chains_drafts(arch)
+    return (switch_value(OUTPUT_ROWS_ENV) != 0 and not chains_drafts(arch)
             and any(arch in p.output_rows_archs for p in loaded()))
+
+
+def switch_value(name: str) -> int:
+    """A switch as the patched library reads it, C's ``atoi``: the leading integer of the value (after blanks and a
+    sign), 0 when there is none (``yes``, ``on``) or the variable is unset. The head's graph and the runtime must
+    agree on mtp-output-rows, or the head's hidden rows are read at the wrong rows.
+
+    >>> os.environ["GGUF_MTP_MTP_OUTPUT_ROWS"] = " 1x"; switch_value("GGUF_MTP_MTP_OUTPUT_ROWS")  # doctest: +SKIP
+    1
+    """
+    m = re.match(r"\s*([+-]?\d+)", os.environ.get(name, ""))
+    return int(m.group(1)) if m else 0
