@@ -103,7 +103,17 @@ def calls_from_trace(events: Iterable[dict[str, Any]]) -> tuple[list[Call], list
 
 def _span(e: dict[str, Any]) -> tuple[float, float, str]:
     ts = float(e["ts"])
-    return ts, ts + float(e.get("dur", 0)), str(e.get("name", "?"))
+    return ts, ts + float(e.get("dur", 0)), _gpu_name(e)
+
+
+def _gpu_name(e: dict[str, Any]) -> str:
+    """A GPU event's name; a copy's with its memory kinds and size (``Memcpy DtoH [Device -> Pinned] 16384 B``), in
+    brackets, as a kernel family ends at the first parenthesis: which copies a decode makes, and to what memory."""
+    name = str(e.get("name", "?"))
+    if e.get("cat") != "gpu_memcpy":
+        return name
+    n = (e.get("args") or {}).get("bytes")
+    return name.replace("(", "[").replace(")", "]").strip() + (f" {int(n)} B" if n is not None else "")
 
 
 def _enclosing(calls: list[Call], starts: list[float], t: float) -> Call | None:

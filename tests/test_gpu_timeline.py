@@ -129,3 +129,19 @@ def test_idle_inside_a_decode_is_put_on_the_event_after_the_gap() -> None:
     assert [x.split(None, 2) for x in lines[i + 1:i + 3]] == [["6.0", "x1.0", "rms_norm_f32<1024>"],
                                                               ["2.0", "x1.0", "Memcpy HtoD"]], lines[i:i + 4]
     assert not any(x.startswith("decode[mtp] n=2: idle inside") for x in lines)
+
+
+def test_a_copy_is_named_with_its_memory_kinds_and_size() -> None:
+    """kineto names a copy ``Memcpy DtoH (Device -> Pinned)`` and gives its size in ``args.bytes``; a kernel family
+    ends at the first parenthesis, which left every copy of a decode as one ``Memcpy DtoH`` row. Two copies of the
+    draft's decode, of different sizes and memory, must stay two rows, each with its own time."""
+    events = trace(1)
+    for ts, dur, kind, n in ((1191, 3, "(Device -> Pinned)", 16384), (1194, 5, "(Device -> Pageable)", 4)):
+        copy = _kernel(2, ts, dur, "Memcpy DtoH " + kind, cat="gpu_memcpy")  # after the draft's kernel
+        copy["args"]["bytes"] = n
+        events.append(copy)
+    lines = report(*calls_from_trace(events), steps=1).splitlines()
+    i = lines.index("decode[mtp] n=2: kernel families, own us a call (a kernel's wait for the one before it left out)")
+    rows = {x.split(None, 2)[2]: x.split(None, 2)[0] for x in lines[i + 1:i + 4]}
+    assert rows.get("Memcpy DtoH [Device -> Pageable] 4 B") == "5.0", lines[i:i + 4]
+    assert rows.get("Memcpy DtoH [Device -> Pinned] 16384 B") == "3.0", lines[i:i + 4]
