@@ -210,6 +210,45 @@ def _ab(ref: Path, names: tuple[str, ...], a: str, b: str) -> Paired:
     return p
 
 
+def test_the_session_39_table() -> None:
+    """README's session 39 table is bench/reference/same-call-h200-s39 (machines K, L, M: calls 1, 2, 3), and the
+    A/Bs, the ranges over sessions 38 and 39 and the GPU work the text below it quotes."""
+    from bench.same_call import token_hashes
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-s39"
+    rows = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run` (k=2)": "k2",
+            "`gguf-mtp run` (k=2), patch 0017 switched off": "k2-i0"}
+    files = {"K, 22 rounds": ("ab-call1.jsonl",), "L, 17 rounds": ("ab-call2.jsonl",),
+             "M, 8 rounds": ("ab-call3.jsonl",)}
+    seen = _check_machine_table(ref, rows, files)
+    assert len(seen) == 10 and ("M, 8 rounds", "k2-i0") in seen
+    text = _speed_section().split("**Session 39**", 1)[1].split("**Session 38**", 1)[0]
+    every = tuple(f for names in files.values() for f in names)
+    assert f"{_ab(ref, files['K, 22 rounds'], 'k2', 'spec2').median:.3f}x on machine K (22 rounds)" in text
+    assert f"{_ab(ref, files['L, 17 rounds'], 'k2', 'spec2').median:.3f}x on L (17 rounds)" in text
+    assert f"{_ab(ref, files['M, 8 rounds'], 'k2', 'spec2').median:.3f}x on M\n(8 rounds" in text
+    p = _ab(ref, every, "k2", "spec2")
+    assert p.n == 47 and f"{p.median:.3f}x over all 47 rounds" in text
+    ids = _ab(ref, files["M, 8 rounds"], "k2", "k2-i0")
+    assert f"ran {ids.median:.3f}x per round ({ids.above_one} of {ids.n} rounds)" in text
+    # the 9B-shape machines of sessions 38 (H, I) and 39 (K, L, M): run's and llama.cpp's MTP's range over lc
+    s38 = ROOT / "bench" / "reference" / "same-call-h200-s38"
+    per = [(s38, ("ab-call1.jsonl",)), (s38, ("ab-call2.jsonl",)), *((ref, f) for f in files.values())]
+    run = [_ab(r, f, "k2", "lc").median for r, f in per]
+    mtp = [_ab(r, f, "spec2", "lc").median for r, f in per]
+    assert f"{min(run):.3f}-{max(run):.3f}x of llama-completion on the five 9B-shape machines" in text
+    assert f"between\n{min(mtp):.2f}x and {max(mtp):.2f}x" in text
+    timelines = {sw: (ref / f"timeline-call3-k2-ids{sw}.txt").read_text() for sw in (0, 1)}
+    for sw, (draft, verify) in {0: ("263.9", "5158"), 1: ("242.4", "5096")}.items():
+        lines = timelines[sw].splitlines()
+        assert any(x.startswith("decode[mtp] n=3 ") and x.split()[4] == draft for x in lines), sw
+        assert any(x.startswith("decode[tgt] n=3 ") and x.split()[4].startswith(verify) for x in lines), sw
+    assert "993280 B" in timelines[0] and "993280 B" not in timelines[1]  # the logits rows' copies, gone
+    assert "263.9 -> 242.4 us, the verify's 5158 ->\n5096 us" in text
+    for names in files.values():  # every process of a machine: the same tokens
+        assert len(token_hashes([ref / n for n in names])) == 1, names
+
+
 def test_the_session_38_table() -> None:
     """README's session 38 table is bench/reference/same-call-h200-s38 (machines H, I, J: calls 1, 2, 3), and the
     A/Bs and the step counts the text below it quotes."""

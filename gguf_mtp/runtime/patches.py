@@ -66,6 +66,8 @@ KNOWN: tuple[Patch, ...] = (
     Patch("mtp-output-rows", "gguf_mtp_patch_mtp_output_rows", output_rows_archs=frozenset({"qwen35", "qwen35moe"}),
           switch=OUTPUT_ROWS_ENV),
     Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain", chain_archs=frozenset({"qwen35", "qwen35moe"})),
+    # a row whose token a backend sampler picked copies only that id to the host (not its whole logits row)
+    Patch("sampled-ids-only", "gguf_mtp_patch_sampled_ids_only", switch="GGUF_MTP_SAMPLED_IDS_ONLY"),
 )
 
 
