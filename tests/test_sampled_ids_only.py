@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import llama_cpp as _ll
 import numpy as np
 import pytest
 
 from gguf_mtp.runtime import MTPSession, patches
-from gguf_mtp.runtime.llama import Batch, Context, Model
+from gguf_mtp.runtime.llama import Batch, Context, Model, _ll  # the runtime first: it loads llama.cpp (or says why not)
 from gguf_mtp.runtime.sampling import context_sampler
 from tests.conftest import TINY_PROMPTS
 from tests.lossless import Reference
