@@ -11,6 +11,7 @@ last kernel and the draft's first, for the host to read, commit and launch).
 
     python3 -m bench.gpu_timeline MODEL.gguf [-k 2] [-n 64] [-ngl 99] [--mtp SIDECAR] [--trace out.json.gz]
     python3 -m bench.gpu_timeline --parse out.json.gz -k 2      # the report of a saved trace
+    ... --sequence 'decode[mtp] n=3'    # also one such call's GPU events in order, with their launch grids
 
 Needs PyTorch with CUDA (the GPU machine's python3 has it). ``GGUF_MTP_*`` switches apply as in ``run``. With a CUDA
 build, load the system libstdc++ first (``LD_PRELOAD=$(ldconfig -p | grep -m1 'libstdc++.so.6 ' | sed 's/.*=> //')``,
@@ -52,11 +53,13 @@ class Call:
     (start us, end us, kernel name). A plain class: tests/test_bench_imports.py runs this module without a
     ``sys.modules`` entry, where a dataclass cannot be made."""
 
-    __slots__ = ("dur", "gpu", "label", "ts")
+    __slots__ = ("dur", "gpu", "grids", "label", "ts")
 
     def __init__(self, label: str, ts: float, dur: float) -> None:
         self.label, self.ts, self.dur = label, ts, dur
         self.gpu: list[tuple[float, float, str]] = []
+        #: each GPU event's launch grid, as ``gpu`` orders them ("" for a copy): a mat-vec's grid counts its rows
+        self.grids: list[str] = []
 
 
 def calls_from_trace(events: Iterable[dict[str, Any]]) -> tuple[list[Call], list[tuple[float, float, str]]]:
@@ -96,6 +99,7 @@ def calls_from_trace(events: Iterable[dict[str, Any]]) -> tuple[list[Call], list
             stray.extend(spans)
         else:
             owner.gpu.extend(spans)
+            owner.grids.extend(_grid(g) for g in kernels)
     for rest in gpu.values():
         stray.extend(_span(g) for g in rest)
     return every, stray
@@ -104,6 +108,12 @@ def calls_from_trace(events: Iterable[dict[str, Any]]) -> tuple[list[Call], list
 def _span(e: dict[str, Any]) -> tuple[float, float, str]:
     ts = float(e["ts"])
     return ts, ts + float(e.get("dur", 0)), _gpu_name(e)
+
+
+def _grid(e: dict[str, Any]) -> str:
+    """A kernel's launch grid as ``x,y,z`` (kineto's ``args.grid``), or "" where the event has none."""
+    g = (e.get("args") or {}).get("grid")
+    return ",".join(str(int(v)) for v in g) if isinstance(g, list) else ""
 
 
 def _gpu_name(e: dict[str, Any]) -> str:
@@ -210,6 +220,25 @@ def report(calls: list[Call], stray: list[tuple[float, float, str]], steps: int,
     return "\n".join(lines)
 
 
+def sequence(calls: list[Call], label: str) -> str:
+    """Every GPU event of one call labelled ``label``, in the order it ran: its start after the call's first event,
+    its own time, its launch grid (which tells apart the mat-vecs of one family: a grid's blocks count the rows of the
+    weight it reads) and its name. The call shown is the one of median GPU time among those with GPU events."""
+    cs = sorted((c for c in calls if c.label == label and c.gpu), key=lambda c: _union(c.gpu))
+    if not cs:
+        return f"{label}: no such call with GPU events"
+    c = cs[len(cs) // 2]
+    order = sorted(range(len(c.gpu)), key=lambda i: c.gpu[i][0])
+    timed = [(*c.gpu[i], c.grids[i] if i < len(c.grids) else "") for i in order]
+    own = _exclusive(timed)
+    t0 = timed[0][0]
+    lines = [f"{label}: one call's GPU events in order (of {len(cs)}; median GPU time {_union(c.gpu):.1f} us)",
+             f"    {'at us':>8s} {'own us':>7s} {'grid':>14s}  name"]
+    for (s, _, n, grid), us in zip(timed, own):
+        lines.append(f"    {s - t0:8.1f} {us:7.1f} {grid:>14s}  {family(n)}")
+    return "\n".join(lines)
+
+
 def _inner_gaps(calls: list[Call]) -> dict[str, tuple[float, int]]:
     """The GPU's idle time inside each call's span (from its first event's start to its last one's end), summed over
     ``calls`` per family of the event that ended each gap (us, gaps): a decode whose span is longer than its GPU time
@@ -279,6 +308,9 @@ def main() -> None:
     ap.add_argument("--parse", type=Path, help="report on a saved trace instead of running")
     ap.add_argument("--steps", type=int, help="with --parse: the answer's steps (default: the verifies counted)")
     ap.add_argument("--top", type=int, default=6, help="kernel families (and gaps) shown a decode kind")
+    ap.add_argument("--sequence", metavar="LABEL", action="append", default=[],
+                    help="also list every GPU event of one call so labelled, in order, with launch grids "
+                         "(as 'decode[mtp] n=3'; repeatable)")
     a = ap.parse_args()
     if a.parse:
         events, steps = load_trace(a.parse), a.steps or 0
@@ -290,6 +322,8 @@ def main() -> None:
     if not steps:
         steps = sum(1 for c in calls if c.label.startswith("decode[tgt]"))
     print(report(calls, stray, steps, top=a.top))
+    for label in a.sequence:
+        print(sequence(calls, label))
 
 
 if __name__ == "__main__":

@@ -145,3 +145,28 @@ def test_a_copy_is_named_with_its_memory_kinds_and_size() -> None:
     rows = {x.split(None, 2)[2]: x.split(None, 2)[0] for x in lines[i + 1:i + 4]}
     assert rows.get("Memcpy DtoH [Device -> Pageable] 4 B") == "5.0", lines[i:i + 4]
     assert rows.get("Memcpy DtoH [Device -> Pinned] 16384 B") == "3.0", lines[i:i + 4]
+
+
+def test_a_sequence_lists_one_calls_events_in_order_with_their_grids() -> None:
+    """Two mat-vecs of one family tell apart by their grids (the rows they read): the listing must keep each event
+    with its own grid, in the order the events ran, from the call of median GPU time (the second step's draft here,
+    made longer than the first and shorter than the third)."""
+    from bench.gpu_timeline import sequence
+
+    events = []
+    for e in trace(3):
+        if e.get("cat") == "kernel" and e["args"].get("correlation") in (2, 12, 22):  # each step's draft kernel
+            step = (e["args"]["correlation"] - 2) // 10
+            e = dict(e, dur={0: 80, 1: 100, 2: 120}[step], args=dict(e["args"], grid=[12288, 1, 1]))
+            events.append(e)
+            second = dict(e, ts=e["ts"] - 30, dur=20, name="void quantize_q8_1(const float *)",
+                          args=dict(e["args"], grid=[16, 1, 1]))
+            events.append(second)
+            continue
+        events.append(e)
+    out = sequence(*calls_from_trace(events)[:1], "decode[mtp] n=2").splitlines()
+    assert out[0].startswith("decode[mtp] n=2: one call's GPU events in order (of 3; median GPU time 120.0 us)"), out
+    rows = [x.split() for x in out[2:]]
+    assert [(r[0], r[2], r[3]) for r in rows] == [("0.0", "16,1,1", "quantize_q8_1"),
+                                                  ("30.0", "12288,1,1", "mul_mat_vec_q<(ggml_type)8,")], rows
+    assert sequence(*calls_from_trace(events)[:1], "decode[mtp] n=9").endswith("no such call with GPU events")
