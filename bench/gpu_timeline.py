@@ -229,7 +229,7 @@ def sequence(calls: list[Call], label: str) -> str:
         return f"{label}: no such call with GPU events"
     c = cs[len(cs) // 2]
     order = sorted(range(len(c.gpu)), key=lambda i: c.gpu[i][0])
-    timed = [(*c.gpu[i], c.grids[i] if i < len(c.grids) else "") for i in order]
+    timed = [(*c.gpu[i], c.grids[i]) for i in order]
     own = _exclusive(timed)
     t0 = timed[0][0]
     lines = [f"{label}: one call's GPU events in order (of {len(cs)}; median GPU time {_union(c.gpu):.1f} us)",
