@@ -53,13 +53,16 @@ class Call:
     (start us, end us, kernel name). A plain class: tests/test_bench_imports.py runs this module without a
     ``sys.modules`` entry, where a dataclass cannot be made."""
 
-    __slots__ = ("dur", "gpu", "grids", "label", "ts")
+    __slots__ = ("dur", "gpu", "grids", "host", "label", "ts")
 
     def __init__(self, label: str, ts: float, dur: float) -> None:
         self.label, self.ts, self.dur = label, ts, dur
         self.gpu: list[tuple[float, float, str]] = []
         #: each GPU event's launch grid, as ``gpu`` orders them ("" for a copy): a mat-vec's grid counts its rows
         self.grids: list[str] = []
+        #: the CUDA runtime and driver calls the host made inside this call (start us, end us, name), launching work
+        #: or not (a stream synchronisation, a graph launch): where the call's host time goes before the GPU starts
+        self.host: list[tuple[float, float, str]] = []
 
 
 def calls_from_trace(events: Iterable[dict[str, Any]]) -> tuple[list[Call], list[tuple[float, float, str]]]:
@@ -89,11 +92,13 @@ def calls_from_trace(events: Iterable[dict[str, Any]]) -> tuple[list[Call], list
     for e in launches:
         corr = (e.get("args") or {}).get("correlation")
         kernels = gpu.pop(int(corr), []) if corr is not None else []
-        if not kernels:
-            continue
         key = (e.get("pid"), e.get("tid"))
         owner = (_enclosing(ranges[key], starts[key], float(e["ts"])) if key in ranges
                  else _enclosing(every, every_starts, float(e["ts"])))
+        if owner is not None:
+            owner.host.append(_span(e))
+        if not kernels:
+            continue
         spans = [_span(g) for g in kernels]
         if owner is None:
             stray.extend(spans)
@@ -223,7 +228,9 @@ def report(calls: list[Call], stray: list[tuple[float, float, str]], steps: int,
 def sequence(calls: list[Call], label: str) -> str:
     """Every GPU event of one call labelled ``label``, in the order it ran: its start after the call's first event,
     its own time, its launch grid (which tells apart the mat-vecs of one family: a grid's blocks count the rows of the
-    weight it reads) and its name. The call shown is the one of median GPU time among those with GPU events."""
+    weight it reads) and its name; then the CUDA API calls the host made inside it, from the call's start (what the
+    host did before the GPU began: copies, a synchronisation, the graph's launch). The call shown is the one of median
+    GPU time among those with GPU events."""
     cs = sorted((c for c in calls if c.label == label and c.gpu), key=lambda c: _union(c.gpu))
     if not cs:
         return f"{label}: no such call with GPU events"
@@ -236,6 +243,11 @@ def sequence(calls: list[Call], label: str) -> str:
              f"    {'at us':>8s} {'own us':>7s} {'grid':>14s}  name"]
     for (s, _, n, grid), us in zip(timed, own):
         lines.append(f"    {s - t0:8.1f} {us:7.1f} {grid:>14s}  {family(n)}")
+    if c.host:
+        lines += [f"{label}: the same call's CUDA API calls on the host, us after the call began (host time "
+                  f"{c.dur:.1f} us; its first GPU event began at {t0 - c.ts:.1f} us)",
+                  f"    {'at us':>8s} {'own us':>7s}  name"]
+        lines += [f"    {s - c.ts:8.1f} {e - s:7.1f}  {n}" for s, e, n in sorted(c.host)]
     return "\n".join(lines)
 
 

@@ -166,7 +166,28 @@ def test_a_sequence_lists_one_calls_events_in_order_with_their_grids() -> None:
         events.append(e)
     out = sequence(*calls_from_trace(events)[:1], "decode[mtp] n=2").splitlines()
     assert out[0].startswith("decode[mtp] n=2: one call's GPU events in order (of 3; median GPU time 120.0 us)"), out
-    rows = [x.split() for x in out[2:]]
+    rows = [x.split() for x in out[2:4]]
     assert [(r[0], r[2], r[3]) for r in rows] == [("0.0", "16,1,1", "quantize_q8_1"),
                                                   ("30.0", "12288,1,1", "mul_mat_vec_q<(ggml_type)8,")], rows
+    # then the host's CUDA calls inside that call, from its start (the second step's 2600 + 1060): its launch at +10
+    # for 5 us; its first GPU event (the quantize, moved 30 us before the mat-vec at +30) began at +0
+    assert out[4].startswith("decode[mtp] n=2: the same call's CUDA API calls on the host"), out
+    assert "host time 20.0 us; its first GPU event began at 0.0 us" in out[4], out[4]
+    assert [x.split() for x in out[6:]] == [["10.0", "5.0", "cudaGraphLaunch"]], out[6:]
     assert sequence(*calls_from_trace(events)[:1], "decode[mtp] n=9").endswith("no such call with GPU events")
+
+
+def test_a_calls_host_cuda_calls_are_its_own_launching_or_not() -> None:
+    """A synchronisation launches no GPU work and is still the call's (it is where the host waits), while a launch
+    made in another thread's range, or outside every range, is not."""
+    events = trace(1)
+    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": PID, "tid": TID,
+                   "ts": 1065.0, "dur": 4.0})  # inside decode[mtp] n=2 (1060-1080), no correlation
+    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": PID, "tid": TID + 1,
+                   "ts": 1066.0, "dur": 1.0})  # another thread: no range of its own, falls to every call's
+    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaEventRecord", "pid": PID, "tid": TID,
+                   "ts": 1100.0, "dur": 1.0})  # after every range ended: nobody's
+    calls = {c.label: c for c in calls_from_trace(events)[0]}
+    assert [n for _, _, n in sorted(calls["decode[mtp] n=2"].host)] == [
+        "cudaStreamSynchronize", "cudaMemcpyAsync", "cudaGraphLaunch"]
+    assert [n for _, _, n in calls["decode[tgt] n=2"].host] == ["cudaGraphLaunch"]
