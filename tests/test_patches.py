@@ -362,13 +362,15 @@ def test_qwen3next_rollback_follows_the_marker(converted) -> None:  # type: igno
 
 @pytest.mark.parametrize("given", [None, "0", "1"])
 def test_switches_follow_the_markers(given: str | None) -> None:
-    """The runtime switches on (its variable at 1, before any context is made) every patch that waits for one,
-    exactly where the loaded library carries it, leaves a value the user set alone, and never sets one for a patch
-    the library lacks (a stock library: none); the whole suite then runs with them on wherever they are patched in."""
+    """The runtime switches on (its variable at the patch's value, 1 but for sched-async-inputs' 2, before any
+    context is made) every patch that waits for one, exactly where the loaded library carries it, leaves a value the
+    user set alone, and never sets one for a patch the library lacks (a stock library: none); the whole suite then
+    runs with them on wherever they are patched in."""
     import json
 
     switched = [p for p in patches.KNOWN if p.switch]
-    assert patches.ASYNC_INPUTS_ENV in [p.switch for p in switched]
+    assert {p.switch: p.switch_value for p in switched}[patches.ASYNC_INPUTS_ENV] == "2"
+    assert {p.switch_value for p in switched if p.switch != patches.ASYNC_INPUTS_ENV} == {"1"}
     env = {k: v for k, v in os.environ.items() if k not in {p.switch for p in switched}}
     if given is not None:
         env.update({p.switch: given for p in switched})
@@ -380,4 +382,5 @@ def test_switches_follow_the_markers(given: str | None) -> None:
     names, values = json.loads(r.stdout)
     assert names == patches.names()
     for p in switched:
-        assert values[p.switch] == (given if given is not None else ("1" if p.name in names else None)), p.name
+        assert values[p.switch] == (given if given is not None else (p.switch_value if p.name in names else None)), \
+            p.name

@@ -210,6 +210,31 @@ def _ab(ref: Path, names: tuple[str, ...], a: str, b: str) -> Paired:
     return p
 
 
+def test_the_session_40_table() -> None:
+    """README's session 40 table is bench/reference/same-call-h200-s40 (machines N, O, P: calls 1, 2, 3), and the
+    ratios over llama.cpp's MTP and the A/B of patch 0008's wait after the launch the text below it quotes."""
+    from bench.same_call import token_hashes
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-s40"
+    rows = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run` (k=2)": "k2",
+            "`gguf-mtp run` (k=2), copies waited for before the launch": "k2",
+            "`gguf-mtp run` (k=2), after the launch": "k2-a2"}
+    files = {"N, 3 rounds": ("ab-call1.jsonl",), "O, 16 rounds": ("ab-call2.jsonl",),
+             "P, 7 rounds": ("ab-call3.jsonl",)}
+    seen = _check_machine_table(ref, rows, files)
+    assert len(seen) == 10 and ("P, 7 rounds", "k2-a2") in seen
+    text = _speed_section().split("**Session 40**", 1)[1].split("**Session 39**", 1)[0]
+    for machine, says in (("N, 3 rounds", "x on N"), ("O, 16 rounds", "x on O (16 of 16 rounds)"),
+                          ("P, 7 rounds", "x on P")):
+        assert f"{_ab(ref, files[machine], 'k2', 'spec2').median:.3f}{says}" in text, machine
+    p = _ab(ref, tuple(f for names in files.values() for f in names), "k2", "spec2")
+    assert p.n == 26 and p.above_one == 26 and f"{p.median:.3f}x over\nall 26 rounds, every one above 1" in text
+    a2 = _ab(ref, files["P, 7 rounds"], "k2-a2", "k2")
+    assert f"ran {a2.median:.3f}x per round ({a2.above_one} of {a2.n}\nrounds)" in text
+    for names in files.values():  # every process of a machine: the same tokens
+        assert len(token_hashes([ref / n for n in names])) == 1, names
+
+
 def test_the_session_39_table() -> None:
     """README's session 39 table is bench/reference/same-call-h200-s39 (machines K, L, M: calls 1, 2, 3), and the
     A/Bs, the ranges over sessions 38 and 39 and the GPU work the text below it quotes."""

@@ -160,7 +160,9 @@ def test_vulkan_embeddings_on_the_device_and_batched_inputs_match_the_cpu(tiny: 
     """With every layer offloaded the token embedding goes to Vulkan0 (placement.place_embeddings; llama.cpp keeps
     it on the CPU), and where the build carries patch 0008 each decode's inputs are copied as one batch (ggml-vulkan's
     asynchronous copies): the session's placement says so, and the greedy tokens, plain and with the head, equal the
-    CPU's, as they do with both switched off (GGUF_MTP_EMBD_ON_DEVICE=0, GGML_SCHED_ASYNC_INPUTS=0)."""
+    CPU's, as they do with both switched off (GGUF_MTP_EMBD_ON_DEVICE=0, GGML_SCHED_ASYNC_INPUTS=0) and with the
+    copies waited for after each split's launch (GGML_SCHED_ASYNC_INPUTS=2: an event recorded behind them, which
+    ggml-vulkan has)."""
     venv, env = _vk_env()
     script = (
         "import llama_cpp.llama_cpp, json, sys\n"
@@ -172,14 +174,14 @@ def test_vulkan_embeddings_on_the_device_and_batched_inputs_match_the_cpu(tiny: 
         "        out[str(mtp)] = [[s.generate(x, max_tokens=12).tokens for x in p], s.placement['target']]\n"
         "print(json.dumps({'runs': out, 'patched': 'sched-async-inputs' in patches.names()}))\n")
     runs = {}
-    for flag in ("1", "0"):
+    for embd, inputs in (("1", "1"), ("1", "2"), ("0", "0")):
         r = _vk_run([venv / "bin" / "python", "-c", script, tiny, json.dumps(PROMPTS[:3])],
-                    env | {"GGUF_MTP_EMBD_ON_DEVICE": flag, "GGML_SCHED_ASYNC_INPUTS": flag})
-        runs[flag] = json.loads(r.stdout.strip().splitlines()[-1])
+                    env | {"GGUF_MTP_EMBD_ON_DEVICE": embd, "GGML_SCHED_ASYNC_INPUTS": inputs})
+        runs[embd, inputs] = json.loads(r.stdout.strip().splitlines()[-1])
     with MTPSession(tiny, mtp=False, n_ctx=512) as s:
         want = [s.generate(x, max_tokens=12).tokens for x in PROMPTS[:3]]
-    for flag, got in runs.items():
+    for (embd, inputs), got in runs.items():
         assert set(got["runs"]) == {"False", "auto"}
         for mtp, (toks, where) in got["runs"].items():
-            assert toks == want, (flag, mtp, got["patched"])
-            assert where.endswith(", token embeddings on Vulkan0") == (flag == "1"), (flag, where)
+            assert toks == want, (embd, inputs, mtp, got["patched"])
+            assert where.endswith(", token embeddings on Vulkan0") == (embd == "1"), (embd, where)

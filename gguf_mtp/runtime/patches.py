@@ -32,6 +32,8 @@ class Patch:
     #: the environment variable that switches the patch on (read by ggml; the patch leaves it off so that llama.cpp's
     #: own tools built from the same source behave as stock unless it is set): set by :func:`enable_switches`
     switch: str = ""
+    #: the value :func:`enable_switches` gives ``switch`` (a patch with a mode past on: sched-async-inputs' 2)
+    switch_value: str = "1"
     #: the ggml back-end (its registry's name) whose library alone holds the change and the marker, as ``CUDA``;
     #: empty where every build has them. A library built without that back-end lacks the marker, whatever was applied
     backend: str = ""
@@ -50,8 +52,10 @@ KNOWN: tuple[Patch, ...] = (
           backend="CUDA"),
     # fewer copy kernels a decode shorter than n_rs_seq + 1; always on (GGUF_MTP_CONV_SNAPSHOTS=all: every copy)
     Patch("delta-net-conv-snapshots", "gguf_mtp_patch_delta_net_conv_snapshots"),
-    # a split's user inputs as one batch of asynchronous copies
-    Patch("sched-async-inputs", "gguf_mtp_patch_sched_async_inputs", switch="GGML_SCHED_ASYNC_INPUTS"),
+    # a split's user inputs as one batch of asynchronous copies; 2: waited for after the split's launch (a library
+    # from before that revision reads 2 as 1)
+    Patch("sched-async-inputs", "gguf_mtp_patch_sched_async_inputs", switch="GGML_SCHED_ASYNC_INPUTS",
+          switch_value="2"),
     # a verify takes its last draft's token id on the device (llama_keep_sampled_token, llama_set_tokens_from), and
     # the head's decode its ids and hidden rows (llama_keep_nextn_rows, llama_set_nextn_from: feed_archs); the
     # marker names the revision whose lookup is a gather (the first one's in-place write broke a split between the
@@ -79,15 +83,15 @@ _set_here: set[str] = set()  # the switches enable_switches set (the environment
 
 
 def enable_switches() -> list[str]:
-    """Switch on, for the contexts this process makes, every loaded patch that waits for an environment variable,
-    unless the environment already says (``=0`` keeps the stock path: an A/B on one build). Call before any context
-    is made: ggml reads them then. Returns the variables that are on."""
+    """Switch on (at ``Patch.switch_value``), for the contexts this process makes, every loaded patch that waits for
+    an environment variable, unless the environment already says (``=0`` keeps the stock path: an A/B on one build).
+    Call before any context is made: ggml reads them then. Returns the variables that are on."""
     on = []
     for p in loaded():
         if not p.switch:
             continue
         if p.switch not in os.environ:
-            os.environ[p.switch] = "1"
+            os.environ[p.switch] = p.switch_value
             _set_here.add(p.switch)
         if os.environ[p.switch] not in ("", "0"):
             on.append(p.switch)
