@@ -162,7 +162,7 @@ def test_vulkan_embeddings_on_the_device_and_batched_inputs_match_the_cpu(tiny: 
     asynchronous copies): the session's placement says so, and the greedy tokens, plain and with the head, equal the
     CPU's, as they do with both switched off (GGUF_MTP_EMBD_ON_DEVICE=0, GGML_SCHED_ASYNC_INPUTS=0) and with the
     copies waited for after each split's launch (GGML_SCHED_ASYNC_INPUTS=2: an event recorded behind them, which
-    ggml-vulkan has)."""
+    ggml-vulkan has; the scheduler's debug line says it took that path, and only then)."""
     venv, env = _vk_env()
     script = (
         "import llama_cpp.llama_cpp, json, sys\n"
@@ -174,10 +174,13 @@ def test_vulkan_embeddings_on_the_device_and_batched_inputs_match_the_cpu(tiny: 
         "        out[str(mtp)] = [[s.generate(x, max_tokens=12).tokens for x in p], s.placement['target']]\n"
         "print(json.dumps({'runs': out, 'patched': 'sched-async-inputs' in patches.names()}))\n")
     runs = {}
+    after = {}  # whether llama.cpp's log (raw: its own, to stderr) says a split's copies were waited for after
     for embd, inputs in (("1", "1"), ("1", "2"), ("0", "0")):
         r = _vk_run([venv / "bin" / "python", "-c", script, tiny, json.dumps(PROMPTS[:3])],
-                    env | {"GGUF_MTP_EMBD_ON_DEVICE": embd, "GGML_SCHED_ASYNC_INPUTS": inputs})
+                    env | {"GGUF_MTP_EMBD_ON_DEVICE": embd, "GGML_SCHED_ASYNC_INPUTS": inputs,
+                           "GGUF_MTP_LLAMA_LOG": "raw"})
         runs[embd, inputs] = json.loads(r.stdout.strip().splitlines()[-1])
+        after[embd, inputs] = "Vulkan0: a split's input copies are waited for after its launch" in r.stderr
     with MTPSession(tiny, mtp=False, n_ctx=512) as s:
         want = [s.generate(x, max_tokens=12).tokens for x in PROMPTS[:3]]
     for (embd, inputs), got in runs.items():
@@ -185,3 +188,4 @@ def test_vulkan_embeddings_on_the_device_and_batched_inputs_match_the_cpu(tiny: 
         for mtp, (toks, where) in got["runs"].items():
             assert toks == want, (embd, inputs, mtp, got["patched"])
             assert where.endswith(", token embeddings on Vulkan0") == (embd == "1"), (embd, where)
+        assert after[embd, inputs] == (inputs == "2" and got["patched"]), (embd, inputs, got["patched"])
