@@ -191,6 +191,20 @@ def _device_feed_fns():  # type: ignore[no-untyped-def]
     return keep, take
 
 
+@functools.cache
+def _self_feed_fns():  # type: ignore[no-untyped-def]
+    """``llama_keep_output_nextn_row`` and ``llama_get_kept_tokens`` of the proposed mtp-self-feed patch (an MTP
+    context's next draft from its own outputs on the device), or None where the loaded library lacks them."""
+    lib = ctypes.CDLL(_ll.llama_cpp._lib._name)
+    if not (hasattr(lib, "llama_keep_output_nextn_row") and hasattr(lib, "llama_get_kept_tokens")):
+        return None
+    keep, read = lib.llama_keep_output_nextn_row, lib.llama_get_kept_tokens
+    keep.argtypes, keep.restype = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32], ctypes.c_bool
+    read.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)]
+    read.restype = ctypes.c_bool
+    return keep, read
+
+
 def has_device_feed() -> bool:
     """Whether the loaded library lets an MTP context's decode take its token ids and hidden rows from the target's
     outputs on the device (:meth:`Context.keep_nextn_rows`, :meth:`Context.take_nextn_from`)."""
@@ -655,6 +669,23 @@ class Context:
         fns = _device_feed_fns()
         arr = (ctypes.c_int32 * len(rows))(*rows)
         return fns is not None and bool(fns[1](self.ptr, src.ptr, len(rows), arr))
+
+    def keep_output_h_row(self, i: int, slot: int = 0) -> bool:
+        """After a decode (not waited for) of an MTP context whose hidden rows are one an output row
+        (:attr:`output_rows`): copy, on the device, batch entry ``i``'s hidden row into its row slot ``slot``, for its
+        own next decode (:meth:`take_nextn_from` with ``src`` itself). False where it cannot (not an output; a
+        library without the mtp-self-feed patch)."""
+        fns = _self_feed_fns()
+        return fns is not None and bool(fns[0](self.ptr, i, slot))
+
+    def kept_tokens(self, n: int, slot0: int = 0) -> list[int] | None:
+        """The ids :meth:`keep_sampled_token` left in slots ``slot0 ..``, read to the host (waits for the last keep);
+        None where nothing is kept yet or the library lacks the mtp-self-feed patch."""
+        fns = _self_feed_fns()
+        out = (ctypes.c_int32 * n)()
+        if fns is None or n <= 0 or not fns[1](self.ptr, slot0, n, out):
+            return None
+        return list(out)
 
     def synchronize(self) -> None:
         _ll.llama_synchronize(self.ptr)

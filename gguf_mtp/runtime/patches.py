@@ -72,6 +72,9 @@ KNOWN: tuple[Patch, ...] = (
     Patch("mtp-draft-chain", "gguf_mtp_patch_mtp_draft_chain", chain_archs=frozenset({"qwen35", "qwen35moe"})),
     # a row whose token a backend sampler picked copies only that id to the host (not its whole logits row)
     Patch("sampled-ids-only", "gguf_mtp_patch_sampled_ids_only", switch="GGUF_MTP_SAMPLED_IDS_ONLY"),
+    # an MTP context's next draft from its own last one on the device (its masked hidden row and token kept in its
+    # slots), and kept ids read back: a prototype (proposed)
+    Patch("mtp-self-feed", "gguf_mtp_patch_mtp_self_feed"),
 )
 
 

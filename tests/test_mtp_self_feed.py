@@ -1,0 +1,87 @@
+"""The proposed mtp-self-feed patch: an MTP context's second draft decoded from its first on the device. After the
+first draft's decode (not waited for), its token (``keep_sampled_token``) and its masked hidden row
+(``keep_output_h_row``) stay in the head context's own slots, and the next decode takes both from there
+(``take_tokens_from`` / ``take_nextn_from`` with the context itself as the source), its batch holding placeholders.
+That draft must be the one the host path decodes from the same first draft read back (the same token; the same
+hidden row within :data:`H_TOL`), and ``kept_tokens`` must read the first draft's id back. The check can fail: the
+placeholders alone (no feed) give another hidden row. Skipped where the library lacks the patch (every build but
+``GGUF_MTP_PATCHES=proposed``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gguf_mtp.runtime import patches
+from gguf_mtp.runtime.llama import Batch, Context, Model, _ll  # the runtime first: it loads llama.cpp (or says why not)
+from gguf_mtp.runtime.sampling import context_sampler
+
+pytestmark = pytest.mark.skipif("mtp-self-feed" not in patches.names(),
+                                reason="the loaded libllama lacks the proposed mtp-self-feed patch")
+
+#: the largest difference allowed between the two paths' hidden rows, as a share of the row's largest magnitude: the
+#: same inputs reach the same kernels, so only summation order could part them
+H_TOL = 1e-5
+
+
+def test_the_second_draft_from_the_first_on_the_device(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(patches.CHAIN_ENV, "0")  # one decode a draft (a chained head keeps every row's hidden row)
+    m = Model(tiny_gguf, load_mtp=True)  # the head's tensors too (a bundled file)
+    toks = m.tokenize("def add(a, b):\n    return a + b\n")[:4]
+    tgt = Context(m, n_ctx=64, n_batch=8, embeddings_nextn=True)
+    head = Context(m, n_ctx=64, n_batch=8, mtp=True, n_outputs_max=4)
+    try:
+        assert head.output_rows, "the head's hidden rows must be masked (one an output row): patch mtp-output-rows"
+        smp = context_sampler(head)
+        smp.use(None)  # greedy, in the graph: its ids can stay on the device
+        assert smp.on_device
+        b = Batch(len(toks))
+        for i, t in enumerate(toks):
+            b.add(t, i, logits=True)
+        tgt.decode_batch(b)
+        tgt.synchronize()
+        hs = tgt.h_rows(len(toks)).copy()
+
+        def first_draft() -> None:
+            """The head over positions 0-2 (the prompt's tokens 1-3, each with the target's row before it), its last
+            row the output: the first draft, queued and not waited for."""
+            head.seq_rm(0)
+            b1 = Batch(3, m.n_embd)
+            for i in range(3):
+                b1.add(toks[i + 1], i, logits=i == 2, embd=hs[i])
+            head.decode_batch(b1)
+
+        def second_draft(tok: int, h: np.ndarray) -> tuple[int, np.ndarray]:
+            b2 = Batch(1, m.n_embd)
+            b2.add(tok, 3, logits=True, embd=h)
+            head.decode_batch(b2)
+            head.synchronize()
+            return _ll.llama_get_sampled_token_ith(head.ptr, 0), head.h_row(0).copy()
+
+        # the host path: the first draft and its hidden row read back, then the second decoded from them
+        first_draft()
+        head.synchronize()
+        d1 = _ll.llama_get_sampled_token_ith(head.ptr, 2)
+        h1 = head.h_row(2).copy()
+        d2, h2 = second_draft(d1, h1)
+
+        # the device path: both kept in the head's own slots, the second draft's batch holds placeholders
+        first_draft()
+        assert head.keep_sampled_token(2, 0) and head.keep_output_h_row(2, 0)
+        assert not head.keep_output_h_row(1, 1)  # not an output row: nothing kept
+        assert head.take_tokens_from(head, [0]) and head.take_nextn_from(head, [0])
+        d2_dev, h2_dev = second_draft(0, np.zeros(m.n_embd, dtype=np.float32))
+        assert head.kept_tokens(1) == [d1]
+        assert d2_dev == d2
+        scale = float(np.abs(h2).max())
+        assert float(np.abs(h2_dev - h2).max()) <= H_TOL * scale, "the fed draft's hidden row parts from the host's"
+
+        # the placeholders alone (no feed): another hidden row, so the comparison above can fail
+        first_draft()
+        _, h2_none = second_draft(0, np.zeros(m.n_embd, dtype=np.float32))
+        assert float(np.abs(h2_none - h2).max()) > 100 * H_TOL * scale
+    finally:
+        head.close()
+        tgt.close()
