@@ -14,9 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gguf_mtp.runtime import patches
+from gguf_mtp.runtime import MTPSession, patches
 from gguf_mtp.runtime.llama import Batch, Context, Model, _ll  # the runtime first: it loads llama.cpp (or says why not)
 from gguf_mtp.runtime.sampling import context_sampler
+from tests.conftest import TINY_PROMPTS
+from tests.lossless import Reference
 
 pytestmark = pytest.mark.skipif("mtp-self-feed" not in patches.names(),
                                 reason="the loaded libllama lacks the proposed mtp-self-feed patch")
@@ -85,3 +87,37 @@ def test_the_second_draft_from_the_first_on_the_device(tiny_gguf: Path, monkeypa
     finally:
         head.close()
         tgt.close()
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_the_proposer_drafts_from_the_device_and_output_is_plain_decodings(
+        tiny_gguf: Path, tiny_plain: Reference, monkeypatch: pytest.MonkeyPatch, k: int) -> None:
+    """With GGUF_MTP_SELF_FEED=1 each draft after a step's first is decoded from the one before on the device (the
+    head's decodes take a row from its own slots) and every id is read back after the verify: the output is plain
+    decoding's, and the drafts are the host path's (the same decodes, their inputs only taken on the device)."""
+    real = Context.take_nextn_from
+    runs = {}
+    for on in (True, False):
+        monkeypatch.setenv(patches.SELF_FEED_ENV, "1" if on else "0")
+        monkeypatch.setenv(patches.CHAIN_ENV, "0")  # one decode a draft
+        fed: list[int] = []
+
+        def counting(self, src, rows, fed=fed):  # type: ignore[no-untyped-def]
+            ok = real(self, src, rows)
+            if ok and src is self and list(rows) != [-1]:  # a draft fed from the one before
+                fed.append(len(rows))
+            return ok
+
+        monkeypatch.setattr(Context, "take_nextn_from", counting)
+        try:
+            with MTPSession(tiny_gguf, n_ctx=512, n_draft=k, stable_shapes=True) as s:
+                assert s.engine.head.self_feeds is on
+                assert ("drafts fed from the one before on the device" in s.describe_mtp()) is on  # run's MTP: line
+                gens = [s.generate(p, max_tokens=40) for p in TINY_PROMPTS]
+                st = s.stats
+        finally:
+            monkeypatch.setattr(Context, "take_nextn_from", real)
+        runs[on] = gens, st.drafted_at, st.accepted_at, len(fed)
+    tiny_plain.check(runs[True][0], f"k={k}, drafts fed on the device")
+    assert runs[True][1:3] == runs[False][1:3]
+    assert runs[True][3] > 0 and runs[False][3] == 0 and sum(runs[True][2]) > 0

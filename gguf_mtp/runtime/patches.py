@@ -220,6 +220,19 @@ def device_feed(arch: str) -> bool:
             and any(arch in p.feed_archs for p in loaded()))
 
 
+#: GGUF_MTP_SELF_FEED=1: each draft after a step's first decoded from the one before on the device (the proposed
+#: mtp-self-feed patch; off by default until measured on a GPU)
+SELF_FEED_ENV = "GGUF_MTP_SELF_FEED"
+
+
+def self_feed() -> bool:
+    """Whether the head may decode a step's next draft from its last one's token and hidden row kept on the device,
+    without the host reading them first (``GGUF_MTP_SELF_FEED=1``, the proposed mtp-self-feed patch, and the verify
+    taking drafts there: :func:`device_tokens`). The head's hidden rows must also be masked (one an output row:
+    ``Context.output_rows``), which the proposer checks."""
+    return os.environ.get(SELF_FEED_ENV, "0") == "1" and device_tokens() and "mtp-self-feed" in names()
+
+
 def mtp_output_rows(arch: str) -> bool:
     """Whether the loaded library runs an ``arch`` head's block past the attention on the output rows alone (the
     mtp-output-rows patch, its switch on: :func:`enable_switches` sets it unless the environment says ``=0``), so

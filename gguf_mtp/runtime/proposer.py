@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import GgufMtpError
+from . import patches
 from .llama import Batch, Context
 from .sampling import ContextSampler, context_sampler, top1_prob
 from .stats import Stats
@@ -38,6 +39,8 @@ class Proposer:
 
     #: whether a step's last draft may stay on the device for the verify (see MtpProposer)
     defers = False
+    #: each draft after a step's first decoded from the one before on the device (the proposed mtp-self-feed patch)
+    self_feeds = False
 
     ctx: Context | None = None
     msampler: ContextSampler | None = None
@@ -179,6 +182,15 @@ class MtpProposer(Proposer):
         # (target pick, target hidden row) on the device, the feed and the next first draft for whichever row the
         # verify accepts up to (the device-draft-tokens patch's row slots; GGUF_MTP_DEVICE_FEED=1, proposed)
         self.feeds = device_feed and self.defers and not self.chained
+        # each draft after a step's first decoded from the one before on the device (its token and hidden row kept
+        # in the head's own slots; GGUF_MTP_SELF_FEED=1, the proposed mtp-self-feed patch): the host launches the
+        # next draft while the last one runs, and reads every draft's id back after the verify (kept_tokens)
+        self.self_feeds = (self.defers and not self.chained and not self.feeds and mtp.output_rows
+                           and patches.self_feed())
+        self._self_row: int | None = None  # the next decode's row fed from the head's own slots (before padding)
+        self._self_slots = False  # the head's slots exist: its other decodes read them into no row (one graph)
+        self._kept = False  # the deferred drafts' ids are in the head's slots 0.. (resolve reads them there)
+        self._zero_row = np.zeros(n_embd, dtype=np.float32)  # a fed row's placeholder input
         self._fed: tuple[int, int] | None = None  # (position of its first row, rows): queued, not yet committed
         self._ready: tuple[int, int] | None = None  # (its output row, position): the next first draft, decoded
 
@@ -260,10 +272,18 @@ class MtpProposer(Proposer):
         """Decode ``b`` on the (single-head) MTP context. With stable shapes, pad it first to k + 1 tokens with the
         positions just before it, taken from the cache's tail: they are dropped and decoded again from the same
         inputs, so the cache ends up the same and every decode has one shape."""
+        n0 = b.n
         if self.stable and b.n < self._shape:
             self._pad(b)
         if self.feeds and b.n == self._shape:
             self._same_graph_as_fed(b)
+        fed = self._self_row is not None
+        if self.self_feeds and self._self_slots and (fed or (self.stable and b.n == self._shape)):
+            # the fed row (moved by the padding), or none: every draft decode reads the slots, so one graph serves
+            rows = [-1] if self._self_row is None else [self._self_row + b.n - n0]
+            self._self_row = None
+            if not (self.ctx.take_tokens_from(self.ctx, rows) and self.ctx.take_nextn_from(self.ctx, rows)):
+                raise GgufMtpError("internal: the head could not take its own kept draft on the device")
         dt = self.engine.decode(self.ctx, b, wait=wait, in_step=in_step)
         if self.stable:
             p0 = int(b.pos_np[0])
@@ -445,7 +465,7 @@ class MtpProposer(Proposer):
                 shared: Batch | None = None, *, defer: bool = False,
                 verified: int | None = None) -> tuple[list[list[int]], int]:
         mtps: list[MtpProposer] = heads  # type: ignore[assignment]  # a session's proposers all have a head
-        self._deferred, self._read = [], False
+        self._deferred, self._read, self._kept, self._self_row = [], False, False, None
         keep = ks[0] if verified is None else verified  # the lone sequence's draft whose id may stay on the device
         if self._ready is not None and len(heads) == 1 and ks[0] > 0 and not self.chain:
             return self._propose_from_ready(lasts[0], pos0s[0], ks[0], defer=defer and self.defers, keep=keep), 1
@@ -494,6 +514,10 @@ class MtpProposer(Proposer):
         lone sequence's draft number ``keep`` (its last unless a shadow draft follows) may stay on the device: the
         last one's id is not waited for (``last`` holds its place until :meth:`resolve`), an earlier one's is read
         too. Then the drafts' positions leave the head's cache."""
+        if (self.self_feeds and defer and b is self.mbatch and step == 0 and len(live) == 1 and live[0][2] > 1
+                and keep == live[0][2]):
+            self._draft_fed(b, live[0], last)
+            return
         started, timing, ctx = live, self.engine.timing, self.ctx
         while live:
             n0 = b.n
@@ -524,6 +548,49 @@ class MtpProposer(Proposer):
         for h, o, k, pos0, _ in started:
             if o and k > 1:  # a decode ran at pos0 + 1 or later
                 h._forget_drafts(pos0)
+
+    def _draft_fed(self, b: Batch, live: tuple[MtpProposer, list[int], int, int, int], last: int) -> None:
+        """A lone sequence's k drafts (``live`` as :meth:`_draft_steps`' entries), each after the first decoded from
+        the one before on the device: its token and hidden row kept in the head's own slots (slot 0 and row slot 0,
+        which the next decode reads; draft j's token also in slot j + 1, for the verify), so the host launches each
+        draft without waiting for the last. The ids stay on the device for the verify (placeholders in the drafts
+        until :meth:`resolve`, which reads them from the slots). Where the head cannot keep one (before its first keep
+        made the slots, say), the drafts read so far come back and the rest are drafted the host's way."""
+        _, o, k, pos0, row = live
+        timing, ctx = self.engine.timing, self.ctx
+        entries: list[int] = []
+        for step in range(k):
+            n0 = b.n
+            timing.draft(step, self._decode(b, wait=False))
+            e = row + b.n - n0  # the output row, past the padding
+            b.clear()
+            # slot 0 and row slot 0: what the next draft reads; slots 1..k: the verify's (one graph shape each)
+            if ctx.keep_sampled_token(e, step + 1) and (step + 1 == k or (ctx.keep_sampled_token(e, 0)
+                                                                          and ctx.keep_output_h_row(e, 0))):
+                o.append(last)  # a placeholder (any valid id) until resolve()
+                entries.append(e)
+                self._self_slots = True
+                if step + 1 < k:
+                    row = self._self_row = b.add(last, pos0 + step + 1, logits=True, embd=self._zero_row,
+                                                 seq=self.seq)
+                continue
+            if step:  # the drafts kept so far, read back: from here on the host's way
+                ids = ctx.kept_tokens(step, 1)
+                if ids is None:
+                    raise GgufMtpError("internal: the head's kept drafts cannot be read back")
+                o[len(o) - step:] = ids
+            d = self.pick(e)
+            if d is not None:
+                o.append(d)
+                if step + 1 < k:
+                    row = b.add(d, pos0 + step + 1, logits=True, embd=ctx.h_row(e), seq=self.seq)
+                    self._draft_steps(b, [(self, o, k, pos0, row)], step + 1, last, defer=True, keep=k)
+                    return
+            b.clear()
+            self._forget_drafts(pos0)
+            return
+        self._deferred, self._kept = entries, True
+        self._forget_drafts(pos0)
 
     def _propose_from_ready(self, last: int, pos0: int, k: int, *, defer: bool, keep: int) -> list[list[int]]:
         """A lone sequence's drafts when the first is decoded already (:meth:`feed_from_device`): its output row
@@ -579,9 +646,10 @@ class MtpProposer(Proposer):
         return True
 
     def device_rows(self, tgt: Context, batch: Batch, row: int, drafts: list[int]) -> None:
-        n = len(self._deferred)  # the last n drafts, kept in slots 0..n-1
+        n = len(self._deferred)  # the last n drafts, kept in slots 0..n-1 (fed on the device: 1..n, slot 0 none)
         first = row + len(drafts) - n + 1
-        if not n or tgt.take_tokens_from(self.ctx, range(first, first + n)):
+        rows = [*([-1] if self._kept else []), *range(first, first + n)]
+        if not n or tgt.take_tokens_from(self.ctx, rows):
             return
         self.resolve(drafts)
         batch.tok_np[first:first + n] = drafts[-n:]
@@ -590,6 +658,13 @@ class MtpProposer(Proposer):
         entries, self._deferred = self._deferred, []
         if self._read:  # the ids are in drafts already (and the head has decoded past those entries since)
             self._read = False
+            return
+        if self._kept:  # each draft decoded from the one before on the device: the ids are in slots 0..
+            self._kept = False
+            ids = self.ctx.kept_tokens(len(entries), 1)
+            if ids is None:
+                raise GgufMtpError("internal: the head's kept drafts cannot be read back")
+            drafts[len(drafts) - len(entries):] = ids
             return
         for j, i in enumerate(entries, start=len(drafts) - len(entries)):
             d = self.pick(i)  # waits for the head's decode, which the verify waited for on the device already

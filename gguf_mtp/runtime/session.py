@@ -337,6 +337,8 @@ class MTPSession:
         self.device_tokens = self.engine.head.defers
         #: the head's next decode queued behind the verify, fed from its rows on the device (GGUF_MTP_DEVICE_FEED=1)
         self.device_feed = self.engine.head.feeds
+        #: each draft after a step's first decoded from the one before on the device (GGUF_MTP_SELF_FEED=1)
+        self.self_feed = self.engine.head.self_feeds
 
     def _engine(self, tctx: Context, mctx: Context | None, k: int, adaptive: bool, *, seq: int = 0,
                 rollback: Rollback | None = None) -> Engine:
@@ -389,6 +391,7 @@ class MTPSession:
         parts += ["drafts chained in one decode"] if self.chained else []
         parts += ["last draft verified from the device"] if self.device_tokens else []
         parts += ["first draft decoded behind the verify"] if self.device_feed else []
+        parts += ["drafts fed from the one before on the device"] if self.self_feed else []
         parts += [f"draft vocabulary {self.cfg.draft_vocab} (this session's)"] if self.draft_vocab is not None else []
         return ", ".join(parts)
 
