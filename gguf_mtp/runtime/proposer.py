@@ -189,7 +189,7 @@ class MtpProposer(Proposer):
                            and patches.self_feed())
         self._self_row: int | None = None  # the next decode's row fed from the head's own slots (before padding)
         self._self_slots = False  # the head's slots exist: its other decodes read them into no row (one graph)
-        self._kept = False  # the deferred drafts' ids are in the head's slots 0.. (resolve reads them there)
+        self._kept = False  # the deferred drafts' ids are in the head's slots 1.. (resolve reads them there)
         self._zero_row = np.zeros(n_embd, dtype=np.float32)  # a fed row's placeholder input
         self._fed: tuple[int, int] | None = None  # (position of its first row, rows): queued, not yet committed
         self._ready: tuple[int, int] | None = None  # (its output row, position): the next first draft, decoded
@@ -280,7 +280,7 @@ class MtpProposer(Proposer):
         fed = self._self_row is not None
         if self.self_feeds and self._self_slots and (fed or (self.stable and b.n == self._shape)):
             # the fed row (moved by the padding), or none: every draft decode reads the slots, so one graph serves
-            rows = [-1] if self._self_row is None else [self._self_row + b.n - n0]
+            rows = [self._self_row + b.n - n0] if self._self_row is not None else [-1]
             self._self_row = None
             if not (self.ctx.take_tokens_from(self.ctx, rows) and self.ctx.take_nextn_from(self.ctx, rows)):
                 raise GgufMtpError("internal: the head could not take its own kept draft on the device")
