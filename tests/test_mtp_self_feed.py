@@ -121,3 +121,31 @@ def test_the_proposer_drafts_from_the_device_and_output_is_plain_decodings(
     tiny_plain.check(runs[True][0], f"k={k}, drafts fed on the device")
     assert runs[True][1:3] == runs[False][1:3]
     assert runs[True][3] > 0 and runs[False][3] == 0 and sum(runs[True][2]) > 0
+
+
+def test_a_keep_that_fails_goes_on_the_hosts_way(tiny_gguf: Path, tiny_plain: Reference,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the head cannot keep a draft's hidden row (every other step here), the drafts kept so far are read back
+    and the rest drafted the host's way: the output is still plain decoding's and the drafts the host path's."""
+    monkeypatch.setenv(patches.CHAIN_ENV, "0")
+    real = Context.keep_output_h_row
+    calls = [0]
+
+    def flaky(self, i, slot=0):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        return calls[0] % 2 == 0 and real(self, i, slot)
+
+    runs = {}
+    for on in (True, False):
+        monkeypatch.setenv(patches.SELF_FEED_ENV, "1" if on else "0")
+        monkeypatch.setattr(Context, "keep_output_h_row", flaky)
+        try:
+            with MTPSession(tiny_gguf, n_ctx=512, n_draft=3, stable_shapes=True) as s:
+                gens = [s.generate(p, max_tokens=40) for p in TINY_PROMPTS]
+                st = s.stats
+        finally:
+            monkeypatch.setattr(Context, "keep_output_h_row", real)
+        runs[on] = gens, st.drafted_at, st.accepted_at
+    assert calls[0] > 4  # the fed path ran, and failed half the time
+    tiny_plain.check(runs[True][0], "k=3, drafts fed on the device, every other keep refused")
+    assert runs[True][1:] == runs[False][1:]
