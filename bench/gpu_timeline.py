@@ -11,7 +11,8 @@ last kernel and the draft's first, for the host to read, commit and launch).
 
     python3 -m bench.gpu_timeline MODEL.gguf [-k 2] [-n 64] [-ngl 99] [--mtp SIDECAR] [--trace out.json.gz]
     python3 -m bench.gpu_timeline --parse out.json.gz -k 2      # the report of a saved trace
-    ... --sequence 'decode[mtp] n=3'    # also one such call's GPU events in order, with their launch grids
+    ... --sequence 'decode[mtp] n=3'    # also one such call's GPU events in order, with their launch grids,
+                                         # and the CUDA calls its host made
 
 Needs PyTorch with CUDA (the GPU machine's python3 has it). ``GGUF_MTP_*`` switches apply as in ``run``. With a CUDA
 build, load the system libstdc++ first (``LD_PRELOAD=$(ldconfig -p | grep -m1 'libstdc++.so.6 ' | sed 's/.*=> //')``,
@@ -321,8 +322,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, help="with --parse: the answer's steps (default: the verifies counted)")
     ap.add_argument("--top", type=int, default=6, help="kernel families (and gaps) shown a decode kind")
     ap.add_argument("--sequence", metavar="LABEL", action="append", default=[],
-                    help="also list every GPU event of one call so labelled, in order, with launch grids "
-                         "(as 'decode[mtp] n=3'; repeatable)")
+                    help="also list every GPU event of one call so labelled, in order, with launch grids, and "
+                         "the CUDA calls its host made (as 'decode[mtp] n=3'; repeatable)")
     a = ap.parse_args()
     if a.parse:
         events, steps = load_trace(a.parse), a.steps or 0

@@ -586,7 +586,6 @@ class MtpProposer(Proposer):
                     row = b.add(d, pos0 + step + 1, logits=True, embd=ctx.h_row(e), seq=self.seq)
                     self._draft_steps(b, [(self, o, k, pos0, row)], step + 1, last, defer=True, keep=k)
                     return
-            b.clear()
             self._forget_drafts(pos0)
             return
         self._deferred, self._kept = entries, True
