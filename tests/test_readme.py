@@ -210,6 +210,42 @@ def _ab(ref: Path, names: tuple[str, ...], a: str, b: str) -> Paired:
     return p
 
 
+def test_the_session_41_table() -> None:
+    """README's session 41 table is bench/reference/same-call-h200-s41 (machines Q, R, S: calls 1, 3, 4), and the
+    A/Bs of patch 0019 and of the self-fed drafts, and the ratios over llama.cpp's tools, the text below it quotes."""
+    from bench.same_call import token_hashes
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-s41"
+    rows = {"`llama-completion`": "lc", "llama.cpp's MTP, k=2": "spec2", "`gguf-mtp run` (k=2)": "k2",
+            "`gguf-mtp run` (k=2), before patch 0019": "k2",
+            "`gguf-mtp run` (k=2), drafts self-fed (proposed 0018)": "k2-sf",
+            "`llama-completion`, patch 0019's switch on": "lc-a",
+            "llama.cpp's MTP, k=2, patch 0019's switch on": "spec2-a",
+            "`gguf-mtp run` (k=2), patch 0019 switched off": "k2-n"}
+    files = {"Q, 8 rounds": ("ab-call1.jsonl",), "R, 7 rounds": ("ab-call3.jsonl",), "S, 2 rounds": ("ab-call4.jsonl",)}
+    seen = _check_machine_table(ref, rows, files,
+                                rename=lambda m, label: "lc-w" if (m, label) == ("R, 7 rounds", "lc-a") else label)
+    assert len(seen) == 15 and ("R, 7 rounds", "lc-w") in seen and ("S, 2 rounds", "spec2-a") in seen
+    text = " ".join(_speed_section().split("**Session 41**", 1)[1].split("**Session 40**", 1)[0].split())
+    quotes = [(("ab-call3.jsonl",), "k2", "k2-n", "ran `run` k=2 {:.3f}x per round over its switch off ({} of {}"),
+              (("ab-call1.jsonl",), "k2", "spec2", "was {:.3f}x on Q"),
+              (("ab-call3.jsonl",), "k2", "spec2", "{:.3f}x on R"),
+              (("ab-call4.jsonl",), "k2", "spec2", "and {:.3f}x on S."),
+              (("ab-call3.jsonl",), "lc-w", "lc", "llama-completion ran {:.3f}x (R)"),
+              (("ab-call4.jsonl",), "lc-a", "lc", "and {:.3f}x (S)"),
+              (("ab-call4.jsonl",), "spec2-a", "spec2", "llama.cpp's MTP {:.3f}x (S)"),
+              (("ab-call3.jsonl",), "k2", "lc-w", "`run` k=2 {:.3f}x llama-completion on R ({} of {})"),
+              (("ab-call4.jsonl",), "k2", "lc-a", "{:.3f}x on S, and"),
+              (("ab-call4.jsonl",), "k2", "spec2-a", "{:.3f}x llama.cpp's MTP on S ({} of {})"),
+              (("ab-call1.jsonl",), "k2-sf", "k2", "ran {:.3f}x on Q ({} of {})"),
+              (("ab-call3.jsonl",), "k2-sf", "k2", "and {:.3f}x on R ({} of {})")]
+    for names, a, b, says in quotes:
+        p = _ab(ref, names, a, b)
+        assert says.format(p.median, p.above_one, p.n) in text, (a, b, says.format(p.median, p.above_one, p.n))
+    for names in files.values():  # every process of a machine: the same tokens
+        assert len(token_hashes([ref / n for n in names])) == 1, names
+
+
 def test_the_session_40_table() -> None:
     """README's session 40 table is bench/reference/same-call-h200-s40 (machines N, O, P: calls 1, 2, 3), and the
     ratios over llama.cpp's MTP and the A/B of patch 0008's wait after the launch the text below it quotes."""

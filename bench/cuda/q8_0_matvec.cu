@@ -1,0 +1,353 @@
+// Q8_0 x Q8_1 matrix-vector products: kernel variants timed on the shapes a Qwen3.5-9B-shaped decode, its verify and
+// its MTP draft use, to find how close each comes to the memory's bandwidth. Standalone (no ggml), our own code; the
+// first variant has the structure of ggml-cuda's mul_mat_vec_q for Q8_0 (4 warps a row, each thread two ints of a
+// block read as 16-bit halves, one block of 32 a thread per trip), so the others read as changes to it.
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/q8mv bench/cuda/q8_0_matvec.cu && /tmp/q8mv [REPS]
+//
+// Each variant is checked against a host reference on sampled rows before it is timed. Timing: REPS launches
+// (default 64) captured in one CUDA graph, as ggml-cuda launches a decode, each on its own copy of the weights so
+// that no launch finds the previous one's in L2; the median of 7 graph launches. Prints one line a
+// (shape, columns, variant): microseconds a product and the weights' bytes over that time.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "error: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
+
+struct BlockQ8_0 { __half d; int8_t qs[32]; };    // ggml's block_q8_0: 34 bytes, so its quants are 2-byte aligned
+struct BlockQ8_1 { __half2 ds; int8_t qs[32]; };  // ggml's block_q8_1: 36 bytes (scale, sum), 4-byte aligned
+static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block");
+static_assert(sizeof(BlockQ8_1) == 36, "Q8_1 block");
+
+// LOAD_U16: each int as two 16-bit halves (ggml-cuda's get_int_b2); LOAD_ALIGNED: aligned words, as patch 0019
+enum Load { LOAD_U16 = 0, LOAD_ALIGNED = 1 };
+
+// VDR ints of a Q8_0 block's quants starting at int kq.
+template <int LOAD, int VDR>
+__device__ __forceinline__ void load_quants(const BlockQ8_0 * b, int kq, int (&v)[VDR]) {
+    if constexpr (LOAD == LOAD_ALIGNED) {
+        // aligned 32-bit words around the 2-byte-aligned quants, neighbours joined by a funnel shift, never past the
+        // run's last byte: its last two bytes, where misaligned, come from a 16-bit load (VDR loads, or VDR + 1);
+        // the same expressions as patch 0019's get_ints_q8_0_aligned
+        const uintptr_t a = (uintptr_t) (b->qs + 4*kq);
+        const uint32_t * w = (const uint32_t *) (a & ~(uintptr_t) 3);
+        const int shift = (int) (a & 3) * 8;
+        uint32_t words[VDR + 1];
+#pragma unroll
+        for (int i = 0; i < VDR; ++i) {
+            words[i] = __ldg(w + i);
+        }
+        words[VDR] = shift ? (uint32_t) __ldg((const uint16_t *) (a + 4*VDR - 2)) : 0u;
+#pragma unroll
+        for (int i = 0; i < VDR; ++i) {
+            v[i] = (int) (uint32_t) ((((uint64_t) words[i + 1] << 32) | words[i]) >> shift);
+        }
+    } else {
+        const uint16_t * h = (const uint16_t *) (b->qs + 4*kq);
+#pragma unroll
+        for (int i = 0; i < VDR; ++i) {
+            v[i] = (int) ((uint32_t) h[2*i] | ((uint32_t) h[2*i + 1] << 16));
+        }
+    }
+}
+
+// dst[j*nrows + row] = sum over the row's blocks of d_x * d_y * dot(x quants, y_j quants).
+// NWARPS warps a CUDA block, ROWS rows a CUDA block, VDR ints of a Q8_0 block a thread, UNROLL trips' loads issued
+// before any of their arithmetic; PREFETCH: an L2 prefetch two trips ahead.
+template <int NCOLS, int NWARPS, int ROWS, int VDR, int UNROLL, int LOAD, bool PREFETCH>
+__global__ void __launch_bounds__(NWARPS * 32) matvec(
+        const BlockQ8_0 * __restrict__ x, const BlockQ8_1 * __restrict__ y, float * __restrict__ dst, const int nb,
+        const int nrows) {
+    constexpr int TPB = 8 / VDR;              // threads a Q8_0 block
+    constexpr int BPI = NWARPS * 32 / TPB;    // blocks a trip
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    const int row0 = blockIdx.x * ROWS;
+    const int kq = VDR * (tid % TPB);
+
+    float acc[NCOLS][ROWS];
+#pragma unroll
+    for (int j = 0; j < NCOLS; ++j) {
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            acc[j][r] = 0.0f;
+        }
+    }
+
+    for (int kb0 = tid / TPB; kb0 < nb; kb0 += BPI * UNROLL) {
+        int v[UNROLL][ROWS][VDR];
+        float dx[UNROLL][ROWS];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int kb = kb0 + u * BPI;
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                dx[u][r] = 0.0f;
+#pragma unroll
+                for (int i = 0; i < VDR; ++i) {
+                    v[u][r][i] = 0;
+                }
+                if (kb < nb) {
+                    const BlockQ8_0 * b = x + (size_t) (row0 + r) * nb + kb;
+                    dx[u][r] = __half2float(b->d);
+                    load_quants<LOAD, VDR>(b, kq, v[u][r]);
+                    if constexpr (PREFETCH) {
+                        const int kp = kb + 2 * BPI * UNROLL;
+                        if (kp < nb) {
+                            asm volatile("prefetch.global.L2 [%0];" :: "l"(x + (size_t) (row0 + r) * nb + kp));
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int kb = kb0 + u * BPI;
+            if (kb >= nb) {
+                break;
+            }
+#pragma unroll
+            for (int j = 0; j < NCOLS; ++j) {
+                const BlockQ8_1 * yb = y + (size_t) j * nb + kb;
+                const float dy = __low2float(yb->ds);
+                const int * yq = (const int *) yb->qs + kq;
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r) {
+                    int s = 0;
+#pragma unroll
+                    for (int i = 0; i < VDR; ++i) {
+                        s = __dp4a(v[u][r][i], yq[i], s);
+                    }
+                    acc[j][r] += dx[u][r] * dy * (float) s;
+                }
+            }
+        }
+    }
+
+    __shared__ float part[NWARPS > 1 ? NWARPS - 1 : 1][NCOLS][ROWS][32];
+    if (threadIdx.y > 0) {
+#pragma unroll
+        for (int j = 0; j < NCOLS; ++j) {
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                part[threadIdx.y - 1][j][r][threadIdx.x] = acc[j][r];
+            }
+        }
+    }
+    __syncthreads();
+    if (threadIdx.y > 0) {
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < NCOLS; ++j) {
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            float s = acc[j][r];
+#pragma unroll
+            for (int w = 0; w < NWARPS - 1; ++w) {
+                s += part[w][j][r][threadIdx.x];
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                s += __shfl_xor_sync(0xffffffff, s, o);
+            }
+            if (threadIdx.x == r && row0 + r < nrows) {
+                dst[(size_t) j * nrows + row0 + r] = s;
+            }
+        }
+    }
+}
+
+static constexpr int MAX_COLS = 4;  // activation columns the variants may read
+
+struct Shape { const char * name; int rows; int k; };
+// the 9B shape's weights: attention q with its gate, k/v, o, the head's input projection, FFN gate/up and down,
+// the draft's 32k-row LM head and the full 248k-row one
+static const Shape SHAPES[] = {
+    {"q+gate", 8192, 4096}, {"k|v", 1024, 4096}, {"o", 4096, 4096}, {"eh", 4096, 8192},
+    {"gate|up", 12288, 4096}, {"down", 4096, 12288}, {"lm32k", 32768, 4096}, {"lm248k", 248320, 4096},
+};
+
+typedef void (*Launch)(const BlockQ8_0 *, const BlockQ8_1 *, float *, int, int, cudaStream_t);
+
+struct Variant { const char * name; int ncols; Launch launch; };
+
+template <int NCOLS, int NWARPS, int ROWS, int VDR, int UNROLL, int LOAD, bool PREFETCH>
+static void launch(const BlockQ8_0 * x, const BlockQ8_1 * y, float * dst, int nb, int nrows, cudaStream_t s) {
+    const dim3 grid((nrows + ROWS - 1) / ROWS), block(32, NWARPS);
+    matvec<NCOLS, NWARPS, ROWS, VDR, UNROLL, LOAD, PREFETCH><<<grid, block, 0, s>>>(x, y, dst, nb, nrows);
+}
+
+// name: [stock|0019] w<warps> r<rows> v<ints> u<unroll> <load>: "stock" has ggml-cuda's structure at that column
+// count, "0019" is the layout patch 0019 ships there (session 41 kept these; the variants it dropped are in
+// bench/reference/same-call-h200-s41/README.md)
+#define V(C, W, R, D, U, L, P, NAME) {NAME, C, launch<C, W, R, D, U, L, P>}
+static const Variant VARIANTS[] = {
+    V(1, 4, 1, 2, 1, LOAD_U16, false, "stock w4 r1 v2 u1 u16"),
+    V(1, 4, 1, 8, 1, LOAD_ALIGNED, false, "0019  w4 r1 v8 u1 aligned"),
+    V(2, 4, 2, 2, 1, LOAD_U16, false, "stock w4 r2 v2 u1 u16"),
+    V(2, 4, 2, 8, 1, LOAD_ALIGNED, false, "      w4 r2 v8 u1 aligned"),
+    V(2, 4, 2, 4, 1, LOAD_ALIGNED, false, "      w4 r2 v4 u1 aligned"),
+    V(2, 4, 4, 4, 1, LOAD_ALIGNED, false, "      w4 r4 v4 u1 aligned"),
+    V(2, 2, 4, 4, 1, LOAD_ALIGNED, false, "      w2 r4 v4 u1 aligned"),
+    V(2, 2, 4, 8, 1, LOAD_ALIGNED, false, "      w2 r4 v8 u1 aligned"),
+    V(2, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
+    V(2, 4, 4, 8, 1, LOAD_ALIGNED, false, "0019  w4 r4 v8 u1 aligned"),
+    V(2, 1, 4, 4, 1, LOAD_ALIGNED, false, "      w1 r4 v4 u1 aligned"),
+    V(3, 4, 2, 2, 1, LOAD_U16, false, "stock w4 r2 v2 u1 u16"),
+    V(3, 4, 2, 8, 1, LOAD_ALIGNED, false, "      w4 r2 v8 u1 aligned"),
+    V(3, 4, 2, 4, 1, LOAD_ALIGNED, false, "      w4 r2 v4 u1 aligned"),
+    V(3, 4, 4, 4, 1, LOAD_ALIGNED, false, "0019  w4 r4 v4 u1 aligned"),
+    V(3, 2, 4, 4, 1, LOAD_ALIGNED, false, "      w2 r4 v4 u1 aligned"),
+    V(3, 2, 4, 8, 1, LOAD_ALIGNED, false, "      w2 r4 v8 u1 aligned"),
+    V(3, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
+    V(3, 4, 4, 8, 1, LOAD_ALIGNED, false, "      w4 r4 v8 u1 aligned"),
+    V(3, 1, 4, 4, 1, LOAD_ALIGNED, false, "      w1 r4 v4 u1 aligned"),
+    V(4, 4, 2, 2, 1, LOAD_U16, false, "stock w4 r2 v2 u1 u16"),
+    V(4, 4, 2, 8, 1, LOAD_ALIGNED, false, "      w4 r2 v8 u1 aligned"),
+    V(4, 4, 2, 4, 1, LOAD_ALIGNED, false, "      w4 r2 v4 u1 aligned"),
+    V(4, 4, 4, 4, 1, LOAD_ALIGNED, false, "0019  w4 r4 v4 u1 aligned"),
+    V(4, 2, 4, 4, 1, LOAD_ALIGNED, false, "      w2 r4 v4 u1 aligned"),
+    V(4, 2, 4, 8, 1, LOAD_ALIGNED, false, "      w2 r4 v8 u1 aligned"),
+    V(4, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
+    V(4, 4, 4, 8, 1, LOAD_ALIGNED, false, "      w4 r4 v8 u1 aligned"),
+    V(4, 1, 4, 4, 1, LOAD_ALIGNED, false, "      w1 r4 v4 u1 aligned"),
+};
+#undef V
+
+static uint32_t rng_state = 12345u;
+static uint32_t rnd() {  // xorshift32: the same weights on every run
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 17;
+    rng_state ^= rng_state << 5;
+    return rng_state;
+}
+
+int main(int argc, char ** argv) {
+    const int reps = argc > 1 ? atoi(argv[1]) : 64;
+    if (reps < 1 || reps > 4096) {
+        fprintf(stderr, "error: REPS must be 1..4096\n");
+        return 2;
+    }
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    cudaStream_t stream;
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const size_t rotation_bytes = (size_t) 1 << 30;  // the weights' copies a graph cycles through: beyond L2
+
+    int failures = 0;
+    for (const Shape & sh : SHAPES) {
+        const int nb = sh.k / 32;
+        const size_t wbytes = (size_t) sh.rows * nb * sizeof(BlockQ8_0);
+        const int copies = (int) std::max<size_t>(1, std::min<size_t>(reps, rotation_bytes / wbytes));
+        // host weights (one copy; the device copies are equal) and MAX_COLS columns of activations
+        std::vector<BlockQ8_0> hx((size_t) sh.rows * nb);
+        for (BlockQ8_0 & b : hx) {
+            b.d = __float2half(0.001f + (rnd() % 1000) * 1e-5f);
+            for (int8_t & q : b.qs) q = (int8_t) (rnd() % 255 - 127);
+        }
+        std::vector<BlockQ8_1> hy((size_t) MAX_COLS * nb);
+        for (BlockQ8_1 & b : hy) {
+            b.ds = __floats2half2_rn(0.01f + (rnd() % 1000) * 1e-5f, 0.0f);
+            for (int8_t & q : b.qs) q = (int8_t) (rnd() % 255 - 127);
+        }
+        BlockQ8_0 * dx;
+        BlockQ8_1 * dy;
+        float * dd;
+        // 64 bytes of slack: the funnel loads read up to 2 bytes past a block's end
+        CHECK(cudaMalloc(&dx, wbytes * copies + 64));
+        CHECK(cudaMalloc(&dy, hy.size() * sizeof(BlockQ8_1)));
+        CHECK(cudaMalloc(&dd, (size_t) MAX_COLS * sh.rows * sizeof(float)));
+        for (int c = 0; c < copies; ++c) {
+            CHECK(cudaMemcpy((char *) dx + c * wbytes, hx.data(), wbytes, cudaMemcpyHostToDevice));
+        }
+        CHECK(cudaMemcpy(dy, hy.data(), hy.size() * sizeof(BlockQ8_1), cudaMemcpyHostToDevice));
+
+        // host reference on sampled rows (first, last, a stride through), with the sum of |terms| for a tolerance
+        std::vector<int> rows;
+        for (int r = 0; r < sh.rows; r += std::max(1, sh.rows / 97)) rows.push_back(r);
+        rows.push_back(sh.rows - 1);
+        std::vector<double> ref((size_t) MAX_COLS * rows.size()), mag((size_t) MAX_COLS * rows.size());
+        for (size_t ri = 0; ri < rows.size(); ++ri) {
+            for (int j = 0; j < MAX_COLS; ++j) {
+                double s = 0, m = 0;
+                for (int kb = 0; kb < nb; ++kb) {
+                    const BlockQ8_0 & bx = hx[(size_t) rows[ri] * nb + kb];
+                    const BlockQ8_1 & by = hy[(size_t) j * nb + kb];
+                    long dot = 0;
+                    for (int i = 0; i < 32; ++i) dot += (long) bx.qs[i] * by.qs[i];
+                    const double t = (double) __half2float(bx.d) * (double) __low2float(by.ds) * (double) dot;
+                    s += t;
+                    m += std::fabs(t);
+                }
+                ref[j * rows.size() + ri] = s;
+                mag[j * rows.size() + ri] = m;
+            }
+        }
+
+        std::vector<float> out((size_t) MAX_COLS * sh.rows);
+        for (const Variant & var : VARIANTS) {
+            CHECK(cudaMemset(dd, 0, (size_t) MAX_COLS * sh.rows * sizeof(float)));
+            var.launch(dx, dy, dd, nb, sh.rows, stream);
+            CHECK(cudaStreamSynchronize(stream));
+            CHECK(cudaGetLastError());
+            CHECK(cudaMemcpy(out.data(), dd, (size_t) var.ncols * sh.rows * sizeof(float), cudaMemcpyDeviceToHost));
+            double worst = 0;  // error over the sum of |terms| (float accumulation in another order: 1e-5 allowed)
+            for (int j = 0; j < var.ncols; ++j) {
+                for (size_t ri = 0; ri < rows.size(); ++ri) {
+                    const double e = std::fabs(out[(size_t) j * sh.rows + rows[ri]] - ref[j * rows.size() + ri]);
+                    worst = std::max(worst, e / std::max(mag[j * rows.size() + ri], 1e-30));
+                }
+            }
+            const bool ok = worst <= 1e-5;
+            failures += !ok;
+
+            cudaGraph_t graph;
+            cudaGraphExec_t exec;
+            CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            for (int i = 0; i < reps; ++i) {
+                const BlockQ8_0 * xc = (const BlockQ8_0 *) ((const char *) dx + (size_t) (i % copies) * wbytes);
+                var.launch(xc, dy, dd, nb, sh.rows, stream);
+            }
+            CHECK(cudaStreamEndCapture(stream, &graph));
+            CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            cudaEvent_t e0, e1;
+            CHECK(cudaEventCreate(&e0));
+            CHECK(cudaEventCreate(&e1));
+            CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+            std::vector<float> ms;
+            for (int t = 0; t < 7; ++t) {
+                CHECK(cudaEventRecord(e0, stream));
+                CHECK(cudaGraphLaunch(exec, stream));
+                CHECK(cudaEventRecord(e1, stream));
+                CHECK(cudaEventSynchronize(e1));
+                float m;
+                CHECK(cudaEventElapsedTime(&m, e0, e1));
+                ms.push_back(m);
+            }
+            std::sort(ms.begin(), ms.end());
+            const double us = ms[3] * 1000.0 / reps;
+            printf("%-7s %6d x %5d  n=%d  %-28s %8.2f us %7.2f TB/s  %s (err %.1e)\n", sh.name, sh.rows, sh.k,
+                   var.ncols, var.name, us, wbytes / us * 1e-6, ok ? "ok" : "WRONG", worst);
+            fflush(stdout);
+            CHECK(cudaEventDestroy(e0));
+            CHECK(cudaEventDestroy(e1));
+            CHECK(cudaGraphExecDestroy(exec));
+            CHECK(cudaGraphDestroy(graph));
+        }
+        CHECK(cudaFree(dx));
+        CHECK(cudaFree(dy));
+        CHECK(cudaFree(dd));
+    }
+    printf("%s\n", failures ? "some variants WRONG" : "all variants agree with the reference");
+    return failures ? 1 : 0;
+}
