@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (As it ran: 0019 was then proposed/0019-cuda-mmvq-q8-0-wide.patch with the switch GGML_CUDA_MMVQ_Q8_0_WIDE; it
+# ships as patches/llama.cpp/0019-cuda-mmvq-q8-0-aligned.patch, GGML_CUDA_MMVQ_Q8_0_ALIGNED, the code unchanged.)
 # session 41 call 3 (fresh H200): proposed patch 0019 (cuda-mmvq-q8-0-wide) with 0018 (mtp-self-feed) on the shipped
 # set, 9B shape. (1) bench/cuda/q8_0_matvec.cu (our kernel variants; the layouts 0019 ships among them). (2)
 # test-backend-ops: Q8_0 MUL_MAT and MUL_MAT_VEC_FUSION against the CPU with GGML_CUDA_MMVQ_Q8_0_WIDE=0 and =1, and
