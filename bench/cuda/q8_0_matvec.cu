@@ -187,12 +187,13 @@ static void launch(const BlockQ8_0 * x, const BlockQ8_1 * y, float * dst, int nb
 }
 
 // name: [stock|0019] w<warps> r<rows> v<ints> u<unroll> <load>: "stock" has ggml-cuda's structure at that column
-// count, "0019" is the layout patch 0019 ships there (session 41 kept these; the variants it dropped are in
-// bench/reference/same-call-h200-s41/README.md)
+// count, "0019" is the layout patch 0019 ships there (session 41's round 4 and, not yet run, 8 rows a block and 2 rows
+// at one column; the variants it dropped are in bench/reference/same-call-h200-s41/README.md)
 #define V(C, W, R, D, U, L, P, NAME) {NAME, C, launch<C, W, R, D, U, L, P>}
 static const Variant VARIANTS[] = {
     V(1, 4, 1, 2, 1, LOAD_U16, false, "stock w4 r1 v2 u1 u16"),
     V(1, 4, 1, 8, 1, LOAD_ALIGNED, false, "0019  w4 r1 v8 u1 aligned"),
+    V(1, 4, 2, 8, 1, LOAD_ALIGNED, false, "      w4 r2 v8 u1 aligned"),
     V(2, 4, 2, 2, 1, LOAD_U16, false, "stock w4 r2 v2 u1 u16"),
     V(2, 4, 2, 8, 1, LOAD_ALIGNED, false, "      w4 r2 v8 u1 aligned"),
     V(2, 4, 2, 4, 1, LOAD_ALIGNED, false, "      w4 r2 v4 u1 aligned"),
@@ -202,6 +203,10 @@ static const Variant VARIANTS[] = {
     V(2, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
     V(2, 4, 4, 8, 1, LOAD_ALIGNED, false, "0019  w4 r4 v8 u1 aligned"),
     V(2, 1, 4, 4, 1, LOAD_ALIGNED, false, "      w1 r4 v4 u1 aligned"),
+    V(2, 4, 8, 4, 1, LOAD_ALIGNED, false, "      w4 r8 v4 u1 aligned"),
+    V(2, 4, 8, 2, 1, LOAD_ALIGNED, false, "      w4 r8 v2 u1 aligned"),
+    V(2, 2, 8, 4, 1, LOAD_ALIGNED, false, "      w2 r8 v4 u1 aligned"),
+    V(2, 8, 8, 4, 1, LOAD_ALIGNED, false, "      w8 r8 v4 u1 aligned"),
     V(3, 4, 2, 2, 1, LOAD_U16, false, "stock w4 r2 v2 u1 u16"),
     V(3, 4, 2, 8, 1, LOAD_ALIGNED, false, "      w4 r2 v8 u1 aligned"),
     V(3, 4, 2, 4, 1, LOAD_ALIGNED, false, "      w4 r2 v4 u1 aligned"),
@@ -211,6 +216,10 @@ static const Variant VARIANTS[] = {
     V(3, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
     V(3, 4, 4, 8, 1, LOAD_ALIGNED, false, "      w4 r4 v8 u1 aligned"),
     V(3, 1, 4, 4, 1, LOAD_ALIGNED, false, "      w1 r4 v4 u1 aligned"),
+    V(3, 4, 8, 4, 1, LOAD_ALIGNED, false, "      w4 r8 v4 u1 aligned"),
+    V(3, 4, 8, 2, 1, LOAD_ALIGNED, false, "      w4 r8 v2 u1 aligned"),
+    V(3, 2, 8, 4, 1, LOAD_ALIGNED, false, "      w2 r8 v4 u1 aligned"),
+    V(3, 8, 8, 4, 1, LOAD_ALIGNED, false, "      w8 r8 v4 u1 aligned"),
     V(4, 4, 2, 2, 1, LOAD_U16, false, "stock w4 r2 v2 u1 u16"),
     V(4, 4, 2, 8, 1, LOAD_ALIGNED, false, "      w4 r2 v8 u1 aligned"),
     V(4, 4, 2, 4, 1, LOAD_ALIGNED, false, "      w4 r2 v4 u1 aligned"),
@@ -220,6 +229,10 @@ static const Variant VARIANTS[] = {
     V(4, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
     V(4, 4, 4, 8, 1, LOAD_ALIGNED, false, "      w4 r4 v8 u1 aligned"),
     V(4, 1, 4, 4, 1, LOAD_ALIGNED, false, "      w1 r4 v4 u1 aligned"),
+    V(4, 4, 8, 4, 1, LOAD_ALIGNED, false, "      w4 r8 v4 u1 aligned"),
+    V(4, 4, 8, 2, 1, LOAD_ALIGNED, false, "      w4 r8 v2 u1 aligned"),
+    V(4, 2, 8, 4, 1, LOAD_ALIGNED, false, "      w2 r8 v4 u1 aligned"),
+    V(4, 8, 8, 4, 1, LOAD_ALIGNED, false, "      w8 r8 v4 u1 aligned"),
 };
 #undef V
 
