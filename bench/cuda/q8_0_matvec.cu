@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(NWARPS * 32) matvec(
     }
 }
 
-static constexpr int MAX_COLS = 4;  // activation columns the variants may read
+static constexpr int MAX_COLS = 8;  // activation columns the variants may read
 
 struct Shape { const char * name; int rows; int k; };
 // the 9B shape's weights: attention q with its gate, k/v, o, the head's input projection, FFN gate/up and down,
@@ -187,8 +187,9 @@ static void launch(const BlockQ8_0 * x, const BlockQ8_1 * y, float * dst, int nb
 }
 
 // name: [stock|0019] w<warps> r<rows> v<ints> u<unroll> <load>: "stock" has ggml-cuda's structure at that column
-// count, "0019" is the layout patch 0019 ships there (session 41's round 4 and, not yet run, 8 rows a block and 2 rows
-// at one column; the variants it dropped are in bench/reference/same-call-h200-s41/README.md)
+// count, "0019" is the layout patch 0019 ships there (session 41's round 4 and, not yet run, 8 rows a block, 2 rows at
+// one column, and 6 and 8 columns, where 0019 keeps stock's path; the variants session 41 dropped are in
+// bench/reference/same-call-h200-s41/README.md)
 #define V(C, W, R, D, U, L, P, NAME) {NAME, C, launch<C, W, R, D, U, L, P>}
 static const Variant VARIANTS[] = {
     V(1, 4, 1, 2, 1, LOAD_U16, false, "stock w4 r1 v2 u1 u16"),
@@ -233,6 +234,20 @@ static const Variant VARIANTS[] = {
     V(4, 4, 8, 2, 1, LOAD_ALIGNED, false, "      w4 r8 v2 u1 aligned"),
     V(4, 2, 8, 4, 1, LOAD_ALIGNED, false, "      w2 r8 v4 u1 aligned"),
     V(4, 8, 8, 4, 1, LOAD_ALIGNED, false, "      w8 r8 v4 u1 aligned"),
+    V(6, 2, 2, 2, 1, LOAD_U16, false, "stock w2 r2 v2 u1 u16"),
+    V(6, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
+    V(6, 2, 4, 4, 1, LOAD_ALIGNED, false, "      w2 r4 v4 u1 aligned"),
+    V(6, 4, 4, 4, 1, LOAD_ALIGNED, false, "      w4 r4 v4 u1 aligned"),
+    V(6, 2, 8, 4, 1, LOAD_ALIGNED, false, "      w2 r8 v4 u1 aligned"),
+    V(6, 2, 4, 2, 1, LOAD_ALIGNED, false, "      w2 r4 v2 u1 aligned"),
+    V(6, 4, 8, 4, 1, LOAD_ALIGNED, false, "      w4 r8 v4 u1 aligned"),
+    V(8, 2, 2, 2, 1, LOAD_U16, false, "stock w2 r2 v2 u1 u16"),
+    V(8, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
+    V(8, 2, 4, 4, 1, LOAD_ALIGNED, false, "      w2 r4 v4 u1 aligned"),
+    V(8, 4, 4, 4, 1, LOAD_ALIGNED, false, "      w4 r4 v4 u1 aligned"),
+    V(8, 2, 8, 4, 1, LOAD_ALIGNED, false, "      w2 r8 v4 u1 aligned"),
+    V(8, 2, 4, 2, 1, LOAD_ALIGNED, false, "      w2 r4 v2 u1 aligned"),
+    V(8, 4, 8, 4, 1, LOAD_ALIGNED, false, "      w4 r8 v4 u1 aligned"),
 };
 #undef V
 
