@@ -61,9 +61,9 @@ __device__ __forceinline__ void load_quants(const BlockQ8_0 * b, int kq, int (&v
 }
 
 // dst[j*nrows + row] = sum over the row's blocks of d_x * d_y * dot(x quants, y_j quants).
-// NWARPS warps a CUDA block, ROWS rows a CUDA block, VDR ints of a Q8_0 block a thread, UNROLL trips' loads issued
-// before any of their arithmetic; PREFETCH: an L2 prefetch two trips ahead.
-template <int NCOLS, int NWARPS, int ROWS, int VDR, int UNROLL, int LOAD, bool PREFETCH>
+// NWARPS warps a CUDA block, ROWS rows a CUDA block, VDR ints of a Q8_0 block a thread; each row's quants read once
+// a trip for every column. (Session 41's round 1 also tried unrolling the trip loop and an L2 prefetch: both lost.)
+template <int NCOLS, int NWARPS, int ROWS, int VDR, int LOAD>
 __global__ void __launch_bounds__(NWARPS * 32) matvec(
         const BlockQ8_0 * __restrict__ x, const BlockQ8_1 * __restrict__ y, float * __restrict__ dst, const int nb,
         const int nrows) {
@@ -82,52 +82,28 @@ __global__ void __launch_bounds__(NWARPS * 32) matvec(
         }
     }
 
-    for (int kb0 = tid / TPB; kb0 < nb; kb0 += BPI * UNROLL) {
-        int v[UNROLL][ROWS][VDR];
-        float dx[UNROLL][ROWS];
+    for (int kb = tid / TPB; kb < nb; kb += BPI) {
+        int v[ROWS][VDR];
+        float dx[ROWS];
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int kb = kb0 + u * BPI;
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r) {
-                dx[u][r] = 0.0f;
-#pragma unroll
-                for (int i = 0; i < VDR; ++i) {
-                    v[u][r][i] = 0;
-                }
-                if (kb < nb) {
-                    const BlockQ8_0 * b = x + (size_t) (row0 + r) * nb + kb;
-                    dx[u][r] = __half2float(b->d);
-                    load_quants<LOAD, VDR>(b, kq, v[u][r]);
-                    if constexpr (PREFETCH) {
-                        const int kp = kb + 2 * BPI * UNROLL;
-                        if (kp < nb) {
-                            asm volatile("prefetch.global.L2 [%0];" :: "l"(x + (size_t) (row0 + r) * nb + kp));
-                        }
-                    }
-                }
-            }
+        for (int r = 0; r < ROWS; ++r) {
+            const BlockQ8_0 * b = x + (size_t) (row0 + r) * nb + kb;
+            dx[r] = __half2float(b->d);
+            load_quants<LOAD, VDR>(b, kq, v[r]);
         }
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int kb = kb0 + u * BPI;
-            if (kb >= nb) {
-                break;
-            }
+        for (int j = 0; j < NCOLS; ++j) {
+            const BlockQ8_1 * yb = y + (size_t) j * nb + kb;
+            const float dy = __low2float(yb->ds);
+            const int * yq = (const int *) yb->qs + kq;
 #pragma unroll
-            for (int j = 0; j < NCOLS; ++j) {
-                const BlockQ8_1 * yb = y + (size_t) j * nb + kb;
-                const float dy = __low2float(yb->ds);
-                const int * yq = (const int *) yb->qs + kq;
+            for (int r = 0; r < ROWS; ++r) {
+                int s = 0;
 #pragma unroll
-                for (int r = 0; r < ROWS; ++r) {
-                    int s = 0;
-#pragma unroll
-                    for (int i = 0; i < VDR; ++i) {
-                        s = __dp4a(v[u][r][i], yq[i], s);
-                    }
-                    acc[j][r] += dx[u][r] * dy * (float) s;
+                for (int i = 0; i < VDR; ++i) {
+                    s = __dp4a(v[r][i], yq[i], s);
                 }
+                acc[j][r] += dx[r] * dy * (float) s;
             }
         }
     }
@@ -180,74 +156,74 @@ typedef void (*Launch)(const BlockQ8_0 *, const BlockQ8_1 *, float *, int, int, 
 
 struct Variant { const char * name; int ncols; Launch launch; };
 
-template <int NCOLS, int NWARPS, int ROWS, int VDR, int UNROLL, int LOAD, bool PREFETCH>
+template <int NCOLS, int NWARPS, int ROWS, int VDR, int LOAD>
 static void launch(const BlockQ8_0 * x, const BlockQ8_1 * y, float * dst, int nb, int nrows, cudaStream_t s) {
     const dim3 grid((nrows + ROWS - 1) / ROWS), block(32, NWARPS);
-    matvec<NCOLS, NWARPS, ROWS, VDR, UNROLL, LOAD, PREFETCH><<<grid, block, 0, s>>>(x, y, dst, nb, nrows);
+    matvec<NCOLS, NWARPS, ROWS, VDR, LOAD><<<grid, block, 0, s>>>(x, y, dst, nb, nrows);
 }
 
-// name: [stock|0019] w<warps> r<rows> v<ints> u<unroll> <load>: "stock" has ggml-cuda's structure at that column
+// name: [stock|0019] w<warps> r<rows> v<ints> <load>: "stock" has ggml-cuda's structure at that column
 // count, "0019" is the layout patch 0019 ships there (session 41's round 4 and, not yet run, 8 rows a block, 2 rows at
 // one column, and 6 and 8 columns, where 0019 keeps stock's path; the variants session 41 dropped are in
 // bench/reference/same-call-h200-s41/README.md)
-#define V(C, W, R, D, U, L, P, NAME) {NAME, C, launch<C, W, R, D, U, L, P>}
+#define V(C, W, R, D, L, NAME) {NAME, C, launch<C, W, R, D, L>}
 static const Variant VARIANTS[] = {
-    V(1, 4, 1, 2, 1, LOAD_U16, false, "stock w4 r1 v2 u1 u16"),
-    V(1, 4, 1, 8, 1, LOAD_ALIGNED, false, "0019  w4 r1 v8 u1 aligned"),
-    V(1, 4, 2, 8, 1, LOAD_ALIGNED, false, "      w4 r2 v8 u1 aligned"),
-    V(2, 4, 2, 2, 1, LOAD_U16, false, "stock w4 r2 v2 u1 u16"),
-    V(2, 4, 2, 8, 1, LOAD_ALIGNED, false, "      w4 r2 v8 u1 aligned"),
-    V(2, 4, 2, 4, 1, LOAD_ALIGNED, false, "      w4 r2 v4 u1 aligned"),
-    V(2, 4, 4, 4, 1, LOAD_ALIGNED, false, "      w4 r4 v4 u1 aligned"),
-    V(2, 2, 4, 4, 1, LOAD_ALIGNED, false, "      w2 r4 v4 u1 aligned"),
-    V(2, 2, 4, 8, 1, LOAD_ALIGNED, false, "      w2 r4 v8 u1 aligned"),
-    V(2, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
-    V(2, 4, 4, 8, 1, LOAD_ALIGNED, false, "0019  w4 r4 v8 u1 aligned"),
-    V(2, 1, 4, 4, 1, LOAD_ALIGNED, false, "      w1 r4 v4 u1 aligned"),
-    V(2, 4, 8, 4, 1, LOAD_ALIGNED, false, "      w4 r8 v4 u1 aligned"),
-    V(2, 4, 8, 2, 1, LOAD_ALIGNED, false, "      w4 r8 v2 u1 aligned"),
-    V(2, 2, 8, 4, 1, LOAD_ALIGNED, false, "      w2 r8 v4 u1 aligned"),
-    V(2, 8, 8, 4, 1, LOAD_ALIGNED, false, "      w8 r8 v4 u1 aligned"),
-    V(3, 4, 2, 2, 1, LOAD_U16, false, "stock w4 r2 v2 u1 u16"),
-    V(3, 4, 2, 8, 1, LOAD_ALIGNED, false, "      w4 r2 v8 u1 aligned"),
-    V(3, 4, 2, 4, 1, LOAD_ALIGNED, false, "      w4 r2 v4 u1 aligned"),
-    V(3, 4, 4, 4, 1, LOAD_ALIGNED, false, "0019  w4 r4 v4 u1 aligned"),
-    V(3, 2, 4, 4, 1, LOAD_ALIGNED, false, "      w2 r4 v4 u1 aligned"),
-    V(3, 2, 4, 8, 1, LOAD_ALIGNED, false, "      w2 r4 v8 u1 aligned"),
-    V(3, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
-    V(3, 4, 4, 8, 1, LOAD_ALIGNED, false, "      w4 r4 v8 u1 aligned"),
-    V(3, 1, 4, 4, 1, LOAD_ALIGNED, false, "      w1 r4 v4 u1 aligned"),
-    V(3, 4, 8, 4, 1, LOAD_ALIGNED, false, "      w4 r8 v4 u1 aligned"),
-    V(3, 4, 8, 2, 1, LOAD_ALIGNED, false, "      w4 r8 v2 u1 aligned"),
-    V(3, 2, 8, 4, 1, LOAD_ALIGNED, false, "      w2 r8 v4 u1 aligned"),
-    V(3, 8, 8, 4, 1, LOAD_ALIGNED, false, "      w8 r8 v4 u1 aligned"),
-    V(4, 4, 2, 2, 1, LOAD_U16, false, "stock w4 r2 v2 u1 u16"),
-    V(4, 4, 2, 8, 1, LOAD_ALIGNED, false, "      w4 r2 v8 u1 aligned"),
-    V(4, 4, 2, 4, 1, LOAD_ALIGNED, false, "      w4 r2 v4 u1 aligned"),
-    V(4, 4, 4, 4, 1, LOAD_ALIGNED, false, "0019  w4 r4 v4 u1 aligned"),
-    V(4, 2, 4, 4, 1, LOAD_ALIGNED, false, "      w2 r4 v4 u1 aligned"),
-    V(4, 2, 4, 8, 1, LOAD_ALIGNED, false, "      w2 r4 v8 u1 aligned"),
-    V(4, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
-    V(4, 4, 4, 8, 1, LOAD_ALIGNED, false, "      w4 r4 v8 u1 aligned"),
-    V(4, 1, 4, 4, 1, LOAD_ALIGNED, false, "      w1 r4 v4 u1 aligned"),
-    V(4, 4, 8, 4, 1, LOAD_ALIGNED, false, "      w4 r8 v4 u1 aligned"),
-    V(4, 4, 8, 2, 1, LOAD_ALIGNED, false, "      w4 r8 v2 u1 aligned"),
-    V(4, 2, 8, 4, 1, LOAD_ALIGNED, false, "      w2 r8 v4 u1 aligned"),
-    V(4, 8, 8, 4, 1, LOAD_ALIGNED, false, "      w8 r8 v4 u1 aligned"),
-    V(6, 2, 2, 2, 1, LOAD_U16, false, "stock w2 r2 v2 u1 u16"),
-    V(6, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
-    V(6, 2, 4, 4, 1, LOAD_ALIGNED, false, "      w2 r4 v4 u1 aligned"),
-    V(6, 4, 4, 4, 1, LOAD_ALIGNED, false, "      w4 r4 v4 u1 aligned"),
-    V(6, 2, 8, 4, 1, LOAD_ALIGNED, false, "      w2 r8 v4 u1 aligned"),
-    V(6, 2, 4, 2, 1, LOAD_ALIGNED, false, "      w2 r4 v2 u1 aligned"),
-    V(6, 4, 8, 4, 1, LOAD_ALIGNED, false, "      w4 r8 v4 u1 aligned"),
-    V(8, 2, 2, 2, 1, LOAD_U16, false, "stock w2 r2 v2 u1 u16"),
-    V(8, 2, 2, 4, 1, LOAD_ALIGNED, false, "      w2 r2 v4 u1 aligned"),
-    V(8, 2, 4, 4, 1, LOAD_ALIGNED, false, "      w2 r4 v4 u1 aligned"),
-    V(8, 4, 4, 4, 1, LOAD_ALIGNED, false, "      w4 r4 v4 u1 aligned"),
-    V(8, 2, 8, 4, 1, LOAD_ALIGNED, false, "      w2 r8 v4 u1 aligned"),
-    V(8, 2, 4, 2, 1, LOAD_ALIGNED, false, "      w2 r4 v2 u1 aligned"),
-    V(8, 4, 8, 4, 1, LOAD_ALIGNED, false, "      w4 r8 v4 u1 aligned"),
+    V(1, 4, 1, 2, LOAD_U16, "stock w4 r1 v2 u16"),
+    V(1, 4, 1, 8, LOAD_ALIGNED, "0019  w4 r1 v8 aligned"),
+    V(1, 4, 2, 8, LOAD_ALIGNED, "      w4 r2 v8 aligned"),
+    V(2, 4, 2, 2, LOAD_U16, "stock w4 r2 v2 u16"),
+    V(2, 4, 2, 8, LOAD_ALIGNED, "      w4 r2 v8 aligned"),
+    V(2, 4, 2, 4, LOAD_ALIGNED, "      w4 r2 v4 aligned"),
+    V(2, 4, 4, 4, LOAD_ALIGNED, "      w4 r4 v4 aligned"),
+    V(2, 2, 4, 4, LOAD_ALIGNED, "      w2 r4 v4 aligned"),
+    V(2, 2, 4, 8, LOAD_ALIGNED, "      w2 r4 v8 aligned"),
+    V(2, 2, 2, 4, LOAD_ALIGNED, "      w2 r2 v4 aligned"),
+    V(2, 4, 4, 8, LOAD_ALIGNED, "0019  w4 r4 v8 aligned"),
+    V(2, 1, 4, 4, LOAD_ALIGNED, "      w1 r4 v4 aligned"),
+    V(2, 4, 8, 4, LOAD_ALIGNED, "      w4 r8 v4 aligned"),
+    V(2, 4, 8, 2, LOAD_ALIGNED, "      w4 r8 v2 aligned"),
+    V(2, 2, 8, 4, LOAD_ALIGNED, "      w2 r8 v4 aligned"),
+    V(2, 8, 8, 4, LOAD_ALIGNED, "      w8 r8 v4 aligned"),
+    V(3, 4, 2, 2, LOAD_U16, "stock w4 r2 v2 u16"),
+    V(3, 4, 2, 8, LOAD_ALIGNED, "      w4 r2 v8 aligned"),
+    V(3, 4, 2, 4, LOAD_ALIGNED, "      w4 r2 v4 aligned"),
+    V(3, 4, 4, 4, LOAD_ALIGNED, "0019  w4 r4 v4 aligned"),
+    V(3, 2, 4, 4, LOAD_ALIGNED, "      w2 r4 v4 aligned"),
+    V(3, 2, 4, 8, LOAD_ALIGNED, "      w2 r4 v8 aligned"),
+    V(3, 2, 2, 4, LOAD_ALIGNED, "      w2 r2 v4 aligned"),
+    V(3, 4, 4, 8, LOAD_ALIGNED, "      w4 r4 v8 aligned"),
+    V(3, 1, 4, 4, LOAD_ALIGNED, "      w1 r4 v4 aligned"),
+    V(3, 4, 8, 4, LOAD_ALIGNED, "      w4 r8 v4 aligned"),
+    V(3, 4, 8, 2, LOAD_ALIGNED, "      w4 r8 v2 aligned"),
+    V(3, 2, 8, 4, LOAD_ALIGNED, "      w2 r8 v4 aligned"),
+    V(3, 8, 8, 4, LOAD_ALIGNED, "      w8 r8 v4 aligned"),
+    V(4, 4, 2, 2, LOAD_U16, "stock w4 r2 v2 u16"),
+    V(4, 4, 2, 8, LOAD_ALIGNED, "      w4 r2 v8 aligned"),
+    V(4, 4, 2, 4, LOAD_ALIGNED, "      w4 r2 v4 aligned"),
+    V(4, 4, 4, 4, LOAD_ALIGNED, "0019  w4 r4 v4 aligned"),
+    V(4, 2, 4, 4, LOAD_ALIGNED, "      w2 r4 v4 aligned"),
+    V(4, 2, 4, 8, LOAD_ALIGNED, "      w2 r4 v8 aligned"),
+    V(4, 2, 2, 4, LOAD_ALIGNED, "      w2 r2 v4 aligned"),
+    V(4, 4, 4, 8, LOAD_ALIGNED, "      w4 r4 v8 aligned"),
+    V(4, 1, 4, 4, LOAD_ALIGNED, "      w1 r4 v4 aligned"),
+    V(4, 4, 8, 4, LOAD_ALIGNED, "      w4 r8 v4 aligned"),
+    V(4, 4, 8, 2, LOAD_ALIGNED, "      w4 r8 v2 aligned"),
+    V(4, 2, 8, 4, LOAD_ALIGNED, "      w2 r8 v4 aligned"),
+    V(4, 8, 8, 4, LOAD_ALIGNED, "      w8 r8 v4 aligned"),
+    V(6, 2, 2, 2, LOAD_U16, "stock w2 r2 v2 u16"),
+    V(6, 2, 2, 4, LOAD_ALIGNED, "      w2 r2 v4 aligned"),
+    V(6, 2, 4, 4, LOAD_ALIGNED, "      w2 r4 v4 aligned"),
+    V(6, 4, 4, 4, LOAD_ALIGNED, "      w4 r4 v4 aligned"),
+    V(6, 2, 8, 4, LOAD_ALIGNED, "      w2 r8 v4 aligned"),
+    V(6, 2, 4, 2, LOAD_ALIGNED, "      w2 r4 v2 aligned"),
+    V(6, 4, 8, 4, LOAD_ALIGNED, "      w4 r8 v4 aligned"),
+    V(8, 2, 2, 2, LOAD_U16, "stock w2 r2 v2 u16"),
+    V(8, 2, 2, 4, LOAD_ALIGNED, "      w2 r2 v4 aligned"),
+    V(8, 2, 4, 4, LOAD_ALIGNED, "      w2 r4 v4 aligned"),
+    V(8, 4, 4, 4, LOAD_ALIGNED, "      w4 r4 v4 aligned"),
+    V(8, 2, 8, 4, LOAD_ALIGNED, "      w2 r8 v4 aligned"),
+    V(8, 2, 4, 2, LOAD_ALIGNED, "      w2 r4 v2 aligned"),
+    V(8, 4, 8, 4, LOAD_ALIGNED, "      w4 r8 v4 aligned"),
 };
 #undef V
 
