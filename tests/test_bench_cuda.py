@@ -1,5 +1,6 @@
-"""bench/cuda/q8_0_matvec.cu times patch 0019's aligned Q8_0 reads outside ggml: its LOAD_ALIGNED branch must be
-the patch's get_ints_q8_0_aligned, statement for statement (names aside), or its numbers describe another kernel."""
+"""bench/cuda/q8_0_matvec.cu and q4_0_matvec.cu time patch 0019's aligned reads outside ggml: their aligned loads
+must be the patch's get_ints_aligned, statement for statement (names aside), or their numbers describe another
+kernel."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench/cuda/q8_0_matvec.cu"
-PATCH = ROOT / "patches/llama.cpp/0019-cuda-mmvq-q8-0-aligned.patch"
+BENCH = ROOT / "bench/cuda"
+PATCH = ROOT / "patches/llama.cpp/0019-cuda-mmvq-aligned.patch"
 
 pytestmark = pytest.mark.fast
 
@@ -33,9 +34,20 @@ def between(lines: list[str], start: str, end: str) -> list[str]:
     return lines[i + 1:j]
 
 
-def test_the_benchmark_reads_q8_0_as_the_patch_does() -> None:
+def patch_reads() -> list[str]:
     patch_added = [ln[1:] for ln in PATCH.read_text().splitlines() if ln.startswith("+") and not ln.startswith("+++")]
-    ours = statements(between(patch_added, "void get_ints_q8_0_aligned(", "}"))
-    bench = statements(between(BENCH.read_text().splitlines(), "if constexpr (LOAD == LOAD_ALIGNED) {", "    } else {"))
+    return statements(between(patch_added, "void get_ints_aligned(", "}"))
+
+
+def test_the_q8_0_benchmark_reads_as_the_patch_does() -> None:
+    ours = patch_reads()
+    bench = statements(between((BENCH / "q8_0_matvec.cu").read_text().splitlines(),
+                               "if constexpr (LOAD == LOAD_ALIGNED) {", "    } else {"))
     assert len(ours) >= 8 and ours == bench, (ours, bench)
 
+
+def test_the_q4_0_benchmark_reads_as_the_patch_does() -> None:
+    ours = patch_reads()
+    bench = statements(between((BENCH / "q4_0_matvec.cu").read_text().splitlines(),
+                               "void load_quants_aligned(", "}"))
+    assert len(ours) >= 8 and ours == bench, (ours, bench)

@@ -37,7 +37,7 @@ __device__ __forceinline__ void load_quants(const BlockQ8_0 * b, int kq, int (&v
     if constexpr (LOAD == LOAD_ALIGNED) {
         // aligned 32-bit words around the 2-byte-aligned quants, neighbours joined by a funnel shift, never past the
         // run's last byte: its last two bytes, where misaligned, come from a 16-bit load (VDR loads, or VDR + 1);
-        // the same expressions as patch 0019's get_ints_q8_0_aligned
+        // the same expressions as patch 0019's get_ints_aligned
         const uintptr_t a = (uintptr_t) (b->qs + 4*kq);
         const uint32_t * w = (const uint32_t *) (a & ~(uintptr_t) 3);
         const int shift = (int) (a & 3) * 8;
@@ -163,9 +163,9 @@ static void launch(const BlockQ8_0 * x, const BlockQ8_1 * y, float * dst, int nb
 }
 
 // name: [stock|0019] w<warps> r<rows> v<ints> <load>: "stock" has ggml-cuda's structure at that column
-// count, "0019" is the layout patch 0019 ships there (session 41's round 4 and, not yet run, 8 rows a block, 2 rows at
-// one column, and 6 and 8 columns, where 0019 keeps stock's path; the variants session 41 dropped are in
-// bench/reference/same-call-h200-s41/README.md)
+// count, "0019" the layout patch 0019 shipped there in session 41 (since session 42 it takes w4 r2 v8 at one column
+// for 16384 rows or more, 2 rows a block instead of 4 below 4096 rows, and w2 r4 v4 from 5 columns, all in the list
+// below; the variants session 41 dropped are in bench/reference/same-call-h200-s41/README.md)
 #define V(C, W, R, D, L, NAME) {NAME, C, launch<C, W, R, D, L>}
 static const Variant VARIANTS[] = {
     V(1, 4, 1, 2, LOAD_U16, "stock w4 r1 v2 u16"),

@@ -75,10 +75,9 @@ KNOWN: tuple[Patch, ...] = (
     # an MTP context's next draft from its own last one on the device (its masked hidden row and token kept in its
     # slots), and kept ids read back: a prototype (proposed)
     Patch("mtp-self-feed", "gguf_mtp_patch_mtp_self_feed"),
-    # ggml-cuda's Q8_0 mat-vecs of 1 to 4 columns read longer runs of a block a thread as aligned words, each row
-    # once for every column, more rows a block from 2 columns; CUDA builds only
-    Patch("cuda-mmvq-q8-0-aligned", "gguf_mtp_patch_cuda_mmvq_q8_0_aligned", switch="GGML_CUDA_MMVQ_Q8_0_ALIGNED",
-          backend="CUDA"),
+    # ggml-cuda's Q8_0 and Q4_0 mat-vecs of 1 to 8 columns read longer runs of a block a thread as aligned words,
+    # each row once for every column, more rows a block; CUDA builds only
+    Patch("cuda-mmvq-aligned", "gguf_mtp_patch_cuda_mmvq_aligned", switch="GGML_CUDA_MMVQ_ALIGNED", backend="CUDA"),
 )
 
 
