@@ -210,6 +210,48 @@ def _ab(ref: Path, names: tuple[str, ...], a: str, b: str) -> Paired:
     return p
 
 
+def test_the_session_42_table() -> None:
+    """README's session 42 table is bench/reference/same-call-h200-s42 (machines T, U, V: calls 1-3), and the ratios
+    over llama.cpp's tools with patch 0019's switch on, 0019's A/B at k=4 and the drafts' times the text below it
+    quotes."""
+    import json
+
+    from bench.same_call import token_hashes
+
+    ref = ROOT / "bench" / "reference" / "same-call-h200-s42"
+    rows = {"`llama-completion`": "lc", "`llama-completion`, patch 0019's switch on": "lc-a",
+            "llama.cpp's MTP, k=2, patch 0019's switch on": "spec2-a", "`gguf-mtp run` (k=2)": "k2",
+            "`gguf-mtp run` (k=4)": "k4", "`gguf-mtp run` (k=4), patch 0019 switched off": "k4-n",
+            "`gguf-mtp run` (k=2), head at Q4_0 (`hq4b`)": "k2-hq4b"}
+    files = {"T, 2 rounds": ("ab-call1.jsonl",), "U, 3 rounds": ("ab-call2.jsonl",), "V, 7 rounds": ("ab-call3.jsonl",)}
+    seen = _check_machine_table(ref, rows, files)
+    assert len(seen) == 17 and ("T, 2 rounds", "k4-n") in seen and ("V, 7 rounds", "k2-hq4b") in seen
+    text = " ".join(_speed_section().split("**Session 42**", 1)[1].split("**Session 41**", 1)[0].split())
+    quotes = [(("ab-call1.jsonl",), "k2", "lc-a", "`run` k=2 ran {:.3f}x llama-completion on T ({} of {})"),
+              (("ab-call2.jsonl",), "k2", "lc-a", "{:.3f}x on U ({} of {})"),
+              (("ab-call3.jsonl",), "k2", "lc-a", "and {:.3f}x on V ({} of {})"),
+              (("ab-call1.jsonl",), "k2", "spec2-a", "and {:.3f}x,"),
+              (("ab-call2.jsonl",), "k2", "spec2-a", "{:.3f}x and"),
+              (("ab-call3.jsonl",), "k2", "spec2-a", "{:.3f}x llama.cpp's MTP k=2"),
+              (("ab-call2.jsonl",), "k2-hq4b", "lc-a", "{:.3f}x (U, {} of {})"),
+              (("ab-call3.jsonl",), "k2-hq4b", "lc-a", "{:.3f}x (V, {} of {}) llama-completion"),
+              (("ab-call1.jsonl",), "k4", "k4-n", "`run` k=4 {:.3f}x ({} of {}) over its switch off")]
+    for names, a, b, says in quotes:
+        p = _ab(ref, names, a, b)
+        assert says.format(p.median, p.above_one, p.n) in text, (a, b, says.format(p.median, p.above_one, p.n))
+    perf = {(name, json.loads(ln)["row"]): json.loads(ln)["draft_ms"]
+            for name in ("perf-call1.jsonl", "perf-call2.jsonl", "perf-call3.jsonl")
+            for ln in (ref / name).read_text().splitlines()}
+    for (name, row), says in {("perf-call1.jsonl", "perf-ship"): "{} / {} ms (T)",
+                              ("perf-call3.jsonl", "perf-ship-1"): "{} / {} ms (V) for the first / second draft",
+                              ("perf-call2.jsonl", "perf-hq4b"): "{} / {} ms (U)",
+                              ("perf-call3.jsonl", "perf-hq4b-1"): "and {} / {} ms (V) with the head at Q4_0"}.items():
+        first, second = perf[name, row]
+        assert says.format(f"{first:.3f}", f"{second:.3f}") in text, (name, row, first, second)
+    for names in files.values():  # every process of a machine: the same tokens
+        assert len(token_hashes([ref / n for n in names])) == 1, names
+
+
 def test_the_session_41_table() -> None:
     """README's session 41 table is bench/reference/same-call-h200-s41 (machines Q, R, S: calls 1, 3, 4), and the
     A/Bs of patch 0019 and of the self-fed drafts, and the ratios over llama.cpp's tools, the text below it quotes."""
