@@ -14,28 +14,13 @@
 // The dot with a Q8_1 column subtracts the 8 through the column's block sum, as ggml does:
 // d4 * (d8 * sum(nibble * q8) - 8 * s8), s8 the Q8_1 block's stored sum (d8 * the sum of its quants here).
 //
-// Each variant is checked against a host reference on sampled rows before it is timed. Timing: REPS launches
-// (default 64) captured in one CUDA graph, as ggml-cuda launches a decode, each on its own copy of the weights so
-// that no launch finds the previous one's in L2; the median of 7 graph launches. Prints one line a
-// (shape, columns, variant): microseconds a product and the weights' bytes over that time.
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
-
-#define CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "error: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
+// The host side (shapes, the reference check, timing, the output) is bench/cuda/matvec_harness.cuh, which
+// bench/cuda/q8_0_matvec.cu shares: each variant is checked against a host reference on sampled rows, then timed as
+// the median of 7 launches of a CUDA graph of REPS launches (default 64), each on its own copy of the weights.
+#include "matvec_harness.cuh"
 
 struct BlockQ4_0 { __half d; uint8_t qs[16]; };   // ggml's block_q4_0: 18 bytes, so its quants are 2-byte aligned
-struct BlockQ8_1 { __half2 ds; int8_t qs[32]; };  // ggml's block_q8_1: 36 bytes (scale, sum), 4-byte aligned
 static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block");
-static_assert(sizeof(BlockQ8_1) == 36, "Q8_1 block");
 
 // LOAD_STOCK: each int as two 16-bit halves (ggml-cuda's get_int_b2), read again for every column as stock's vec_dot
 // call does (the compiler may merge those reads, as it may in stock); LOAD_U16: the same halves read once a trip for
@@ -212,16 +197,6 @@ __global__ void __launch_bounds__(NWARPS * 32) matvec(
     }
 }
 
-static constexpr int MAX_COLS = 8;  // activation columns the variants may read
-
-struct Shape { const char * name; int rows; int k; };
-// the 9B shape's weights (bench/cuda/q8_0_matvec.cu's list): attention q with its gate, k/v, o, the head's input
-// projection, FFN gate/up and down, the draft's 32k-row LM head and the full 248k-row one
-static const Shape SHAPES[] = {
-    {"q+gate", 8192, 4096}, {"k|v", 1024, 4096}, {"o", 4096, 4096}, {"eh", 4096, 8192},
-    {"gate|up", 12288, 4096}, {"down", 4096, 12288}, {"lm32k", 32768, 4096}, {"lm248k", 248320, 4096},
-};
-
 typedef void (*Launch)(const BlockQ4_0 *, const BlockQ8_1 *, float *, int, int, cudaStream_t);
 
 struct Variant { const char * name; int ncols; int rows; Launch launch; };
@@ -297,157 +272,59 @@ static const Variant VARIANTS[] = {
 };
 #undef V
 
-static uint32_t rng_state = 12345u;
-static uint32_t rnd() {  // xorshift32: the same weights on every run
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 17;
-    rng_state ^= rng_state << 5;
-    return rng_state;
-}
-
 // weight i (0..31) of a Q4_0 block as stored (0..15; its value is that minus 8)
 static int nibble(const BlockQ4_0 & b, int i) {
     return i < 16 ? b.qs[i] & 0xF : b.qs[i - 16] >> 4;
 }
 
-int main(int argc, char ** argv) {
-    const int reps = argc > 1 ? atoi(argv[1]) : 64;
-    if (reps < 1 || reps > 4096) {
-        fprintf(stderr, "error: REPS must be 1..4096\n");
-        return 2;
+// what matvec_harness.cuh's run_matvec_bench needs of Q4_0
+struct Q4_0 {
+    typedef BlockQ4_0 Block;
+    static void fill_weights(BlockQ4_0 & b) {
+        b.d = __float2half(0.001f + (rnd() % 1000) * 1e-5f);
+        for (uint8_t & q : b.qs) q = (uint8_t) (rnd() & 0xFF);
     }
-    cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-    cudaStream_t stream;
-    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    const size_t rotation_bytes = (size_t) 1 << 30;  // the weights' copies a graph cycles through: beyond L2
-
-    int failures = 0;
-    for (const Shape & sh : SHAPES) {
-        const int nb = sh.k / 32;
-        // the pair variants take blocks two at a time from an even index, and their aligned words need every row
-        // (so every copy) to start 4-byte aligned: an even number of 18-byte blocks a row gives both
+    // a Q8_1 block's sum is d8 * the sum of its quants, rounded to half as ggml stores it
+    static void fill_activations(BlockQ8_1 & b) {
+        const float d = 0.01f + (rnd() % 1000) * 1e-5f;
+        int sum = 0;
+        for (int8_t & q : b.qs) {
+            q = (int8_t) (rnd() % 255 - 127);
+            sum += q;
+        }
+        b.ds = __floats2half2_rn(d, d * (float) sum);
+    }
+    // a block's term is d4 * (d8 * sum(nibble * q8) - 8 * s8) with the stored half values, as the kernels compute
+    // it, added to s. The tolerance scales with the sum over blocks of d4 * (d8 * sum|nibble * q8| + 8 |s8|), added
+    // to m: a bound on every partial sum the kernels round
+    static void add_term(const BlockQ4_0 & bx, const BlockQ8_1 & by, double & s, double & m) {
+        long dot = 0, adot = 0;
+        for (int i = 0; i < 32; ++i) {
+            dot += (long) nibble(bx, i) * by.qs[i];
+            adot += (long) nibble(bx, i) * std::abs((int) by.qs[i]);
+        }
+        const double d4 = __half2float(bx.d), d8 = __low2float(by.ds), s8 = __high2float(by.ds);
+        s += d4 * (d8 * (double) dot - 8.0 * s8);
+        m += std::fabs(d4) * (std::fabs(d8) * (double) adot + 8.0 * std::fabs(s8));
+    }
+    // the pair variants take blocks two at a time from an even index, and their aligned words need every row
+    // (so every copy) to start 4-byte aligned: an even number of 18-byte blocks a row gives both
+    static bool check_shape(const Shape & sh, int nb) {
         if (nb % 2 != 0) {
             fprintf(stderr, "error: %s: odd blocks a row\n", sh.name);
-            return 2;
+            return false;
         }
-        const size_t wbytes = (size_t) sh.rows * nb * sizeof(BlockQ4_0);
-        const int copies = (int) std::max<size_t>(1, std::min<size_t>(reps, rotation_bytes / wbytes));
-        // host weights (one copy; the device copies are equal) and MAX_COLS columns of activations; a Q8_1 block's
-        // sum is d8 * the sum of its quants, rounded to half as ggml stores it
-        std::vector<BlockQ4_0> hx((size_t) sh.rows * nb);
-        for (BlockQ4_0 & b : hx) {
-            b.d = __float2half(0.001f + (rnd() % 1000) * 1e-5f);
-            for (uint8_t & q : b.qs) q = (uint8_t) (rnd() & 0xFF);
-        }
-        std::vector<BlockQ8_1> hy((size_t) MAX_COLS * nb);
-        for (BlockQ8_1 & b : hy) {
-            const float d = 0.01f + (rnd() % 1000) * 1e-5f;
-            int sum = 0;
-            for (int8_t & q : b.qs) {
-                q = (int8_t) (rnd() % 255 - 127);
-                sum += q;
-            }
-            b.ds = __floats2half2_rn(d, d * (float) sum);
-        }
-        BlockQ4_0 * dx;
-        BlockQ8_1 * dy;
-        float * dd;
-        CHECK(cudaMalloc(&dx, wbytes * copies + 64));  // 64 bytes of slack past the last copy (none is read)
-        CHECK(cudaMalloc(&dy, hy.size() * sizeof(BlockQ8_1)));
-        CHECK(cudaMalloc(&dd, (size_t) MAX_COLS * sh.rows * sizeof(float)));
-        for (int c = 0; c < copies; ++c) {
-            CHECK(cudaMemcpy((char *) dx + c * wbytes, hx.data(), wbytes, cudaMemcpyHostToDevice));
-        }
-        CHECK(cudaMemcpy(dy, hy.data(), hy.size() * sizeof(BlockQ8_1), cudaMemcpyHostToDevice));
-
-        // host reference on sampled rows (first, last, a stride through): a block's term is
-        // d4 * (d8 * sum(nibble * q8) - 8 * s8) with the stored half values, as the kernels compute it. The tolerance
-        // scales with the sum over blocks of d4 * (d8 * sum|nibble * q8| + 8 |s8|): a bound on every partial sum the
-        // kernels round
-        std::vector<int> rows;
-        for (int r = 0; r < sh.rows; r += std::max(1, sh.rows / 97)) rows.push_back(r);
-        rows.push_back(sh.rows - 1);
-        std::vector<double> ref((size_t) MAX_COLS * rows.size()), mag((size_t) MAX_COLS * rows.size());
-        for (size_t ri = 0; ri < rows.size(); ++ri) {
-            for (int j = 0; j < MAX_COLS; ++j) {
-                double s = 0, m = 0;
-                for (int kb = 0; kb < nb; ++kb) {
-                    const BlockQ4_0 & bx = hx[(size_t) rows[ri] * nb + kb];
-                    const BlockQ8_1 & by = hy[(size_t) j * nb + kb];
-                    long dot = 0, adot = 0;
-                    for (int i = 0; i < 32; ++i) {
-                        dot += (long) nibble(bx, i) * by.qs[i];
-                        adot += (long) nibble(bx, i) * std::abs((int) by.qs[i]);
-                    }
-                    const double d4 = __half2float(bx.d), d8 = __low2float(by.ds), s8 = __high2float(by.ds);
-                    s += d4 * (d8 * (double) dot - 8.0 * s8);
-                    m += std::fabs(d4) * (std::fabs(d8) * (double) adot + 8.0 * std::fabs(s8));
-                }
-                ref[j * rows.size() + ri] = s;
-                mag[j * rows.size() + ri] = m;
-            }
-        }
-
-        std::vector<float> out((size_t) MAX_COLS * sh.rows);
-        for (const Variant & var : VARIANTS) {
-            if (sh.rows % var.rows != 0) {  // the kernels read all of a CUDA block's rows
-                fprintf(stderr, "error: %s: %d rows, not a multiple of %d\n", sh.name, sh.rows, var.rows);
-                return 2;
-            }
-            CHECK(cudaMemset(dd, 0, (size_t) MAX_COLS * sh.rows * sizeof(float)));
-            var.launch(dx, dy, dd, nb, sh.rows, stream);
-            CHECK(cudaStreamSynchronize(stream));
-            CHECK(cudaGetLastError());
-            CHECK(cudaMemcpy(out.data(), dd, (size_t) var.ncols * sh.rows * sizeof(float), cudaMemcpyDeviceToHost));
-            double worst = 0;  // error over the sum of |terms| (float accumulation in another order: 1e-5 allowed)
-            for (int j = 0; j < var.ncols; ++j) {
-                for (size_t ri = 0; ri < rows.size(); ++ri) {
-                    const double e = std::fabs(out[(size_t) j * sh.rows + rows[ri]] - ref[j * rows.size() + ri]);
-                    worst = std::max(worst, e / std::max(mag[j * rows.size() + ri], 1e-30));
-                }
-            }
-            const bool ok = worst <= 1e-5;
-            failures += !ok;
-
-            cudaGraph_t graph;
-            cudaGraphExec_t exec;
-            CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-            for (int i = 0; i < reps; ++i) {
-                const BlockQ4_0 * xc = (const BlockQ4_0 *) ((const char *) dx + (size_t) (i % copies) * wbytes);
-                var.launch(xc, dy, dd, nb, sh.rows, stream);
-            }
-            CHECK(cudaStreamEndCapture(stream, &graph));
-            CHECK(cudaGraphInstantiate(&exec, graph, 0));
-            cudaEvent_t e0, e1;
-            CHECK(cudaEventCreate(&e0));
-            CHECK(cudaEventCreate(&e1));
-            CHECK(cudaGraphLaunch(exec, stream));  // warm-up
-            std::vector<float> ms;
-            for (int t = 0; t < 7; ++t) {
-                CHECK(cudaEventRecord(e0, stream));
-                CHECK(cudaGraphLaunch(exec, stream));
-                CHECK(cudaEventRecord(e1, stream));
-                CHECK(cudaEventSynchronize(e1));
-                float m;
-                CHECK(cudaEventElapsedTime(&m, e0, e1));
-                ms.push_back(m);
-            }
-            std::sort(ms.begin(), ms.end());
-            const double us = ms[3] * 1000.0 / reps;
-            printf("%-7s %6d x %5d  n=%d  %-28s %8.2f us %7.2f TB/s  %s (err %.1e)\n", sh.name, sh.rows, sh.k,
-                   var.ncols, var.name, us, wbytes / us * 1e-6, ok ? "ok" : "WRONG", worst);
-            fflush(stdout);
-            CHECK(cudaEventDestroy(e0));
-            CHECK(cudaEventDestroy(e1));
-            CHECK(cudaGraphExecDestroy(exec));
-            CHECK(cudaGraphDestroy(graph));
-        }
-        CHECK(cudaFree(dx));
-        CHECK(cudaFree(dy));
-        CHECK(cudaFree(dd));
+        return true;
     }
-    printf("%s\n", failures ? "some variants WRONG" : "all variants agree with the reference");
-    return failures ? 1 : 0;
+    static bool check_variant(const Shape & sh, const Variant & var) {
+        if (sh.rows % var.rows != 0) {  // the kernels read all of a CUDA block's rows
+            fprintf(stderr, "error: %s: %d rows, not a multiple of %d\n", sh.name, sh.rows, var.rows);
+            return false;
+        }
+        return true;
+    }
+};
+
+int main(int argc, char ** argv) {
+    return run_matvec_bench<Q4_0>(argc, argv, VARIANTS);
 }

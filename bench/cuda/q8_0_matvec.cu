@@ -5,28 +5,13 @@
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/q8mv bench/cuda/q8_0_matvec.cu && /tmp/q8mv [REPS]
 //
-// Each variant is checked against a host reference on sampled rows before it is timed. Timing: REPS launches
-// (default 64) captured in one CUDA graph, as ggml-cuda launches a decode, each on its own copy of the weights so
-// that no launch finds the previous one's in L2; the median of 7 graph launches. Prints one line a
-// (shape, columns, variant): microseconds a product and the weights' bytes over that time.
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
-
-#define CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "error: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
+// The host side (shapes, the reference check, timing, the output) is bench/cuda/matvec_harness.cuh, which
+// bench/cuda/q4_0_matvec.cu shares: each variant is checked against a host reference on sampled rows, then timed as
+// the median of 7 launches of a CUDA graph of REPS launches (default 64), each on its own copy of the weights.
+#include "matvec_harness.cuh"
 
 struct BlockQ8_0 { __half d; int8_t qs[32]; };    // ggml's block_q8_0: 34 bytes, so its quants are 2-byte aligned
-struct BlockQ8_1 { __half2 ds; int8_t qs[32]; };  // ggml's block_q8_1: 36 bytes (scale, sum), 4-byte aligned
 static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block");
-static_assert(sizeof(BlockQ8_1) == 36, "Q8_1 block");
 
 // LOAD_U16: each int as two 16-bit halves (ggml-cuda's get_int_b2); LOAD_ALIGNED: aligned words, as patch 0019
 enum Load { LOAD_U16 = 0, LOAD_ALIGNED = 1 };
@@ -142,16 +127,6 @@ __global__ void __launch_bounds__(NWARPS * 32) matvec(
     }
 }
 
-static constexpr int MAX_COLS = 8;  // activation columns the variants may read
-
-struct Shape { const char * name; int rows; int k; };
-// the 9B shape's weights: attention q with its gate, k/v, o, the head's input projection, FFN gate/up and down,
-// the draft's 32k-row LM head and the full 248k-row one
-static const Shape SHAPES[] = {
-    {"q+gate", 8192, 4096}, {"k|v", 1024, 4096}, {"o", 4096, 4096}, {"eh", 4096, 8192},
-    {"gate|up", 12288, 4096}, {"down", 4096, 12288}, {"lm32k", 32768, 4096}, {"lm248k", 248320, 4096},
-};
-
 typedef void (*Launch)(const BlockQ8_0 *, const BlockQ8_1 *, float *, int, int, cudaStream_t);
 
 struct Variant { const char * name; int ncols; Launch launch; };
@@ -227,131 +202,31 @@ static const Variant VARIANTS[] = {
 };
 #undef V
 
-static uint32_t rng_state = 12345u;
-static uint32_t rnd() {  // xorshift32: the same weights on every run
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 17;
-    rng_state ^= rng_state << 5;
-    return rng_state;
-}
+// what matvec_harness.cuh's run_matvec_bench needs of Q8_0
+struct Q8_0 {
+    typedef BlockQ8_0 Block;
+    static void fill_weights(BlockQ8_0 & b) {
+        b.d = __float2half(0.001f + (rnd() % 1000) * 1e-5f);
+        for (int8_t & q : b.qs) q = (int8_t) (rnd() % 255 - 127);
+    }
+    // the block sum (ds.y) is left 0: no Q8_0 kernel reads it
+    static void fill_activations(BlockQ8_1 & b) {
+        b.ds = __floats2half2_rn(0.01f + (rnd() % 1000) * 1e-5f, 0.0f);
+        for (int8_t & q : b.qs) q = (int8_t) (rnd() % 255 - 127);
+    }
+    // the pair's term d_x * d_y * dot(x quants, y quants) to s, its |term| to m (the tolerance's sum of |terms|)
+    static void add_term(const BlockQ8_0 & bx, const BlockQ8_1 & by, double & s, double & m) {
+        long dot = 0;
+        for (int i = 0; i < 32; ++i) dot += (long) bx.qs[i] * by.qs[i];
+        const double t = (double) __half2float(bx.d) * (double) __low2float(by.ds) * (double) dot;
+        s += t;
+        m += std::fabs(t);
+    }
+    // every shape and every variant on it runs
+    static bool check_shape(const Shape &, int) { return true; }
+    static bool check_variant(const Shape &, const Variant &) { return true; }
+};
 
 int main(int argc, char ** argv) {
-    const int reps = argc > 1 ? atoi(argv[1]) : 64;
-    if (reps < 1 || reps > 4096) {
-        fprintf(stderr, "error: REPS must be 1..4096\n");
-        return 2;
-    }
-    cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-    cudaStream_t stream;
-    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    const size_t rotation_bytes = (size_t) 1 << 30;  // the weights' copies a graph cycles through: beyond L2
-
-    int failures = 0;
-    for (const Shape & sh : SHAPES) {
-        const int nb = sh.k / 32;
-        const size_t wbytes = (size_t) sh.rows * nb * sizeof(BlockQ8_0);
-        const int copies = (int) std::max<size_t>(1, std::min<size_t>(reps, rotation_bytes / wbytes));
-        // host weights (one copy; the device copies are equal) and MAX_COLS columns of activations
-        std::vector<BlockQ8_0> hx((size_t) sh.rows * nb);
-        for (BlockQ8_0 & b : hx) {
-            b.d = __float2half(0.001f + (rnd() % 1000) * 1e-5f);
-            for (int8_t & q : b.qs) q = (int8_t) (rnd() % 255 - 127);
-        }
-        std::vector<BlockQ8_1> hy((size_t) MAX_COLS * nb);
-        for (BlockQ8_1 & b : hy) {
-            b.ds = __floats2half2_rn(0.01f + (rnd() % 1000) * 1e-5f, 0.0f);
-            for (int8_t & q : b.qs) q = (int8_t) (rnd() % 255 - 127);
-        }
-        BlockQ8_0 * dx;
-        BlockQ8_1 * dy;
-        float * dd;
-        // 64 bytes of slack: the funnel loads read up to 2 bytes past a block's end
-        CHECK(cudaMalloc(&dx, wbytes * copies + 64));
-        CHECK(cudaMalloc(&dy, hy.size() * sizeof(BlockQ8_1)));
-        CHECK(cudaMalloc(&dd, (size_t) MAX_COLS * sh.rows * sizeof(float)));
-        for (int c = 0; c < copies; ++c) {
-            CHECK(cudaMemcpy((char *) dx + c * wbytes, hx.data(), wbytes, cudaMemcpyHostToDevice));
-        }
-        CHECK(cudaMemcpy(dy, hy.data(), hy.size() * sizeof(BlockQ8_1), cudaMemcpyHostToDevice));
-
-        // host reference on sampled rows (first, last, a stride through), with the sum of |terms| for a tolerance
-        std::vector<int> rows;
-        for (int r = 0; r < sh.rows; r += std::max(1, sh.rows / 97)) rows.push_back(r);
-        rows.push_back(sh.rows - 1);
-        std::vector<double> ref((size_t) MAX_COLS * rows.size()), mag((size_t) MAX_COLS * rows.size());
-        for (size_t ri = 0; ri < rows.size(); ++ri) {
-            for (int j = 0; j < MAX_COLS; ++j) {
-                double s = 0, m = 0;
-                for (int kb = 0; kb < nb; ++kb) {
-                    const BlockQ8_0 & bx = hx[(size_t) rows[ri] * nb + kb];
-                    const BlockQ8_1 & by = hy[(size_t) j * nb + kb];
-                    long dot = 0;
-                    for (int i = 0; i < 32; ++i) dot += (long) bx.qs[i] * by.qs[i];
-                    const double t = (double) __half2float(bx.d) * (double) __low2float(by.ds) * (double) dot;
-                    s += t;
-                    m += std::fabs(t);
-                }
-                ref[j * rows.size() + ri] = s;
-                mag[j * rows.size() + ri] = m;
-            }
-        }
-
-        std::vector<float> out((size_t) MAX_COLS * sh.rows);
-        for (const Variant & var : VARIANTS) {
-            CHECK(cudaMemset(dd, 0, (size_t) MAX_COLS * sh.rows * sizeof(float)));
-            var.launch(dx, dy, dd, nb, sh.rows, stream);
-            CHECK(cudaStreamSynchronize(stream));
-            CHECK(cudaGetLastError());
-            CHECK(cudaMemcpy(out.data(), dd, (size_t) var.ncols * sh.rows * sizeof(float), cudaMemcpyDeviceToHost));
-            double worst = 0;  // error over the sum of |terms| (float accumulation in another order: 1e-5 allowed)
-            for (int j = 0; j < var.ncols; ++j) {
-                for (size_t ri = 0; ri < rows.size(); ++ri) {
-                    const double e = std::fabs(out[(size_t) j * sh.rows + rows[ri]] - ref[j * rows.size() + ri]);
-                    worst = std::max(worst, e / std::max(mag[j * rows.size() + ri], 1e-30));
-                }
-            }
-            const bool ok = worst <= 1e-5;
-            failures += !ok;
-
-            cudaGraph_t graph;
-            cudaGraphExec_t exec;
-            CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-            for (int i = 0; i < reps; ++i) {
-                const BlockQ8_0 * xc = (const BlockQ8_0 *) ((const char *) dx + (size_t) (i % copies) * wbytes);
-                var.launch(xc, dy, dd, nb, sh.rows, stream);
-            }
-            CHECK(cudaStreamEndCapture(stream, &graph));
-            CHECK(cudaGraphInstantiate(&exec, graph, 0));
-            cudaEvent_t e0, e1;
-            CHECK(cudaEventCreate(&e0));
-            CHECK(cudaEventCreate(&e1));
-            CHECK(cudaGraphLaunch(exec, stream));  // warm-up
-            std::vector<float> ms;
-            for (int t = 0; t < 7; ++t) {
-                CHECK(cudaEventRecord(e0, stream));
-                CHECK(cudaGraphLaunch(exec, stream));
-                CHECK(cudaEventRecord(e1, stream));
-                CHECK(cudaEventSynchronize(e1));
-                float m;
-                CHECK(cudaEventElapsedTime(&m, e0, e1));
-                ms.push_back(m);
-            }
-            std::sort(ms.begin(), ms.end());
-            const double us = ms[3] * 1000.0 / reps;
-            printf("%-7s %6d x %5d  n=%d  %-28s %8.2f us %7.2f TB/s  %s (err %.1e)\n", sh.name, sh.rows, sh.k,
-                   var.ncols, var.name, us, wbytes / us * 1e-6, ok ? "ok" : "WRONG", worst);
-            fflush(stdout);
-            CHECK(cudaEventDestroy(e0));
-            CHECK(cudaEventDestroy(e1));
-            CHECK(cudaGraphExecDestroy(exec));
-            CHECK(cudaGraphDestroy(graph));
-        }
-        CHECK(cudaFree(dx));
-        CHECK(cudaFree(dy));
-        CHECK(cudaFree(dd));
-    }
-    printf("%s\n", failures ? "some variants WRONG" : "all variants agree with the reference");
-    return failures ? 1 : 0;
+    return run_matvec_bench<Q8_0>(argc, argv, VARIANTS);
 }
