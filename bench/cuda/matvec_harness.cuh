@@ -1,5 +1,6 @@
 // The host harness of bench/cuda/q8_0_matvec.cu and bench/cuda/q4_0_matvec.cu, which both include this header (our
-// own code): the Q8_1 activation block, the shapes, the xorshift RNG and run_matvec_bench, both benchmarks' main.
+// own code): the Q8_1 activation block, the kernels' closing reduction (reduce_and_store), the shapes, the xorshift
+// RNG and run_matvec_bench, both benchmarks' main.
 // A benchmark keeps what is its weight type's: the block, the loads, the kernels and the variant list, and a traits
 // type T that says how to fill a weight block (T::fill_weights) and an activation block (T::fill_activations), how
 // one (weight block, Q8_1 block) pair adds to the host reference and its magnitude (T::add_term), and what a shape
@@ -27,6 +28,44 @@
 
 struct BlockQ8_1 { __half2 ds; int8_t qs[32]; };  // ggml's block_q8_1: 36 bytes (scale, sum), 4-byte aligned
 static_assert(sizeof(BlockQ8_1) == 36, "Q8_1 block");
+
+// the end of every kernel variant: each warp's partial sums (acc, a row's per thread) across the CUDA block's warps
+// through shared memory, then across the warp's lanes; lane r of warp 0 writes row row0 + r of each column
+template <int NCOLS, int NWARPS, int ROWS>
+__device__ __forceinline__ void reduce_and_store(const float (&acc)[NCOLS][ROWS], float * dst, int row0, int nrows) {
+    __shared__ float part[NWARPS > 1 ? NWARPS - 1 : 1][NCOLS][ROWS][32];
+    if (threadIdx.y > 0) {
+#pragma unroll
+        for (int j = 0; j < NCOLS; ++j) {
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                part[threadIdx.y - 1][j][r][threadIdx.x] = acc[j][r];
+            }
+        }
+    }
+    __syncthreads();
+    if (threadIdx.y > 0) {
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < NCOLS; ++j) {
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            float s = acc[j][r];
+#pragma unroll
+            for (int w = 0; w < NWARPS - 1; ++w) {
+                s += part[w][j][r][threadIdx.x];
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                s += __shfl_xor_sync(0xffffffff, s, o);
+            }
+            if (threadIdx.x == r && row0 + r < nrows) {
+                dst[(size_t) j * nrows + row0 + r] = s;
+            }
+        }
+    }
+}
 
 static constexpr int MAX_COLS = 8;  // activation columns the variants may read
 
@@ -82,7 +121,7 @@ static int run_matvec_bench(int argc, char ** argv, const Variant (&variants)[NV
         Block * dx;
         BlockQ8_1 * dy;
         float * dd;
-        // 64 bytes of slack past the last copy: Q8_0's funnel loads read up to 2 bytes past a block's end
+        // 64 bytes of slack past the last copy (no variant reads past its blocks: session 41's first funnel loads did)
         CHECK(cudaMalloc(&dx, wbytes * copies + 64));
         CHECK(cudaMalloc(&dy, hy.size() * sizeof(BlockQ8_1)));
         CHECK(cudaMalloc(&dd, (size_t) MAX_COLS * sh.rows * sizeof(float)));

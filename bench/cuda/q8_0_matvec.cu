@@ -93,38 +93,7 @@ __global__ void __launch_bounds__(NWARPS * 32) matvec(
         }
     }
 
-    __shared__ float part[NWARPS > 1 ? NWARPS - 1 : 1][NCOLS][ROWS][32];
-    if (threadIdx.y > 0) {
-#pragma unroll
-        for (int j = 0; j < NCOLS; ++j) {
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r) {
-                part[threadIdx.y - 1][j][r][threadIdx.x] = acc[j][r];
-            }
-        }
-    }
-    __syncthreads();
-    if (threadIdx.y > 0) {
-        return;
-    }
-#pragma unroll
-    for (int j = 0; j < NCOLS; ++j) {
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            float s = acc[j][r];
-#pragma unroll
-            for (int w = 0; w < NWARPS - 1; ++w) {
-                s += part[w][j][r][threadIdx.x];
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                s += __shfl_xor_sync(0xffffffff, s, o);
-            }
-            if (threadIdx.x == r && row0 + r < nrows) {
-                dst[(size_t) j * nrows + row0 + r] = s;
-            }
-        }
-    }
+    reduce_and_store<NCOLS, NWARPS, ROWS>(acc, dst, row0, nrows);
 }
 
 typedef void (*Launch)(const BlockQ8_0 *, const BlockQ8_1 *, float *, int, int, cudaStream_t);

@@ -47,3 +47,24 @@ print(json.dumps(r))
 PY
   tail -1 "$R"
 }
+# (session 42) rows under the caller's environment, labelled by the caller: lcx LABEL (llama-completion), specx
+# LABEL K (llama.cpp's MTP), and perfrow LABEL ARGS... (one `run --perf` process: its draft and step breakdown
+# appended to $OUT/perf.jsonl); earlier sessions' scripts define their own, as they ran
+lcx() {  # $1: label; llama-completion under the caller's environment
+  timeout 60 /tmp/lcpp/bin/llama-completion "${COMMON[@]}" -no-cnv --ignore-eos > /tmp/lc-$1.out 2>/tmp/lc-$1.txt
+  local tps; tps=$(grep -o "eval time =.*tokens per second" /tmp/lc-$1.txt | grep -v prompt | tail -1 | grep -o "[0-9.]* tokens per second" | cut -d' ' -f1)
+  echo "{\"row\": \"$1\", \"tps\": ${tps:-null}}" | tee -a "$R"
+}
+specx() {  # $1: label, $2: k; llama.cpp's MTP under the caller's environment
+  timeout 60 /tmp/lcpp/bin/llama-speculative-simple "${COMMON[@]}" --spec-type draft-mtp --spec-draft-n-max "$2" -lv 4 > /tmp/sp.txt 2>&1
+  local tps acc; tps=$(grep -o "speed: *[0-9.]* t/s" /tmp/sp.txt | tail -1 | grep -o "[0-9.]*")
+  acc=$(grep -o "n_accept *= *[0-9]*" /tmp/sp.txt | tail -1 | grep -o "[0-9]*$")
+  echo "{\"row\": \"$1\", \"tps\": ${tps:-null}, \"accepted\": ${acc:-null}}" | tee -a "$R"
+}
+perfrow() {  # $1: label, rest: run args
+  local label=$1; shift
+  timeout 90 python3 -m gguf_mtp_cli.main run "$M" -f /tmp/p.txt -n 256 -c 4096 -ngl 99 \
+    "$@" --perf --stats-json /tmp/perf.json --force > /dev/null 2>/tmp/perf-err.txt || tail -3 /tmp/perf-err.txt
+  python3 -c "import json, sys; s = json.load(open('/tmp/perf.json')); print(json.dumps({'row': sys.argv[1], 'tps': s['decode_tps'], 'acceptance_at': s['acceptance_at'], 'sha': s.get('tokens_sha256', '')[:16], **s['breakdown']}))" \
+    "$label" | tee -a "$OUT/perf.jsonl"
+}

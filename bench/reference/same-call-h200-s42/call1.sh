@@ -26,10 +26,7 @@ python3 -m gguf_mtp_cli.main extract "$M" --head-only --draft-head-type q4_0 -o 
 python3 -m gguf_mtp_cli.main extract "$M" --head-only --mtp-type q4_0 --draft-head-type q4_0 -o /tmp/hq4b.gguf --force -q 2>&1 | tail -1
 for s in ship hq4 hq4b; do
   extra=(); [ $s = ship ] || extra=(--mtp /tmp/$s.gguf)
-  timeout 90 python3 -m gguf_mtp_cli.main run "$M" -f /tmp/p.txt -n 256 -c 4096 -ngl 99 \
-    --spec-draft-n-max 2 "${extra[@]}" --perf --stats-json /tmp/perf.json --force > /dev/null 2>/tmp/perf-err.txt || tail -3 /tmp/perf-err.txt
-  python3 -c "import json; s = json.load(open('/tmp/perf.json')); print(json.dumps({'row': 'perf-$s', 'tps': s['decode_tps'], 'acceptance_at': s['acceptance_at'], 'sha': s.get('tokens_sha256', '')[:16], **s['breakdown']}))" \
-    | tee -a "$OUT/perf.jsonl"
+  perfrow "perf-$s" --spec-draft-n-max 2 "${extra[@]}"
 done
 wait $TBO
 echo "[$((SECONDS - T0))s] perf rows, test-backend-ops built; $(left) s left"
@@ -42,17 +39,6 @@ if [ -x /tmp/tbo ]; then
   env $A=1 timeout 90 /tmp/tbo perf -b CUDA0 -o MUL_MAT -p 'type_a=(q8_0|q4_0|q5_0|q4_K|q5_K|q6_K),type_b=f32,m=4096,n=[1-8],k=14336' 2>&1 | grep "MUL_MAT" | sed "s/^/perf a1: /" | tee -a "$OUT/backend-ops.txt"
 fi
 echo "[$((SECONDS - T0))s] backend-ops done; $(left) s left"
-lcx() {  # $1: label; llama-completion under the caller's environment
-  timeout 60 /tmp/lcpp/bin/llama-completion "${COMMON[@]}" -no-cnv --ignore-eos > /tmp/lc-$1.out 2>/tmp/lc-$1.txt
-  local tps; tps=$(grep -o "eval time =.*tokens per second" /tmp/lc-$1.txt | grep -v prompt | tail -1 | grep -o "[0-9.]* tokens per second" | cut -d' ' -f1)
-  echo "{\"row\": \"$1\", \"tps\": ${tps:-null}}" | tee -a "$R"
-}
-specx() {  # $1: label, $2: k; llama.cpp's MTP under the caller's environment
-  timeout 60 /tmp/lcpp/bin/llama-speculative-simple "${COMMON[@]}" --spec-type draft-mtp --spec-draft-n-max "$2" -lv 4 > /tmp/sp.txt 2>&1
-  local tps acc; tps=$(grep -o "speed: *[0-9.]* t/s" /tmp/sp.txt | tail -1 | grep -o "[0-9.]*")
-  acc=$(grep -o "n_accept *= *[0-9]*" /tmp/sp.txt | tail -1 | grep -o "[0-9]*$")
-  echo "{\"row\": \"$1\", \"tps\": ${tps:-null}, \"accepted\": ${acc:-null}}" | tee -a "$R"
-}
 for i in $(seq 1 40); do [ "$(left)" -gt 40 ] || break
   lcx lc; GGML_CUDA_MMVQ_Q8_0_ALIGNED=1 lcx lc-a; GGML_CUDA_MMVQ_Q8_0_ALIGNED=1 specx spec2-a 2
   run k2 --spec-draft-n-max 2; run k4 --spec-draft-n-max 4; GGML_CUDA_MMVQ_Q8_0_ALIGNED=0 run k4-n --spec-draft-n-max 4
